@@ -1,0 +1,7 @@
+"""``python -m anyaccel`` runs the command line (see :mod:`anyaccel.cli`)."""
+
+import sys
+
+from anyaccel.cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""The ``anyaccel`` command line: ``report``, ``build``, ``cache`` and ``migrate``.
+
+Each subcommand lives in the module that owns its concern; this file only wires them together. A
+subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and is imported only when
+its subcommand runs, so ``anyaccel --help`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Optional, Sequence
+
+# subcommand -> (module, one-line help). Adding a command is one row here.
+SUBCOMMANDS = {
+    "report": ("anyaccel.report", "show the chosen accelerator, toolchain, SIMD level, cache and ops"),
+    "build": ("anyaccel.op_builder.commands", "build ops into the cache ahead of time"),
+    "cache": ("anyaccel.op_builder.cache_commands", "list or clean the op cache"),
+    "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the top-level parser with one subparser per entry of ``SUBCOMMANDS``.
+
+    Side effects: imports each subcommand's module to let it declare its arguments.
+    """
+    parser = argparse.ArgumentParser(prog="anyaccel", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        module.add_arguments(sp)
+        sp.set_defaults(_module=module_name)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``anyaccel`` console script and of ``python -m anyaccel``.
+
+    Args:
+        argv: the arguments without the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The process exit status: 0 on success, 2 for a usage error, 1 or a subcommand's own code otherwise.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="anyaccel: %(levelname)s: %(message)s",
+    )
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
