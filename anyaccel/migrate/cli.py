@@ -1,0 +1,112 @@
+"""``anyaccel migrate PATH... [--diff | --write | --check]``.
+
+``--diff`` (the default) prints a unified diff and changes nothing; ``--write`` rewrites files in place,
+atomically; ``--check`` changes nothing and exits 1 when CUDA-specific code remains (for CI and pre-commit).
+Code left alone is reported as ``path:line:column: kind: reason``: on stderr with ``--diff``/``--write``
+(so the diff on stdout stays a clean patch), on stdout with ``--check``.
+
+Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse or
+cannot be read, or when libcst is missing. Binary and non-UTF-8 files are skipped with a message and do
+not change the status. Importing this module imports no libcst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import logging
+import sys
+from typing import List, Optional, TextIO
+
+logger = logging.getLogger(__name__)
+
+#: Finding kinds that make a file count as not processed (exit status 1).
+ERROR_KINDS = frozenset({"parse-error", "unreadable"})
+#: Finding kinds that skip a file without failing the run.
+SKIP_KINDS = frozenset({"binary", "not-utf8"})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``migrate`` subcommand's arguments on ``parser`` (called by ``anyaccel.cli``)."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="Python files or directories (searched for *.py)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--diff", dest="mode", action="store_const", const="diff",
+                      help="print a unified diff and change nothing (the default)")
+    mode.add_argument("--write", dest="mode", action="store_const", const="write",
+                      help="rewrite the files in place, atomically")
+    mode.add_argument("--check", dest="mode", action="store_const", const="check",
+                      help="change nothing; exit 1 when CUDA-specific code remains "
+                           "(a '# anyaccel: ignore' comment opts a line out)")
+    parser.set_defaults(mode="diff")
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    """Return a ``git apply``/``patch -p1`` compatible unified diff of one file (``a/``, ``b/`` prefixes)."""
+    lines: List[str] = []
+    for line in difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path.lstrip('/')}", f"b/{path.lstrip('/')}"
+    ):
+        lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(lines)
+
+
+def run(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+    """Run ``anyaccel migrate`` with parsed ``args`` (``paths``: list of str, ``mode``: diff/write/check).
+
+    Args:
+        args: the namespace built from ``add_arguments``.
+        stdout: where diffs (and findings with ``--check``) go; ``sys.stdout`` when None.
+        stderr: where findings go with ``--diff``/``--write``; ``sys.stderr`` when None.
+
+    Returns:
+        The exit status described in the module docstring.
+
+    Side effects:
+        Imports libcst; reads every file; with ``--write`` replaces changed files atomically.
+    """
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    from anyaccel.migrate._libcst import MissingLibcstError
+
+    try:
+        from anyaccel.migrate.engine import migrate_source
+    except MissingLibcstError as exc:
+        logger.error("%s", exc)
+        return 1
+    from anyaccel.migrate.files import SourceText, iter_python_files, read_source, write_atomic
+    from anyaccel.migrate.findings import Finding
+
+    mode: str = args.mode or "diff"
+    report = out if mode == "check" else err
+    failed = False
+    remaining = 0
+    changed_files = 0
+    for path in iter_python_files(args.paths):
+        source = read_source(path)
+        if isinstance(source, Finding):
+            report.write(source.format() + "\n")
+            failed = failed or source.kind in ERROR_KINDS
+            continue
+        result = migrate_source(source.text, path)
+        if result.error is not None:
+            report.write(result.error.format() + "\n")
+            failed = True
+            continue
+        for finding in result.findings:
+            report.write(finding.format() + "\n")
+        remaining += len(result.findings)
+        if not result.changed:
+            continue
+        changed_files += 1
+        if mode == "diff":
+            out.write(unified_diff(path, result.original, result.rewritten))
+        elif mode == "write":
+            write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+            logger.info("rewrote %s", path)
+        else:
+            out.write(f"{path}:0:0: rewritable: CUDA-specific code that 'anyaccel migrate --write' can rewrite\n")
+    verb = {"diff": "would rewrite", "write": "rewrote", "check": "would rewrite"}[mode]
+    logger.info("%s %d file(s); %d place(s) left for manual porting", verb, changed_files, remaining)
+    if mode == "check" and (changed_files or remaining):
+        return 1
+    return 1 if failed else 0

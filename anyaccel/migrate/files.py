@@ -1,0 +1,130 @@
+"""File handling for ``anyaccel migrate``: which files, reading them safely, writing them atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+from anyaccel.migrate.findings import Finding
+
+logger = logging.getLogger(__name__)
+
+#: Directory names never descended into when a directory is given.
+SKIPPED_DIRECTORIES = frozenset({"__pycache__", "node_modules", "site-packages", "build", "dist"})
+
+_BOM = "\ufeff"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceText:
+    """A decoded source file.
+
+    Attributes:
+        text: the file's content decoded as UTF-8, newlines kept as in the file, without a leading BOM.
+        bom: True when the file started with a UTF-8 byte-order mark (written back on ``write_atomic``).
+    """
+
+    text: str
+    bom: bool
+
+
+def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
+    """Yield the files to migrate: each given file, and every ``*.py`` under each given directory.
+
+    Directories are walked in sorted order, skipping hidden directories and ``SKIPPED_DIRECTORIES``.
+    Paths that do not exist are yielded as given, so that reading them reports the error.
+
+    Args:
+        paths: files and directories, as given on the command line.
+
+    Yields:
+        File paths (str), each once.
+    """
+    seen = set()
+    for given in paths:
+        root = Path(given)
+        if root.is_dir():
+            found: List[Path] = []
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRECTORIES)
+                found.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
+            candidates = [str(p) for p in found]
+        else:
+            candidates = [given]
+        for candidate in candidates:
+            if candidate not in seen:
+                seen.add(candidate)
+                yield candidate
+
+
+def read_source(path: str) -> "SourceText | Finding":
+    """Read ``path`` as UTF-8 Python source.
+
+    Args:
+        path: the file to read.
+
+    Returns:
+        A ``SourceText``, or a ``Finding`` saying why the file is skipped: ``unreadable`` (missing, a
+        directory, no permission), ``binary`` (contains a NUL byte) or ``not-utf8`` (does not decode as UTF-8;
+        the finding names the offending byte offset).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return Finding(path, 0, 0, "unreadable", f"cannot read the file, skipped: {exc.strerror or exc}")
+    if b"\x00" in data:
+        return Finding(path, 0, 0, "binary", "binary file (contains NUL bytes), skipped")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Finding(
+            path, 0, 0, "not-utf8",
+            f"not UTF-8 (byte {exc.start} is {data[exc.start:exc.start + 1]!r}), skipped; "
+            "re-encode it as UTF-8 to migrate it",
+        )
+    bom = text.startswith(_BOM)
+    return SourceText(text=text[1:] if bom else text, bom=bom)
+
+
+def write_atomic(path: str, source: SourceText) -> None:
+    """Replace ``path`` with ``source``, atomically.
+
+    The text is written to a temporary file in the same directory, flushed and fsynced, given the original
+    file's permission bits, then moved over the original with ``os.replace`` (atomic on POSIX and Windows).
+    A crash at any point leaves either the old or the new file, never a half-written one.
+
+    Args:
+        path: the existing file to replace.
+        source: the new content; written as UTF-8, with a BOM when ``source.bom``.
+
+    Raises:
+        OSError: the directory is not writable or the disk is full; the original file is unchanged and the
+            temporary file is removed.
+    """
+    target = Path(path)
+    data = ((_BOM if source.bom else "") + source.text).encode("utf-8")
+    mode: Optional[int] = None
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except OSError:
+        mode = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".anyaccel-tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    logger.debug("wrote %s (%d bytes)", path, len(data))
