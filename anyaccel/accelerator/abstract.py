@@ -1,0 +1,518 @@
+"""``DeepSpeedAccelerator``: DeepSpeed's accelerator interface, member for member, with a small abstract core.
+
+Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19, listed in
+``shared/reference/deepspeed-accelerator-interface.md``) is here, accepting both the current and the classic
+signatures. Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`)
+plus the ``_name`` attribute; everything else has a working default that forwards to the torch device module
+of the accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against
+the small core keeps working as the interface grows (user pain P14).
+
+Plug-ins written for DeepSpeed subclass this class without calling ``super().__init__()``, so no default may
+depend on ``__init__`` having run: per-instance state has class-level defaults and is created lazily.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
+
+import torch
+
+from anyaccel.accelerator.device_module import module_function, optional_attribute
+from anyaccel.accelerator.errors import UnsupportedCompileBackendError
+from anyaccel.accelerator.host_sync import HostStream, host_event_class, host_stream_class
+from anyaccel.accelerator.tensor_types import TensorFactory
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DeepSpeedAccelerator", "OP_BUILDER_DIR"]
+
+#: Python package holding the op builders (``op_builder_dir()``; see docs/architecture.md).
+OP_BUILDER_DIR = "anyaccel.op_builder"
+
+
+class DeepSpeedAccelerator(abc.ABC):
+    """The accelerator interface. Subclass it (or a concrete accelerator) to add a device.
+
+    Required of a subclass: a non-empty ``_name`` (class or instance attribute; also the torch device type
+    unless ``_device_type`` says otherwise), :meth:`is_available` and :meth:`communication_backend_name`.
+    Optional class attributes describe the device as data:
+
+    Attributes:
+        _name: the accelerator's name (``"cuda"``, ``"cpu"``...), used for selection and op-builder lookup.
+        _device_type: torch device type when it differs from ``_name``; None means ``_name``.
+        _communication_backend_name: the ``torch.distributed`` backend name, DeepSpeed's private attribute.
+        _compile_backend: the ``torch.compile`` backend (DeepSpeed's private attribute), ``"inductor"``.
+        _synchronized_device: True when work completes before a call returns (CPU).
+        _graph_class_name: the device module's graph class (``"CUDAGraph"``), None when it has no graphs.
+        _visible_devices_envs: variables a launcher sets to restrict each process's devices.
+        _export_envs: prefixes of variables a multi-node launcher forwards to remote nodes.
+        _fp16_supported: whether float16 is a fast, supported training dtype.
+    """
+
+    _name: Optional[str] = None
+    _device_type: Optional[str] = None
+    _communication_backend_name: Optional[str] = None
+    _compile_backend: Optional[str] = "inductor"
+    _synchronized_device: bool = False
+    _graph_class_name: Optional[str] = None
+    _visible_devices_envs: Sequence[str] = ()
+    _export_envs: Sequence[str] = ()
+    _fp16_supported: bool = True
+
+    # ------------------------------------------------------------------ the abstract core
+    @abc.abstractmethod
+    def is_available(self) -> bool:
+        """True when at least one device of this accelerator is present and usable in this process."""
+
+    @abc.abstractmethod
+    def communication_backend_name(self) -> str:
+        """The ``torch.distributed`` backend for this device (``"nccl"``, ``"xccl"``, ``"hccl"``, ``"gloo"``)."""
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def device_type(self) -> str:
+        """The torch device type string of this accelerator (``_device_type`` or else ``_name``)."""
+        return self._device_type or str(self._name)
+
+    def _fn(self, name: str, member: str) -> Callable[..., Any]:
+        """``torch.<device_type>.<name>``; raises ``UnsupportedOperationError`` naming ``member`` if absent."""
+        return module_function(self.device_type, name, str(self._name), member)
+
+    def _has(self, name: str) -> bool:
+        return optional_attribute(self.device_type, name) is not None
+
+    @staticmethod
+    def _index_args(device_index: Optional[Any]) -> tuple:
+        """Positional device argument for torch functions: none when ``device_index`` is None."""
+        return () if device_index is None else (device_index,)
+
+    # ------------------------------------------------------------------ device-behaviour flags
+    def is_synchronized_device(self) -> bool:
+        """True when device work completes before each call returns (only the CPU, in the built-ins)."""
+        return bool(self._synchronized_device)
+
+    def use_host_timers(self) -> bool:
+        """True when wall-clock timers measure device work (defaults to :meth:`is_synchronized_device`)."""
+        return self.is_synchronized_device()
+
+    def resolves_data_dependency(self) -> bool:
+        """True when the device orders dependent work itself (defaults to :meth:`is_synchronized_device`)."""
+        return self.is_synchronized_device()
+
+    def handles_memory_backpressure(self) -> bool:
+        """True when allocation waits for frees itself (defaults to :meth:`is_synchronized_device`)."""
+        return self.is_synchronized_device()
+
+    # ------------------------------------------------------------------ device APIs
+    def device_name(self, device_index: Optional[int] = None) -> str:
+        """``"<type>"`` for None, else ``"<type>:<device_index>"`` (``"cuda"``, ``"cuda:1"``)."""
+        if device_index is None:
+            return self.device_type
+        return f"{self.device_type}:{device_index}"
+
+    def device(self, device_index: Optional[int] = None) -> torch.device:
+        """``torch.device(<type>, device_index)`` (DeepSpeed's current behaviour)."""
+        return torch.device(self.device_type, device_index)
+
+    def set_device(self, device_index: int) -> None:
+        """Make ``device_index`` the current device of this process (``torch.<type>.set_device``)."""
+        self._fn("set_device", "set_device")(device_index)
+
+    def current_device(self) -> int:
+        """The current device index (int). Initialises the device runtime on first use.
+
+        A module answering with a device string (``torch.cpu.current_device()`` gives ``"cpu"``) is read
+        as that device's index, 0 when it has none.
+        """
+        current = self._fn("current_device", "current_device")()
+        if isinstance(current, (str, torch.device)):
+            return torch.device(current).index or 0
+        return int(current)
+
+    def current_device_name(self) -> str:
+        """``"<type>:<current index>"``, e.g. ``"cuda:0"``."""
+        return f"{self.device_type}:{self.current_device()}"
+
+    def device_count(self) -> int:
+        """Number of devices visible to this process (after ``*_VISIBLE_DEVICES`` filtering)."""
+        return int(self._fn("device_count", "device_count")())
+
+    def synchronize(self, device_index: Optional[int] = None) -> None:
+        """Wait for all work queued on ``device_index`` (the current device when None)."""
+        return self._fn("synchronize", "synchronize")(*self._index_args(device_index))
+
+    # ------------------------------------------------------------------ RNG
+    def random(self) -> Any:
+        """The ``torch.random`` module (what DeepSpeed returns)."""
+        return torch.random
+
+    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+        """Set the generator state (a uint8 CPU tensor from :meth:`get_rng_state`) of a device."""
+        return self._fn("set_rng_state", "set_rng_state")(new_state, *self._index_args(device_index))
+
+    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+        """The generator state of a device (current when None) as a uint8 CPU tensor."""
+        return self._fn("get_rng_state", "get_rng_state")(*self._index_args(device_index))
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed the current device's generator."""
+        return self._fn("manual_seed", "manual_seed")(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        """Seed the generators of all devices of this type."""
+        return self._fn("manual_seed_all", "manual_seed_all")(seed)
+
+    def initial_seed(self) -> int:
+        """The seed of the current device's generator."""
+        return int(self._fn("initial_seed", "initial_seed")())
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """The default ``torch.Generator`` of device ``device_index``."""
+        generators = self._fn("default_generators", "default_generator")
+        return generators[0 if device_index is None else device_index]
+
+    # ------------------------------------------------------------------ streams and events
+    @property
+    def Stream(self) -> type:  # noqa: N802 (DeepSpeed's name)
+        """The stream class (``torch.cuda.Stream``); a host stand-in for devices without streams."""
+        cls = optional_attribute(self.device_type, "Stream")
+        if cls is not None and not self.is_synchronized_device():
+            return cls
+        return host_stream_class(self.device_type, lambda: self.synchronize())
+
+    def stream(self, stream: Any) -> ContextManager:
+        """A context manager making ``stream`` current (``torch.cuda.stream``); a no-op without streams."""
+        fn = optional_attribute(self.device_type, "stream")
+        if fn is None or self.is_synchronized_device() or isinstance(stream, HostStream):
+            return contextlib.nullcontext(stream)
+        return fn(stream)
+
+    def current_stream(self, device_index: Optional[int] = None) -> Any:
+        """The current stream of a device (current device when None)."""
+        fn = optional_attribute(self.device_type, "current_stream")
+        if fn is None or self.is_synchronized_device():
+            return self.Stream()
+        return fn(*self._index_args(device_index))
+
+    def default_stream(self, device_index: Optional[int] = None) -> Any:
+        """The default stream of a device (current device when None)."""
+        fn = optional_attribute(self.device_type, "default_stream")
+        if fn is None or self.is_synchronized_device():
+            return self.current_stream(device_index)
+        return fn(*self._index_args(device_index))
+
+    @property
+    def Event(self) -> type:  # noqa: N802 (DeepSpeed's name)
+        """The event class (``torch.cuda.Event``); a host-clock stand-in for devices without events."""
+        cls = optional_attribute(self.device_type, "Event")
+        if cls is not None and not self.is_synchronized_device():
+            return cls
+        return host_event_class(self.device_type, lambda: self.synchronize())
+
+    def is_current_stream_capturing(self) -> bool:
+        """True while the current stream is capturing a graph; False on devices without graphs."""
+        fn = optional_attribute(self.device_type, "is_current_stream_capturing")
+        return bool(fn()) if fn is not None else False
+
+    # ------------------------------------------------------------------ memory (bytes)
+    def empty_cache(self) -> None:
+        """Release cached, unused device memory to the driver; a no-op when the device has no cache."""
+        fn = optional_attribute(self.device_type, "empty_cache")
+        if fn is not None:
+            fn()
+
+    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+        """Bytes currently held by tensors on a device."""
+        return int(self._fn("memory_allocated", "memory_allocated")(*self._index_args(device_index)))
+
+    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+        """Peak of :meth:`memory_allocated` (bytes) since start or the last reset."""
+        return int(self._fn("max_memory_allocated", "max_memory_allocated")(*self._index_args(device_index)))
+
+    def reset_max_memory_allocated(self, device_index: Optional[int] = None) -> None:
+        """Reset the allocated-memory peak (``reset_peak_memory_stats``, which torch's alias calls)."""
+        return self.reset_peak_memory_stats(device_index)
+
+    def memory_cached(self, device_index: Optional[int] = None) -> int:
+        """Old name of :meth:`memory_reserved` (bytes)."""
+        return self.memory_reserved(device_index)
+
+    def max_memory_cached(self, device_index: Optional[int] = None) -> int:
+        """Old name of :meth:`max_memory_reserved` (bytes)."""
+        return self.max_memory_reserved(device_index)
+
+    def reset_max_memory_cached(self, device_index: Optional[int] = None) -> None:
+        """Reset the reserved-memory peak (``reset_peak_memory_stats``)."""
+        return self.reset_peak_memory_stats(device_index)
+
+    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+        """The allocator's statistics dictionary (``torch.cuda.memory_stats`` keys; sizes in bytes)."""
+        return dict(self._fn("memory_stats", "memory_stats")(*self._index_args(device_index)))
+
+    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+        """Reset every peak statistic of a device's allocator."""
+        return self._fn("reset_peak_memory_stats", "reset_peak_memory_stats")(*self._index_args(device_index))
+
+    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+        """Bytes held by the caching allocator on a device (allocated plus cached)."""
+        return int(self._fn("memory_reserved", "memory_reserved")(*self._index_args(device_index)))
+
+    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+        """Peak of :meth:`memory_reserved` (bytes) since start or the last reset."""
+        return int(self._fn("max_memory_reserved", "max_memory_reserved")(*self._index_args(device_index)))
+
+    def total_memory(self, device_index: Optional[int] = None) -> int:
+        """Total memory of a device in bytes (``get_device_properties(i).total_memory``)."""
+        props = self._fn("get_device_properties", "total_memory")(*self._index_args(device_index))
+        return int(props.total_memory)
+
+    def available_memory(self, device_index: Optional[int] = None) -> int:
+        """Free device memory in bytes as the driver reports it (``mem_get_info``), counting other processes.
+
+        Falls back to ``total_memory - memory_reserved`` (this process only) when the device module has no
+        ``mem_get_info``.
+        """
+        fn = optional_attribute(self.device_type, "mem_get_info")
+        if fn is not None:
+            return int(fn(*self._index_args(device_index))[0])
+        return self.total_memory(device_index) - self.memory_reserved(device_index)
+
+    # ------------------------------------------------------------------ data types
+    def is_bf16_supported(self) -> bool:
+        """True when bfloat16 is supported (``torch.<type>.is_bf16_supported()``; False if unknown)."""
+        fn = optional_attribute(self.device_type, "is_bf16_supported")
+        return bool(fn()) if fn is not None else False
+
+    def is_fp16_supported(self) -> bool:
+        """True when float16 is a supported, fast dtype (class attribute ``_fp16_supported``)."""
+        return bool(self._fp16_supported)
+
+    def supported_dtypes(self) -> List[torch.dtype]:
+        """``[torch.float]`` plus ``torch.half`` and ``torch.bfloat16`` when supported, in that order."""
+        dtypes = [torch.float]
+        if self.is_fp16_supported():
+            dtypes.append(torch.half)
+        if self.is_bf16_supported():
+            dtypes.append(torch.bfloat16)
+        return dtypes
+
+    # ------------------------------------------------------------------ profiler ranges, lazy calls, Triton
+    def range_push(self, msg: str, domain: Optional[str] = None, category: Optional[str] = None) -> Any:
+        """Open a profiler range named ``msg`` (``torch.<type>.nvtx.range_push``); a no-op without NVTX.
+
+        ``domain`` and ``category`` (DeepSpeed >= 0.18) are accepted; torch's NVTX binding has no domains, so
+        they are ignored. Returns what the profiler returns (the nesting depth for NVTX) or None.
+        """
+        nvtx = optional_attribute(self.device_type, "nvtx")
+        push = getattr(nvtx, "range_push", None)
+        return push(msg) if push is not None else None
+
+    def range_pop(self, domain: Optional[str] = None) -> Any:
+        """Close the innermost range opened by :meth:`range_push`; a no-op without NVTX."""
+        nvtx = optional_attribute(self.device_type, "nvtx")
+        pop = getattr(nvtx, "range_pop", None)
+        return pop() if pop is not None else None
+
+    def lazy_call(self, callback: Callable[[], Any]) -> Any:
+        """Run ``callback`` once the device runtime is initialised (now, if it is or has no lazy init)."""
+        fn = optional_attribute(self.device_type, "_lazy_call")
+        if fn is not None:
+            return fn(callback)
+        return callback()
+
+    def is_triton_supported(self) -> bool:
+        """True when Triton kernels can run on this accelerator (False by default)."""
+        return False
+
+    def prefer_triton_grouped_mm(self) -> bool:
+        """True when Triton grouped GEMM should be preferred over the vendor library (DeepSpeed >= 0.18)."""
+        return False
+
+    # ------------------------------------------------------------------ graph capture
+    def create_graph(self) -> Any:
+        """A new graph object (``torch.cuda.CUDAGraph()``), or None on devices without graphs."""
+        cls = optional_attribute(self.device_type, self._graph_class_name) if self._graph_class_name else None
+        return cls() if cls is not None else None
+
+    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> ContextManager:
+        """A context manager capturing the work issued inside it into ``graph`` (``torch.cuda.graph``).
+
+        A no-op context when ``graph`` is None (what :meth:`create_graph` gives on devices without graphs).
+        """
+        fn = optional_attribute(self.device_type, "graph")
+        if graph is None or fn is None:
+            return contextlib.nullcontext()
+        return fn(graph, pool=pool, stream=stream)
+
+    def replay_graph(self, graph: Any) -> None:
+        """Replay a captured graph; does nothing for None."""
+        if graph is not None:
+            graph.replay()
+
+    # ------------------------------------------------------------------ tensor types
+    def _factory(self, dtype: torch.dtype) -> TensorFactory:
+        return TensorFactory(dtype, self.device_type)
+
+    @property
+    def BFloat16Tensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of bfloat16 tensors on this device (data or legacy size form, see ``TensorFactory``)."""
+        return self._factory(torch.bfloat16)
+
+    @property
+    def ByteTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of uint8 tensors on this device."""
+        return self._factory(torch.uint8)
+
+    @property
+    def DoubleTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of float64 tensors on this device."""
+        return self._factory(torch.double)
+
+    @property
+    def FloatTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of float32 tensors on this device."""
+        return self._factory(torch.float)
+
+    @property
+    def HalfTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of float16 tensors on this device."""
+        return self._factory(torch.half)
+
+    @property
+    def IntTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of int32 tensors on this device."""
+        return self._factory(torch.int)
+
+    @property
+    def LongTensor(self) -> TensorFactory:  # noqa: N802
+        """Factory of int64 tensors on this device."""
+        return self._factory(torch.long)
+
+    # ------------------------------------------------------------------ pinned host memory
+    def _torch_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A page-locked copy of a CPU tensor (``tensor.pin_memory()``)."""
+        return tensor.pin_memory()
+
+    def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives in page-locked host memory."""
+        return bool(tensor.is_pinned())
+
+    def pin_memory(self, tensor: torch.Tensor, make_copy: Any = True, match_shape: bool = True,
+                   align_bytes: int = 1) -> torch.Tensor:
+        """Page-locked host memory for ``tensor``.
+
+        Args:
+            tensor: a CPU tensor.
+            make_copy: True (default): return a pinned copy of ``tensor``'s data. False: ``tensor`` is only
+                a template and a fresh, uninitialised pinned buffer of its dtype is returned (DeepSpeed >=
+                0.18). An ``int`` that is not a bool here is the classic signature's ``align_bytes``.
+            match_shape: with ``make_copy=False``, give the buffer ``tensor``'s shape (True) or a flat shape
+                of ``tensor.numel()`` elements (False).
+            align_bytes: classic signature (DeepSpeed <= 0.18.0); torch's pinned allocator already aligns
+                to pages, so it is accepted and ignored.
+
+        Returns:
+            A pinned CPU tensor.
+        """
+        if isinstance(make_copy, int) and not isinstance(make_copy, bool):
+            make_copy = True  # classic positional align_bytes
+        if make_copy:
+            return self._torch_pin_memory(tensor)
+        shape = tensor.shape if match_shape else (tensor.numel(),)
+        return self._torch_pin_memory(torch.empty(shape, dtype=tensor.dtype))
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is in page-locked host memory."""
+        return self._torch_is_pinned(tensor)
+
+    def unpin_memory(self, tensor: torch.Tensor) -> None:
+        """Release pinning of ``tensor``; torch frees pinned memory when the tensor dies, so nothing to do.
+
+        Returns None, as DeepSpeed does when no native pinned-memory backend is active.
+        """
+        return None
+
+    # ------------------------------------------------------------------ tensor placement
+    def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        """True when ``tensor`` lives on a device of this accelerator's type."""
+        return tensor.device.type == self.device_type
+
+    # ------------------------------------------------------------------ op builders
+    def op_builder_dir(self) -> str:
+        """The package holding the op builders: ``"anyaccel.op_builder"``."""
+        return OP_BUILDER_DIR
+
+    def get_op_builder(self, class_name: str) -> Optional[type]:
+        """The op-builder class ``class_name`` for this accelerator, or None if this accelerator lacks it.
+
+        Delegates to ``anyaccel.op_builder.registry.get_builder_class(class_name, self._name)`` (imported
+        here, so the accelerator layer never imports the build layer before it is needed).
+
+        Raises:
+            ValueError: (``UnknownOpError``) no accelerator knows ``class_name``.
+        """
+        from anyaccel.op_builder.registry import get_builder_class
+
+        return get_builder_class(class_name, str(self._name))
+
+    def create_op_builder(self, class_name: str) -> Any:
+        """An instance of :meth:`get_op_builder`'s class, or None when the accelerator lacks the op."""
+        builder_class = self.get_op_builder(class_name)
+        return builder_class() if builder_class is not None else None
+
+    def build_extension(self) -> type:
+        """``torch.utils.cpp_extension.BuildExtension`` (imported on call: it loads compiler machinery)."""
+        from torch.utils.cpp_extension import BuildExtension
+
+        return BuildExtension
+
+    # ------------------------------------------------------------------ launcher environment
+    def export_envs(self) -> List[str]:
+        """Prefixes of environment variables a multi-node launcher forwards (``["NCCL"]`` on CUDA)."""
+        return list(self._export_envs)
+
+    def visible_devices_envs(self) -> List[str]:
+        """Variables restricting a process's devices (``["CUDA_VISIBLE_DEVICES"]`` on CUDA)."""
+        return list(self._visible_devices_envs)
+
+    def set_visible_devices_envs(self, current_env: Dict[str, str], local_accelerator_ids: Sequence[int]) -> None:
+        """Write ``",".join(map(str, local_accelerator_ids))`` into each visible-devices variable of ``current_env``.
+
+        Side effects: mutates ``current_env`` (a launcher's environment mapping), never ``os.environ``
+        unless that is what the caller passes.
+        """
+        value = ",".join(map(str, local_accelerator_ids))
+        for env in self.visible_devices_envs():
+            current_env[env] = value
+
+    # ------------------------------------------------------------------ torch.compile backend
+    def get_compile_backend(self) -> str:
+        """The ``torch.compile`` backend name to use on this accelerator (``"inductor"`` by default)."""
+        return getattr(self, "_compile_backend", None) or "inductor"
+
+    def set_compile_backend(self, backend: str) -> None:
+        """Choose the ``torch.compile`` backend after checking ``torch._dynamo`` knows it.
+
+        Side effects: imports ``torch._dynamo`` (about 1 s the first time).
+
+        Raises:
+            UnsupportedCompileBackendError: (a ``ValueError``) ``backend`` is not in
+                ``torch._dynamo.list_backends(exclude_tags=())``; the message lists the supported names.
+        """
+        import torch._dynamo
+
+        supported = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in supported:
+            raise UnsupportedCompileBackendError(backend, supported)
+        self._compile_backend = backend
+
+    # ------------------------------------------------------------------ removed in DeepSpeed, still called
+    def amp(self) -> Any:
+        """The device's ``amp`` module (``torch.cuda.amp``) or None; removed from DeepSpeed, kept for callers."""
+        return optional_attribute(self.device_type, "amp")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self._name!r}>"

@@ -1,0 +1,108 @@
+"""Typed errors of the accelerator layer.
+
+Every error names the bad value, what would have been accepted and how to fix it, so a user reading the
+message alone knows what to do (user pains P6 and P14 in ``shared/reference/user-pains.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+__all__ = [
+    "AcceleratorError",
+    "UnknownAcceleratorError",
+    "AcceleratorUnavailableError",
+    "UnsupportedOperationError",
+    "InvalidAcceleratorError",
+    "UnsupportedCompileBackendError",
+]
+
+
+class AcceleratorError(Exception):
+    """Base class of every error raised by ``anyaccel.accelerator``."""
+
+
+class UnknownAcceleratorError(AcceleratorError, ValueError):
+    """An override (environment variable or argument) names an accelerator nobody registered.
+
+    Args:
+        name: the unknown name as given.
+        valid: the names that would have been accepted.
+        source: where the name came from, e.g. ``"ANYACCEL_ACCELERATOR"``.
+    """
+
+    def __init__(self, name: str, valid: Iterable[str], source: str) -> None:
+        self.name = name
+        self.valid = sorted(valid)
+        self.source = source
+        super().__init__(
+            f"{source}={name!r} names no known accelerator; valid names are {', '.join(self.valid)}. "
+            f"Set {source} to one of them, or unset it to let anyaccel detect the device."
+        )
+
+
+class AcceleratorUnavailableError(AcceleratorError, RuntimeError):
+    """An accelerator was requested (override or strict mode) but its device is not usable here.
+
+    Args:
+        name: the accelerator's name.
+        reason: the probe's explanation of why it is unavailable.
+        source: where the request came from (``"ANYACCEL_ACCELERATOR"``, ``"ANYACCEL_STRICT"``, ...).
+        fix: what the user can do about it.
+    """
+
+    def __init__(self, name: str, reason: str, source: str, fix: str) -> None:
+        self.name = name
+        self.reason = reason
+        self.source = source
+        super().__init__(f"accelerator {name!r} requested by {source} is unavailable: {reason}. {fix}")
+
+
+class UnsupportedOperationError(AcceleratorError, NotImplementedError):
+    """The device's torch module lacks the runtime function a member needs.
+
+    Args:
+        accelerator: the accelerator's name, e.g. ``"xpu"``.
+        member: the interface member that was called, e.g. ``"memory_stats"``.
+        needed: the torch function it needs, e.g. ``"torch.xpu.memory_stats"``.
+    """
+
+    def __init__(self, accelerator: str, member: str, needed: str) -> None:
+        self.accelerator = accelerator
+        self.member = member
+        self.needed = needed
+        super().__init__(
+            f"{member}() is not supported on accelerator {accelerator!r}: this torch build has no "
+            f"{needed}. Upgrade torch, or guard the call with hasattr()/try on this accelerator."
+        )
+
+
+class InvalidAcceleratorError(AcceleratorError, TypeError):
+    """``set_accelerator()`` or an entry point produced something that is not an accelerator.
+
+    Args:
+        value: the offending object.
+        problem: what is wrong with it.
+        fix: how to make it acceptable.
+    """
+
+    def __init__(self, value: object, problem: str, fix: str) -> None:
+        self.value = value
+        super().__init__(f"{value!r} is not a usable accelerator: {problem}. {fix}")
+
+
+class UnsupportedCompileBackendError(AcceleratorError, ValueError):
+    """``set_compile_backend()`` got a name ``torch._dynamo`` does not know.
+
+    Args:
+        backend: the rejected name.
+        supported: the names ``torch._dynamo.list_backends(exclude_tags=())`` returned.
+    """
+
+    def __init__(self, backend: str, supported: Iterable[str]) -> None:
+        self.backend = backend
+        self.supported = sorted(supported)
+        super().__init__(
+            f"{backend!r} is not a supported torch.compile backend; supported: {', '.join(self.supported)}. "
+            f"Pass one of these to set_compile_backend()."
+        )

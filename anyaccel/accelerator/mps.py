@@ -1,0 +1,145 @@
+"""The MPS accelerator: Apple silicon GPUs through ``torch.mps``.
+
+``torch.mps`` has no device index, no streams and no peak-memory counters, and names its memory functions
+differently; this class maps the interface onto it: memory figures from ``current_allocated_memory``
+(allocated), ``driver_allocated_memory`` (reserved) and ``recommended_max_memory`` (total), peaks sampled
+(``PeakGauge``), a host stream stand-in, ``gloo`` for communication (DeepSpeed's MPS backend has none).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import torch
+
+from anyaccel.accelerator.host_memory import PeakGauge
+from anyaccel.accelerator.registry import ProbeResult
+from anyaccel.accelerator.torch_device import TorchDeviceAccelerator
+
+__all__ = ["MPS_Accelerator"]
+
+
+class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class name)
+    """One Apple GPU, index 0."""
+
+    _name = "mps"
+    accelerator_priority = 100
+    _communication_backend = "gloo"
+    _visible_devices_envs: Sequence[str] = ()
+    _export_envs: Sequence[str] = ()
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """Available when ``torch.backends.mps.is_available()`` (macOS 12.3+ on Apple silicon)."""
+        backend = torch.backends.mps
+        if not backend.is_built():
+            return ProbeResult(False, f"this torch build ({torch.__version__}) has no MPS support")
+        if not backend.is_available():
+            return ProbeResult(False, "torch is built with MPS but no Metal device is usable here", True)
+        return ProbeResult(True, "Apple Metal (MPS) device available", True)
+
+    def _gauge(self) -> PeakGauge:
+        gauge = self.__dict__.get("_peak_gauge")
+        if gauge is None:
+            gauge = self.__dict__["_peak_gauge"] = PeakGauge()
+        return gauge
+
+    @staticmethod
+    def _check_index(device_index: Optional[int]) -> None:
+        if device_index not in (None, 0):
+            raise ValueError(f"MPS has one device, index 0; got device_index={device_index!r}")
+
+    # device APIs
+    def is_available(self) -> bool:
+        """``torch.backends.mps.is_available()``."""
+        return bool(torch.backends.mps.is_available())
+
+    def device_count(self) -> int:
+        """1 when MPS is available, else 0."""
+        return 1 if self.is_available() else 0
+
+    def current_device(self) -> int:
+        """Always 0."""
+        return 0
+
+    def set_device(self, device_index: int) -> None:
+        """Accepts only 0.
+
+        Raises:
+            ValueError: ``device_index`` is not 0.
+        """
+        self._check_index(device_index)
+
+    def synchronize(self, device_index: Optional[int] = None) -> None:
+        """``torch.mps.synchronize()``."""
+        self._check_index(device_index)
+        torch.mps.synchronize()
+
+    # RNG
+    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+        """``torch.mps.set_rng_state``."""
+        torch.mps.set_rng_state(new_state)
+
+    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+        """``torch.mps.get_rng_state()``."""
+        return torch.mps.get_rng_state()
+
+    def manual_seed_all(self, seed: int) -> None:
+        """``torch.mps.manual_seed``: there is one device."""
+        torch.mps.manual_seed(seed)
+
+    def initial_seed(self) -> int:
+        """The initial seed of the MPS default generator."""
+        return int(self.default_generator(0).initial_seed())
+
+    def default_generator(self, device_index: int) -> torch.Generator:
+        """The MPS default generator (``torch.mps._get_default_mps_generator()``)."""
+        self._check_index(device_index)
+        return torch.mps._get_default_mps_generator()
+
+    # memory (bytes)
+    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+        """``torch.mps.current_allocated_memory()``."""
+        return self._gauge().observe("allocated", int(torch.mps.current_allocated_memory()))
+
+    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+        """Largest allocated figure observed since the last reset (``PeakGauge``)."""
+        return self._gauge().peak("allocated", int(torch.mps.current_allocated_memory()))
+
+    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+        """``torch.mps.driver_allocated_memory()``."""
+        return self._gauge().observe("reserved", int(torch.mps.driver_allocated_memory()))
+
+    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+        """Largest reserved figure observed since the last reset."""
+        return self._gauge().peak("reserved", int(torch.mps.driver_allocated_memory()))
+
+    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+        """Restart peaks from the current figures."""
+        self._gauge().reset(current={
+            "allocated": int(torch.mps.current_allocated_memory()),
+            "reserved": int(torch.mps.driver_allocated_memory()),
+        })
+
+    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+        """MPS figures under ``torch.cuda.memory_stats`` key names (bytes)."""
+        return {
+            "allocated_bytes.all.current": self.memory_allocated(),
+            "allocated_bytes.all.peak": self.max_memory_allocated(),
+            "reserved_bytes.all.current": self.memory_reserved(),
+            "reserved_bytes.all.peak": self.max_memory_reserved(),
+        }
+
+    def total_memory(self, device_index: Optional[int] = None) -> int:
+        """``torch.mps.recommended_max_memory()``: the GPU's recommended working-set size."""
+        return int(torch.mps.recommended_max_memory())
+
+    def available_memory(self, device_index: Optional[int] = None) -> int:
+        """``total_memory() - memory_reserved()``, never negative."""
+        return max(0, self.total_memory() - self.memory_reserved())
+
+    # data types
+    def is_bf16_supported(self) -> bool:
+        """True on macOS 14 or newer (``torch.backends.mps.is_macos_or_newer(14, 0)``)."""
+        check = getattr(torch.backends.mps, "is_macos_or_newer", None)
+        return bool(check(14, 0)) if check is not None and self.is_available() else False

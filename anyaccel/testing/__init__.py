@@ -1,0 +1,5 @@
+"""Test helpers shipped with anyaccel: the accelerator conformance suite for plug-in authors.
+
+See ``docs/plugins.md``. :mod:`anyaccel.testing.conformance` has the checks (plain functions, no pytest);
+:mod:`anyaccel.testing.pytest_conformance` wraps them as a pytest test class to subclass.
+"""
