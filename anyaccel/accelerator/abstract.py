@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import importlib
 import logging
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Sequence
 
 import torch
 
@@ -24,6 +25,17 @@ from anyaccel.accelerator.device_module import module_function, optional_attribu
 from anyaccel.accelerator.errors import UnsupportedCompileBackendError
 from anyaccel.accelerator.host_sync import HostStream, host_event_class, host_stream_class
 from anyaccel.accelerator.tensor_types import TensorFactory
+
+#: dtype -> name of torch's legacy tensor-type class (``torch.FloatTensor``, ``torch.cuda.FloatTensor``...).
+_LEGACY_TENSOR_NAMES = {
+    torch.bfloat16: "BFloat16Tensor",
+    torch.uint8: "ByteTensor",
+    torch.double: "DoubleTensor",
+    torch.float: "FloatTensor",
+    torch.half: "HalfTensor",
+    torch.int: "IntTensor",
+    torch.long: "LongTensor",
+}
 
 logger = logging.getLogger(__name__)
 
@@ -353,41 +365,52 @@ class DeepSpeedAccelerator(abc.ABC):
             graph.replay()
 
     # ------------------------------------------------------------------ tensor types
-    def _factory(self, dtype: torch.dtype) -> TensorFactory:
+    #: Module holding torch's legacy tensor-type classes for this device (``"torch"`` on CPU, ``"torch.cuda"``
+    #: on CUDA), or None where torch has none. Where set, the tensor-type properties return those classes,
+    #: as DeepSpeed does, so ``x.type(acc.FloatTensor)`` keeps working; elsewhere a ``TensorFactory``.
+    _legacy_tensor_module: ClassVar[Optional[str]] = None
+
+    def _factory(self, dtype: torch.dtype) -> Any:
+        module_name = getattr(self, "_legacy_tensor_module", None)
+        legacy_name = _LEGACY_TENSOR_NAMES.get(dtype)
+        if module_name and legacy_name:
+            legacy = getattr(importlib.import_module(module_name), legacy_name, None)
+            if legacy is not None:
+                return legacy
         return TensorFactory(dtype, self.device_type)
 
     @property
-    def BFloat16Tensor(self) -> TensorFactory:  # noqa: N802
+    def BFloat16Tensor(self) -> Any:  # noqa: N802
         """Factory of bfloat16 tensors on this device (data or legacy size form, see ``TensorFactory``)."""
         return self._factory(torch.bfloat16)
 
     @property
-    def ByteTensor(self) -> TensorFactory:  # noqa: N802
+    def ByteTensor(self) -> Any:  # noqa: N802
         """Factory of uint8 tensors on this device."""
         return self._factory(torch.uint8)
 
     @property
-    def DoubleTensor(self) -> TensorFactory:  # noqa: N802
+    def DoubleTensor(self) -> Any:  # noqa: N802
         """Factory of float64 tensors on this device."""
         return self._factory(torch.double)
 
     @property
-    def FloatTensor(self) -> TensorFactory:  # noqa: N802
+    def FloatTensor(self) -> Any:  # noqa: N802
         """Factory of float32 tensors on this device."""
         return self._factory(torch.float)
 
     @property
-    def HalfTensor(self) -> TensorFactory:  # noqa: N802
+    def HalfTensor(self) -> Any:  # noqa: N802
         """Factory of float16 tensors on this device."""
         return self._factory(torch.half)
 
     @property
-    def IntTensor(self) -> TensorFactory:  # noqa: N802
+    def IntTensor(self) -> Any:  # noqa: N802
         """Factory of int32 tensors on this device."""
         return self._factory(torch.int)
 
     @property
-    def LongTensor(self) -> TensorFactory:  # noqa: N802
+    def LongTensor(self) -> Any:  # noqa: N802
         """Factory of int64 tensors on this device."""
         return self._factory(torch.long)
 

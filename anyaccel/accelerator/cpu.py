@@ -39,6 +39,7 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     """The host CPU. Communication backend ``gloo``, or ``ccl`` when oneCCL bindings are installed."""
 
     _name = "cpu"
+    _legacy_tensor_module = "torch"
     accelerator_priority = 0
     _communication_backend = "gloo"
     _ccl_package = "oneccl_bindings_for_pytorch"

@@ -29,6 +29,7 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
     """NVIDIA (CUDA) and AMD (ROCm) GPUs through ``torch.cuda``."""
 
     _name = "cuda"
+    _legacy_tensor_module = "torch.cuda"
     accelerator_priority = 400
     _communication_backend = "nccl"
     _graph_class_name = "CUDAGraph"

@@ -175,3 +175,14 @@ def test_op_builder_lookup_delegates_to_registry(monkeypatch):
     assert acc.create_op_builder("FusedAdamBuilder") is None
     assert calls == [("CPUAdamBuilder", "cpu"), ("CPUAdamBuilder", "cpu"), ("FusedAdamBuilder", "cpu")]
     assert acc.build_extension().__name__ == "BuildExtension"
+
+
+def test_cpu_tensor_types_are_torch_classes_so_tensor_type_accepts_them():
+    """``x.type(acc.FloatTensor)`` (DeepSpeed/YOLO code) needs torch's legacy class, not a factory object."""
+    from anyaccel.accelerator.cpu import CPU_Accelerator
+
+    acc = CPU_Accelerator()
+    x = torch.randn(4, dtype=torch.float64)
+    assert x.type(acc.FloatTensor).dtype == torch.float32
+    assert x.type(acc.HalfTensor).dtype == torch.float16
+    assert acc.LongTensor(2, 3).shape == (2, 3) and acc.FloatTensor([1.5]).tolist() == [1.5]

@@ -7,6 +7,8 @@ import sys
 import textwrap
 
 import pytest
+import importlib
+
 import torch
 
 from anyaccel.accelerator.cuda import CUDA_Accelerator
@@ -151,7 +153,11 @@ def test_tensor_types_and_placement(device):
                         ("BFloat16Tensor", torch.bfloat16), ("ByteTensor", torch.uint8),
                         ("IntTensor", torch.int), ("DoubleTensor", torch.double)):
         factory = getattr(acc, prop)
-        assert factory.dtype == dtype and factory.device_type == name
+        assert factory.dtype == dtype
+        if acc._legacy_tensor_module:  # CPU and CUDA: torch's own classes, so x.type(acc.FloatTensor) works
+            assert factory is getattr(importlib.import_module(acc._legacy_tensor_module), prop)
+        else:
+            assert factory.device_type == name
     assert acc.on_accelerator(torch.randn(2)) is False
     assert acc.on_accelerator(torch.empty(2, device="meta")) is False
 
