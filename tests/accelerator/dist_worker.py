@@ -22,7 +22,7 @@ def main() -> None:
                             rank=rank, world_size=world)
     generator = torch.Generator().manual_seed(int(sys.argv[5]) + rank)
     local = torch.randn(1000, generator=generator)
-    tensor = acc.FloatTensor(local)
+    tensor = acc.FloatTensor(local.tolist())  # data form; torch.cuda.FloatTensor refuses a CPU tensor
     dist.all_reduce(tensor)
     acc.synchronize()
     torch.save({"sum": tensor.cpu(), "backend": dist.get_backend(), "device": str(tensor.device)}, out)
