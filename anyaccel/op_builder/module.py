@@ -1,0 +1,45 @@
+"""The object ``OpBuilder.load()`` returns: the op's functions plus where they came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+
+class OpModule:
+    """A loaded op library.
+
+    ``module.adam_step(...)`` is ``torch.ops.<namespace>.adam_step(...)``: attribute access forwards to the
+    op namespace the library registered with ``TORCH_LIBRARY`` (docs/architecture.md "Op builders").
+
+    Attributes:
+        op: the builder's ``NAME``.
+        namespace: the torch op namespace, ``anyaccel_<NAME>_<key[:10]>``.
+        path: the loaded shared library.
+        isa: the CPU ISA level compiled in (None for non-CPU builds).
+        key: the full cache key (64 hex digits) of the build.
+        source: where it was found: "prebuilt", "cache" or "built".
+    """
+
+    def __init__(self, op: str, namespace: str, path: Path, isa: Optional[str], key: str, source: str) -> None:
+        self.op = op
+        self.namespace = namespace
+        self.path = Path(path)
+        self.isa = isa
+        self.key = key
+        self.source = source
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        import torch
+
+        try:
+            return getattr(getattr(torch.ops, self.namespace), name)
+        except AttributeError:
+            raise AttributeError(
+                f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function {name!r}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"OpModule(op={self.op!r}, namespace={self.namespace!r}, isa={self.isa!r}, path='{self.path}')"

@@ -1,0 +1,59 @@
+"""CPU ISA level selection: validation, support checks, flags as data, py-cpuinfo off the default path."""
+
+from __future__ import annotations
+
+import pytest
+
+import anyaccel.op_builder.cpu_isa as cpu_isa
+from anyaccel.op_builder.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
+from anyaccel.op_builder.errors import ISAError
+
+
+def test_capability_mapping():
+    assert supported_levels("AVX512", "x86_64") == ("avx512", "avx2", "portable")
+    assert supported_levels("AVX2", "x86_64") == ("avx2", "portable")
+    assert supported_levels("DEFAULT", "x86_64") == ("portable",)
+    assert supported_levels("SVE256", "aarch64") == ("neon", "portable")
+    assert supported_levels("ZVECTOR", "s390x") == ("portable",)
+
+
+def test_default_never_calls_cpuinfo(monkeypatch):
+    def boom():
+        raise AssertionError("py-cpuinfo called on the default path")
+
+    monkeypatch.setattr(cpu_isa, "cpuinfo_flags", boom)
+    assert resolve_isa({}, "AVX2", "x86_64").name == "avx2"
+    assert resolve_isa({}, "AVX512", "x86_64").name == "avx512"
+    assert resolve_isa({}, "DEFAULT", "aarch64").name == "neon"
+    assert resolve_isa({"ANYACCEL_CPU_ISA": "portable"}, "AVX512", "x86_64").name == "portable"
+
+
+def test_bad_name_lists_valid_levels():
+    with pytest.raises(ISAError) as err:
+        resolve_isa({"ANYACCEL_CPU_ISA": "sse9"}, "AVX2", "x86_64")
+    for name in ISA_LEVELS:
+        assert name in str(err.value)
+    assert "sse9" in str(err.value)
+
+
+def test_unsupported_level_is_refused(monkeypatch):
+    monkeypatch.setattr(cpu_isa, "cpuinfo_flags", lambda: frozenset({"avx2", "fma", "f16c"}))
+    with pytest.raises(ISAError, match="not supported"):
+        resolve_isa({"ANYACCEL_CPU_ISA": "avx512"}, "AVX2", "x86_64")
+    with pytest.raises(ISAError, match="not supported"):
+        resolve_isa({"ANYACCEL_CPU_ISA": "neon"}, "AVX2", "x86_64")
+    # torch capped (e.g. ATEN_CPU_CAPABILITY=default) but py-cpuinfo sees AVX2: accepted
+    assert resolve_isa({"ANYACCEL_CPU_ISA": "avx2"}, "DEFAULT", "x86_64").name == "avx2"
+
+
+def test_one_macro_and_its_flags():
+    assert ISA_LEVELS["avx2"].compile_args() == ["-DANYACCEL_ISA_AVX2", "-mavx2", "-mfma", "-mf16c"]
+    assert ISA_LEVELS["avx512"].compile_args()[0] == "-DANYACCEL_ISA_AVX512"
+    assert "-mavx512f" in ISA_LEVELS["avx512"].flags
+    assert ISA_LEVELS["neon"].compile_args() == ["-DANYACCEL_ISA_NEON"]
+    assert ISA_LEVELS["portable"].compile_args() == []
+
+
+def test_this_machine_resolves():
+    level = resolve_isa({})
+    assert level.name in supported_levels()
