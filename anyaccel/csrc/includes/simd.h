@@ -1,0 +1,247 @@
+// SIMD vocabulary shared by anyaccel's CPU kernels.
+//
+// Exactly one ISA level is compiled in, chosen by the builder through one macro (docs/architecture.md,
+// "CPU ISA levels"): ANYACCEL_ISA_AVX512, ANYACCEL_ISA_AVX2, ANYACCEL_ISA_NEON, or none (portable).
+// Each level defines `anyaccel::simd::VecF`, a vector of `VecF::kWidth` fp32 lanes with the operations the
+// kernels need, and loads/stores that convert from/to fp32, bf16 and fp16 storage.
+//
+// Conversions:
+//   * bf16 -> fp32 is exact (the bf16 bits are the high half of the fp32 bits).
+//   * fp32 -> bf16 rounds to nearest, ties to even, and maps NaN to the quiet NaN 0x7FC0; this is the rule
+//     of c10::BFloat16 (c10/util/BFloat16.h, round_to_nearest_even), so vector lanes and scalar tails agree.
+//   * fp16 uses the F16C instructions on x86 (vcvtph2ps / vcvtps2ph with _MM_FROUND_TO_NEAREST_INT), the
+//     FCVT family on aarch64 (round to nearest even under the default FPCR), and c10::Half in scalar code;
+//     all three round to nearest even.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#if defined(ANYACCEL_ISA_AVX512) || defined(ANYACCEL_ISA_AVX2)
+#include <immintrin.h>
+#elif defined(ANYACCEL_ISA_NEON)
+#if !defined(__aarch64__)
+#error "ANYACCEL_ISA_NEON is only supported on aarch64"
+#endif
+#include <arm_neon.h>
+#endif
+
+namespace anyaccel {
+namespace simd {
+
+// ---------------------------------------------------------------------------------------------------------
+// Scalar conversions (used by the portable level and by the scalar tails of every level).
+// ---------------------------------------------------------------------------------------------------------
+
+inline float load_scalar(const float* p) { return *p; }
+
+inline float load_scalar(const c10::BFloat16* p) {
+  uint32_t bits = static_cast<uint32_t>(p->x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+inline float load_scalar(const c10::Half* p) { return static_cast<float>(*p); }
+
+inline void store_scalar(float* p, float x) { *p = x; }
+
+inline void store_scalar(c10::BFloat16* p, float x) {
+  // Round to nearest even; NaN becomes the canonical quiet NaN (c10::BFloat16's rule).
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  uint16_t out;
+  if (std::isnan(x)) {
+    out = 0x7FC0;
+  } else {
+    const uint32_t rounding_bias = 0x7FFFu + ((bits >> 16) & 1u);
+    out = static_cast<uint16_t>((bits + rounding_bias) >> 16);
+  }
+  p->x = out;
+}
+
+inline void store_scalar(c10::Half* p, float x) { *p = c10::Half(x); }
+
+// ---------------------------------------------------------------------------------------------------------
+// AVX-512: 16 fp32 lanes.
+// ---------------------------------------------------------------------------------------------------------
+#if defined(ANYACCEL_ISA_AVX512)
+
+inline constexpr const char* kIsaName = "avx512";
+
+struct VecF {
+  static constexpr int64_t kWidth = 16;
+  __m512 v;
+
+  static VecF set1(float x) { return {_mm512_set1_ps(x)}; }
+  static VecF load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static VecF load(const c10::BFloat16* p) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+  }
+  static VecF load(const c10::Half* p) {
+    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
+  void store(float* p) const { _mm512_storeu_ps(p, v); }
+  void store(c10::BFloat16* p) const {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+  }
+  void store(c10::Half* p) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  friend VecF operator+(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
+  friend VecF operator-(VecF a, VecF b) { return {_mm512_sub_ps(a.v, b.v)}; }
+  friend VecF operator*(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  friend VecF operator/(VecF a, VecF b) { return {_mm512_div_ps(a.v, b.v)}; }
+  // a * b + c, one rounding.
+  static VecF fma(VecF a, VecF b, VecF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  // c - a * b, one rounding.
+  static VecF fnma(VecF a, VecF b, VecF c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
+  static VecF sqrt(VecF a) { return {_mm512_sqrt_ps(a.v)}; }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// AVX2 + FMA + F16C: 8 fp32 lanes.
+// ---------------------------------------------------------------------------------------------------------
+#elif defined(ANYACCEL_ISA_AVX2)
+
+inline constexpr const char* kIsaName = "avx2";
+
+struct VecF {
+  static constexpr int64_t kWidth = 8;
+  __m256 v;
+
+  static VecF set1(float x) { return {_mm256_set1_ps(x)}; }
+  static VecF load(const float* p) { return {_mm256_loadu_ps(p)}; }
+  static VecF load(const c10::BFloat16* p) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))};
+  }
+  static VecF load(const c10::Half* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+  }
+  void store(float* p) const { _mm256_storeu_ps(p, v); }
+  void store(c10::BFloat16* p) const {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, bias), 16);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
+    // Every lane is <= 0xFFFF, so the unsigned saturating pack is exact.
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+  void store(c10::Half* p) const {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  friend VecF operator+(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
+  friend VecF operator-(VecF a, VecF b) { return {_mm256_sub_ps(a.v, b.v)}; }
+  friend VecF operator*(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
+  friend VecF operator/(VecF a, VecF b) { return {_mm256_div_ps(a.v, b.v)}; }
+  static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+  static VecF fnma(VecF a, VecF b, VecF c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
+  static VecF sqrt(VecF a) { return {_mm256_sqrt_ps(a.v)}; }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// NEON (aarch64): 4 fp32 lanes.
+// ---------------------------------------------------------------------------------------------------------
+#elif defined(ANYACCEL_ISA_NEON)
+
+inline constexpr const char* kIsaName = "neon";
+
+struct VecF {
+  static constexpr int64_t kWidth = 4;
+  float32x4_t v;
+
+  static VecF set1(float x) { return {vdupq_n_f32(x)}; }
+  static VecF load(const float* p) { return {vld1q_f32(p)}; }
+  static VecF load(const c10::BFloat16* p) {
+    const uint16x4_t h = vld1_u16(reinterpret_cast<const uint16_t*>(p));
+    return {vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(h), 16))};
+  }
+  static VecF load(const c10::Half* p) {
+    return {vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p))))};
+  }
+  void store(float* p) const { vst1q_f32(p, v); }
+  void store(c10::BFloat16* p) const {
+    const uint32x4_t bits = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(bits, 16), vdupq_n_u32(1));
+    const uint32x4_t bias = vaddq_u32(lsb, vdupq_n_u32(0x7FFF));
+    uint32x4_t rounded = vshrq_n_u32(vaddq_u32(bits, bias), 16);
+    const uint32x4_t is_num = vceqq_f32(v, v);  // all ones where not NaN
+    rounded = vbslq_u32(is_num, rounded, vdupq_n_u32(0x7FC0));
+    vst1_u16(reinterpret_cast<uint16_t*>(p), vmovn_u32(rounded));
+  }
+  void store(c10::Half* p) const {
+    vst1_u16(reinterpret_cast<uint16_t*>(p), vreinterpret_u16_f16(vcvt_f16_f32(v)));
+  }
+  friend VecF operator+(VecF a, VecF b) { return {vaddq_f32(a.v, b.v)}; }
+  friend VecF operator-(VecF a, VecF b) { return {vsubq_f32(a.v, b.v)}; }
+  friend VecF operator*(VecF a, VecF b) { return {vmulq_f32(a.v, b.v)}; }
+  friend VecF operator/(VecF a, VecF b) { return {vdivq_f32(a.v, b.v)}; }
+  static VecF fma(VecF a, VecF b, VecF c) { return {vfmaq_f32(c.v, a.v, b.v)}; }
+  static VecF fnma(VecF a, VecF b, VecF c) { return {vfmsq_f32(c.v, a.v, b.v)}; }
+  static VecF sqrt(VecF a) { return {vsqrtq_f32(a.v)}; }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Portable: one lane; the compiler may auto-vectorise the loops built on it.
+// ---------------------------------------------------------------------------------------------------------
+#else
+
+inline constexpr const char* kIsaName = "portable";
+
+struct VecF {
+  static constexpr int64_t kWidth = 1;
+  float v;
+
+  static VecF set1(float x) { return {x}; }
+  template <typename T>
+  static VecF load(const T* p) { return {load_scalar(p)}; }
+  template <typename T>
+  void store(T* p) const { store_scalar(p, v); }
+  friend VecF operator+(VecF a, VecF b) { return {a.v + b.v}; }
+  friend VecF operator-(VecF a, VecF b) { return {a.v - b.v}; }
+  friend VecF operator*(VecF a, VecF b) { return {a.v * b.v}; }
+  friend VecF operator/(VecF a, VecF b) { return {a.v / b.v}; }
+  static VecF fma(VecF a, VecF b, VecF c) { return {std::fma(a.v, b.v, c.v)}; }
+  static VecF fnma(VecF a, VecF b, VecF c) { return {std::fma(-a.v, b.v, c.v)}; }
+  static VecF sqrt(VecF a) { return {std::sqrt(a.v)}; }
+};
+
+#endif
+
+// One fp32 lane with the same operations, for the scalar tails of the vector levels.
+struct ScalarF {
+  static constexpr int64_t kWidth = 1;
+  float v;
+
+  static ScalarF set1(float x) { return {x}; }
+  template <typename T>
+  static ScalarF load(const T* p) { return {load_scalar(p)}; }
+  template <typename T>
+  void store(T* p) const { store_scalar(p, v); }
+  friend ScalarF operator+(ScalarF a, ScalarF b) { return {a.v + b.v}; }
+  friend ScalarF operator-(ScalarF a, ScalarF b) { return {a.v - b.v}; }
+  friend ScalarF operator*(ScalarF a, ScalarF b) { return {a.v * b.v}; }
+  friend ScalarF operator/(ScalarF a, ScalarF b) { return {a.v / b.v}; }
+  static ScalarF fma(ScalarF a, ScalarF b, ScalarF c) { return {std::fma(a.v, b.v, c.v)}; }
+  static ScalarF fnma(ScalarF a, ScalarF b, ScalarF c) { return {std::fma(-a.v, b.v, c.v)}; }
+  static ScalarF sqrt(ScalarF a) { return {std::sqrt(a.v)}; }
+};
+
+}  // namespace simd
+}  // namespace anyaccel

@@ -1,0 +1,9 @@
+"""Python front ends of anyaccel's native kernels.
+
+Importing this package builds nothing and loads no native library: each optimizer builds or loads its op
+on first use through the matching builder in ``anyaccel.op_builder``.
+"""
+
+from anyaccel.ops.adam import CPUAdam
+
+__all__ = ["CPUAdam"]
