@@ -143,12 +143,12 @@ class OpBuilder:
             (True, "") or (False, reason), e.g. "no C++ compiler found ..." when neither a prebuilt artifact
             nor a compiler is available.
         """
-        if self._find_prebuilt(self.key_inputs(), warn=False) is not None:
-            return True, ""
         try:
+            if self._find_prebuilt(self.key_inputs(), warn=False) is not None:
+                return True, ""
             if find_cxx() is None:
                 return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
-        except ToolchainError as exc:
+        except OpBuilderError as exc:  # e.g. a bad ANYACCEL_CPU_ISA, a compiler named by CXX that is missing
             return False, str(exc)
         return True, ""
 
@@ -161,11 +161,11 @@ class OpBuilder:
 
     def is_built(self) -> bool:
         """Whether a loadable artifact exists (loaded, prebuilt or in the cache) for the current inputs."""
-        inputs = self.key_inputs()
-        key = mf.compute_key(inputs)
-        if key in _LOADED or self._find_prebuilt(inputs, warn=False) is not None:
-            return True
         try:
+            inputs = self.key_inputs()
+            key = mf.compute_key(inputs)
+            if key in _LOADED or self._find_prebuilt(inputs, warn=False) is not None:
+                return True
             return self._valid_entry(Cache.open().entry(self.NAME, key), key, inputs) is not None
         except OpBuilderError:
             return False

@@ -1,0 +1,155 @@
+"""``anyaccel report``: what anyaccel sees on this machine, for people (a table) and machines (``--json``).
+
+The report shows the chosen accelerator and why (every candidate's probe result), the torch, Python and
+compiler versions, the CPU's SIMD level, the op cache root, and for every op builder whether it is
+compatible here (with the reason when not) and whether it is built. ``--build`` builds every compatible op
+first and records the outcome per op.
+
+Side effects: selects the accelerator (``get_accelerator()``), runs the compiler and ninja with
+``--version`` and calls py-cpuinfo once (about 1 s); with ``--build`` it compiles ops into the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from typing import Any, Dict, List
+
+import torch
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare ``--json`` and ``--build`` on the ``report`` subcommand's parser."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--build", action="store_true", help="build every compatible op before reporting")
+
+
+def _accelerator_section() -> Dict[str, Any]:
+    from anyaccel.accelerator import explain, get_accelerator
+
+    acc = get_accelerator()
+    section = explain().to_dict()
+    section.update(
+        device_name=acc.device_name(),
+        device_count=acc.device_count(),
+        communication_backend=acc.communication_backend_name(),
+    )
+    return section
+
+
+def _op_rows(build: bool) -> List[Dict[str, Any]]:
+    from anyaccel.accelerator import get_accelerator
+    from anyaccel.op_builder.errors import BuildError, OpBuilderError
+    from anyaccel.op_builder.registry import all_builder_names
+
+    acc = get_accelerator()
+    rows = []
+    for name in all_builder_names():
+        builder = acc.create_op_builder(name)
+        row: Dict[str, Any] = {"op": name}
+        if builder is None:
+            row.update(compatible=False, reason=f"no implementation for accelerator {acc._name!r}", built=False)
+            rows.append(row)
+            continue
+        ok, reason = builder.compatibility()
+        row.update(compatible=ok, reason=reason)
+        if build and ok:
+            t0 = time.perf_counter()
+            try:
+                builder.load()
+                row["build"] = f"ok in {time.perf_counter() - t0:.1f} s"
+            except (BuildError, OpBuilderError) as exc:
+                row["build"] = f"failed: {getattr(exc, 'code', type(exc).__name__)}"
+                row["error"] = str(exc)
+        row["built"] = bool(builder.is_built()) if ok else False
+        rows.append(row)
+    return rows
+
+
+def collect(build: bool = False) -> Dict[str, Any]:
+    """Gather the report as a JSON-able dict.
+
+    Args:
+        build: when True, build (JIT, into the cache) every op compatible with this machine first.
+
+    Returns:
+        A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
+        selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
+        backend), ``toolchain`` (:func:`anyaccel.op_builder.info.describe`: compiler, ninja, nvcc, CPU ISA,
+        build jobs, cache root) and ``ops`` (a list of per-op dicts with ``op``, ``compatible``, ``reason``,
+        ``built`` and, with ``build``, ``build`` and on failure ``error``).
+    """
+    from anyaccel.op_builder import info
+    from anyaccel.version import __version__
+
+    return {
+        "anyaccel": __version__,
+        "python": sys.version.split()[0],
+        "platform": f"{platform.system()} {platform.machine()}",
+        "torch": {
+            "version": torch.__version__,
+            "cuda": torch.version.cuda,
+            "hip": getattr(torch.version, "hip", None),
+            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "threads": torch.get_num_threads(),
+        },
+        "accelerator": _accelerator_section(),
+        "toolchain": info.describe(),
+        "ops": _op_rows(build),
+    }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value in (None, "") else str(value)
+
+
+def render(report: Dict[str, Any]) -> str:
+    """Format a report from :func:`collect` as aligned text tables for a terminal."""
+    acc = report["accelerator"]
+    lines = [
+        f"anyaccel {report['anyaccel']}  python {report['python']}  {report['platform']}",
+        f"torch {report['torch']['version']}  cuda {_fmt(report['torch']['cuda'])}  hip {_fmt(report['torch']['hip'])}"
+        f"  cxx11 abi {_fmt(report['torch']['cxx11_abi'])}  threads {report['torch']['threads']}",
+        "",
+        f"accelerator: {acc['chosen']} ({acc['device_name']}, {acc['device_count']} device(s), "
+        f"communication backend {acc['communication_backend']})",
+        f"  why: {acc['reason']}",
+        "  candidates:",
+    ]
+    for c in acc.get("candidates", []):
+        mark = "available" if c.get("available") else "unavailable"
+        lines.append(f"    {c['name']:<8} priority {_fmt(c.get('priority')):<5} {mark:<12} {c.get('reason', '')}")
+    lines.append("")
+    tc = report["toolchain"]
+    isa = tc["cpu_isa"]
+    lines.append(f"cpu SIMD level: {isa.get('chosen') or 'error: ' + str(isa.get('error'))}  "
+                 f"(supported: {', '.join(isa['supported'])}; torch capability {isa['torch_capability']}; "
+                 f"ANYACCEL_CPU_ISA={_fmt(isa.get('env'))}; cpu flags: {' '.join(isa.get('cpuinfo_flags', []))})")
+    for tool in ("cxx", "ninja", "nvcc"):
+        entry = tc[tool]
+        version = (entry.get("version") or entry.get("error") or "").splitlines()
+        lines.append(f"{tool:<6} {_fmt(entry.get('path')):<40} {version[0] if version else '-'}")
+    lines.append(f"python tag {tc['python_tag']}  build jobs {tc['build_jobs']}")
+    lines.append(f"cache root: {tc['cache_root']}")
+    lines.append("")
+    lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
+    for row in report["ops"]:
+        extra = row.get("build") or row.get("reason") or ""
+        lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``anyaccel report``; print the report; return 0, or 1 when ``--build`` had a failed build."""
+    report = collect(build=args.build)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(render(report))
+    failed = [r["op"] for r in report["ops"] if str(r.get("build", "")).startswith("failed")]
+    return 1 if failed else 0
