@@ -1,0 +1,89 @@
+// Fused multi-tensor Adam / AdamW step on CUDA (builder FusedAdamBuilder, NAME "fused_adam").
+//
+// Math per element, in fp32 (matches torch.optim.Adam / AdamW, torch/optim/adam.py, and DeepSpeed's
+// FusedAdam, deepspeed/ops/adam/fused_adam.py; Adam: Kingma & Ba 2015; AdamW: Loshchilov & Hutter 2019):
+//   adamw_mode:  p <- p * (1 - lr * weight_decay)        else:  g <- g + weight_decay * p
+//   m <- beta1 * m + (1 - beta1) * g
+//   v <- beta2 * v + (1 - beta2) * g^2
+//   p <- p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)   with bc_i = 1 - beta_i^step (1 without
+//                                                           bias correction)
+// With model_copies, p is an fp32 master weight and the updated value is also written, rounded to
+// nearest even, into the bf16/fp16 model copy in the same pass.
+//
+// Registered as torch op  <ANYACCEL_OP_NAMESPACE>::adam_step  with a CUDA kernel (docs/architecture.md).
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "cuda/multi_tensor_apply.cuh"
+
+#ifndef ANYACCEL_OP_NAMESPACE
+#define ANYACCEL_OP_NAMESPACE anyaccel_fused_adam_dev
+#endif
+
+namespace anyaccel {
+namespace {
+
+struct AdamOp {
+  float beta1, beta2, eps, weight_decay;
+  float omb1, omb2;   // 1 - beta1, 1 - beta2, computed in double on the host (1 - 0.999f loses 1e-5)
+  float decay;        // 1 - lr * weight_decay (AdamW)
+  float step_size;    // lr / bc1
+  float inv_bc2_sqrt; // 1 / sqrt(bc2)
+  bool adamw;
+
+  __device__ __forceinline__ void operator()(float& p, float g, float* s) const {
+    if (adamw) {
+      p *= decay;
+    } else {
+      g = fmaf(weight_decay, p, g);
+    }
+    float m = fmaf(beta1, s[0], omb1 * g);
+    float v = fmaf(beta2, s[1], omb2 * g * g);
+    const float denom = sqrtf(v) * inv_bc2_sqrt + eps;
+    p -= step_size * (m / denom);
+    s[0] = m;
+    s[1] = v;
+  }
+};
+
+const mta::Variant<AdamOp> kVariants[] = {ANYACCEL_MTA_VARIANTS(AdamOp, 2)};
+
+void adam_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                    at::TensorList exp_avg_sqs, at::TensorList model_copies, int64_t step, double lr,
+                    double beta1, double beta2, double eps, double weight_decay, bool bias_correction,
+                    bool adamw_mode) {
+  if (!(step >= 1)) mta::value_error(std::string("adam_step: step must be >= 1 (the count including this step), got ") + std::to_string(step));
+  if (!(lr >= 0.0)) mta::value_error(std::string("adam_step: lr must be >= 0, got ") + std::to_string(lr));
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) mta::value_error(std::string("adam_step: beta1 must be in [0, 1), got ") + std::to_string(beta1));
+  if (!(beta2 >= 0.0 && beta2 < 1.0)) mta::value_error(std::string("adam_step: beta2 must be in [0, 1), got ") + std::to_string(beta2));
+  if (!(eps >= 0.0)) mta::value_error(std::string("adam_step: eps must be >= 0, got ") + std::to_string(eps));
+  if (!(weight_decay >= 0.0)) mta::value_error(std::string("adam_step: weight_decay must be >= 0, got ") + std::to_string(weight_decay));
+  const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
+  const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
+  AdamOp op;
+  op.beta1 = static_cast<float>(beta1);
+  op.beta2 = static_cast<float>(beta2);
+  op.eps = static_cast<float>(eps);
+  op.omb1 = static_cast<float>(1.0 - beta1);
+  op.omb2 = static_cast<float>(1.0 - beta2);
+  op.weight_decay = static_cast<float>(weight_decay);
+  op.decay = static_cast<float>(1.0 - lr * weight_decay);
+  op.step_size = static_cast<float>(lr / bc1);
+  op.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
+  op.adamw = adamw_mode;
+  mta::TensorLists lists{params, grads, {exp_avgs, exp_avg_sqs}, model_copies, "adam_step"};
+  mta::dispatch(kVariants, lists, op);
+}
+
+}  // namespace
+}  // namespace anyaccel
+
+TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE, m) {
+  m.def(
+      "adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+      "Tensor(d!)[] model_copies, int step, float lr, float beta1, float beta2, float eps, "
+      "float weight_decay, bool bias_correction, bool adamw_mode) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(ANYACCEL_OP_NAMESPACE, CUDA, m) { m.impl("adam_step", &anyaccel::adam_step_cuda); }

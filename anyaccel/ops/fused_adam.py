@@ -1,0 +1,133 @@
+"""``FusedAdam``: Adam / AdamW on GPU parameters, one multi-tensor kernel launch per dtype bucket.
+
+Drop-in for DeepSpeed's ``deepspeed.ops.adam.FusedAdam`` (same argument names: ``adam_w_mode``,
+``bias_correction``, ``set_grad_none``) computing what ``torch.optim.AdamW`` (``adam_w_mode=True``) or
+``torch.optim.Adam`` (False) computes (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html;
+Kingma & Ba 2015; Loshchilov & Hutter 2019). The kernel is the ``fused_adam`` op, chosen among its
+implementations (CUDA C++, Triton) by :mod:`anyaccel.op_builder.implementations`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
+
+import torch
+
+from anyaccel.op_builder import implementations
+from anyaccel.ops.fused_buckets import bucket_params
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FusedAdam"]
+
+
+def _next_step(st: dict[str, Any]) -> int:
+    st["step"] += 1
+    return st["step"]
+
+
+class FusedAdam(torch.optim.Optimizer):
+    """Adam / AdamW for parameters on a GPU (CUDA, or XPU through Triton).
+
+    Per element, with ``t`` the parameter's step count (from 1)::
+
+        g = grad + weight_decay * p            (adam_w_mode=False)
+        p = p * (1 - lr * weight_decay)        (adam_w_mode=True)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+
+    (no ``1 - beta**t`` factors when ``bias_correction`` is False), computed in fp32.
+
+    Storage: params fp32, bf16 or fp16 with fp32 ``exp_avg``/``exp_avg_sq``. With ``master_weights=True``,
+    bf16/fp16 parameters get an fp32 master copy (``state["master"]``) that the kernel updates and then
+    writes, rounded to nearest, into the parameter in the same pass (no separate cast kernel).
+
+    Args:
+        params: parameters or parameter-group dicts, on one GPU device type, contiguous.
+        lr: learning rate, ``>= 0``.
+        bias_correction: divide the moments by ``1 - beta**t``.
+        betas: ``(beta1, beta2)`` in ``[0, 1)``.
+        eps: added to the denominator, ``>= 0``.
+        adam_w_mode: decoupled (AdamW) weight decay; else L2 added to the gradient.
+        weight_decay: ``>= 0``.
+        amsgrad: must be False (not implemented, as in DeepSpeed's FusedAdam).
+        set_grad_none: ``zero_grad()`` sets gradients to None (DeepSpeed's argument).
+        master_weights: keep fp32 master weights for 16-bit parameters (see above).
+        impl: force an implementation (``"cuda"``, ``"triton"`` or a registered one); else
+            ``ANYACCEL_IMPL_FUSED_ADAM`` or the available one of highest priority.
+
+    Raises:
+        ValueError: a hyper-parameter is out of range (named with its value and range).
+        NotImplementedError: ``amsgrad=True``.
+
+    Side effects: none at construction; the first ``step()`` loads the op (the CUDA implementation may
+    compile, tens of seconds on a cold cache; Triton compiles per dtype combination on first call).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        bias_correction: bool = True,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        adam_w_mode: bool = True,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        set_grad_none: bool = True,
+        master_weights: bool = False,
+        impl: Optional[str] = None,
+    ) -> None:
+        if amsgrad:
+            raise NotImplementedError("FusedAdam does not implement amsgrad; use torch.optim.AdamW(amsgrad=True)")
+        for name, value, ok, accepted in (
+            ("lr", lr, lr >= 0.0, ">= 0"),
+            ("eps", eps, eps >= 0.0, ">= 0"),
+            ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
+            ("betas[0]", betas[0], 0.0 <= betas[0] < 1.0, "in [0, 1)"),
+            ("betas[1]", betas[1], 0.0 <= betas[1] < 1.0, "in [0, 1)"),
+        ):
+            if not ok:
+                raise ValueError(f"FusedAdam: {name}={value!r} is invalid; it must be {accepted}")
+        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
+                        adam_w_mode=adam_w_mode)
+        super().__init__(params, defaults)
+        self.set_grad_none = set_grad_none
+        self.master_weights = master_weights
+        self.impl = impl
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+        """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One optimizer step over every parameter with a gradient.
+
+        Args:
+            closure: re-evaluates the model and returns the loss (run with gradients enabled).
+
+        Returns:
+            The closure's loss, or None.
+
+        Raises:
+            RuntimeError: sparse gradients; the op's errors (e.g. parameters on the CPU).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            buckets = bucket_params(group, self.state, ("exp_avg", "exp_avg_sq"), self.master_weights,
+                                    "FusedAdam", step_of=_next_step)
+            beta1, beta2 = group["betas"]
+            for (device, *_rest, step), b in buckets.items():
+                op = implementations.load("fused_adam", device.type, self.impl)
+                op.adam_step(b.params, b.grads, b.states["exp_avg"], b.states["exp_avg_sq"], b.copies, int(step),
+                             float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
+                             float(group["weight_decay"]), bool(group["bias_correction"]),
+                             bool(group["adam_w_mode"]))
+        return loss

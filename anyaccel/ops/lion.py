@@ -1,0 +1,94 @@
+"""``FusedLion``: the Lion optimizer on GPU parameters, one multi-tensor kernel launch per dtype bucket.
+
+Lion: Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms" (Algorithm 2). Argument names
+follow DeepSpeed's ``deepspeed.ops.lion.FusedLion``. The kernel is the ``fused_lion`` op, chosen among its
+implementations (CUDA C++, Triton) by :mod:`anyaccel.op_builder.implementations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
+
+import torch
+
+from anyaccel.op_builder import implementations
+from anyaccel.ops.fused_buckets import bucket_params
+
+__all__ = ["FusedLion"]
+
+
+class FusedLion(torch.optim.Optimizer):
+    """Lion for parameters on a GPU (CUDA, or XPU through Triton).
+
+    Per element, in fp32::
+
+        p = p * (1 - lr * weight_decay)
+        p = p - lr * sign(beta1 * m + (1 - beta1) * g)
+        m = beta2 * m + (1 - beta2) * g
+
+    Storage: params fp32/bf16/fp16 with an fp32 ``exp_avg``; ``master_weights=True`` keeps fp32 masters
+    for 16-bit parameters and writes the parameters from them in the same pass.
+
+    Args:
+        params: parameters or parameter-group dicts, contiguous, on a GPU.
+        lr: learning rate, ``>= 0`` (Lion's is typically 3-10x smaller than AdamW's).
+        betas: ``(beta1, beta2)`` in ``[0, 1]``.
+        weight_decay: decoupled weight decay, ``>= 0``.
+        set_grad_none: ``zero_grad()`` sets gradients to None.
+        master_weights: fp32 master weights for 16-bit parameters.
+        impl: force an implementation (``"cuda"``, ``"triton"``); else ``ANYACCEL_IMPL_FUSED_LION`` or the
+            available one of highest priority.
+
+    Raises:
+        ValueError: a hyper-parameter is out of range.
+
+    Side effects: the first ``step()`` loads the op (may compile).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        set_grad_none: bool = True,
+        master_weights: bool = False,
+        impl: Optional[str] = None,
+    ) -> None:
+        for name, value, ok, accepted in (
+            ("lr", lr, lr >= 0.0, ">= 0"),
+            ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
+            ("betas[0]", betas[0], 0.0 <= betas[0] <= 1.0, "in [0, 1]"),
+            ("betas[1]", betas[1], 0.0 <= betas[1] <= 1.0, "in [0, 1]"),
+        ):
+            if not ok:
+                raise ValueError(f"FusedLion: {name}={value!r} is invalid; it must be {accepted}")
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+        self.set_grad_none = set_grad_none
+        self.master_weights = master_weights
+        self.impl = impl
+
+    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+        """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
+        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One Lion step over every parameter with a gradient; returns the closure's loss or None.
+
+        Raises:
+            RuntimeError: sparse gradients; the op's errors.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            buckets = bucket_params(group, self.state, ("exp_avg",), self.master_weights, "FusedLion")
+            beta1, beta2 = group["betas"]
+            for (device, *_rest), b in buckets.items():
+                op = implementations.load("fused_lion", device.type, self.impl)
+                op.lion_step(b.params, b.grads, b.states["exp_avg"], b.copies, float(group["lr"]), float(beta1),
+                             float(beta2), float(group["weight_decay"]))
+        return loss
