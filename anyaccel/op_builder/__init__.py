@@ -17,9 +17,11 @@ _LAZY = {
     "OpModule": "anyaccel.op_builder.module",
     "TorchCPUOpBuilder": "anyaccel.op_builder.cpu",
     "CPUAdamBuilder": "anyaccel.op_builder.cpu_adam",
+    "CPULionBuilder": "anyaccel.op_builder.cpu_lion",
 }
 
-__all__ = ["OpBuilder", "OpModule", "TorchCPUOpBuilder", "CPUAdamBuilder", "BuildError", "get_builder_class",
+__all__ = ["OpBuilder", "OpModule", "TorchCPUOpBuilder", "CPUAdamBuilder", "CPULionBuilder", "BuildError",
+           "get_builder_class",
            "all_builder_names"]
 
 

@@ -5,12 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from anyaccel.op_builder.cpu import TorchCPUOpBuilder
-
-
-def _adam_step_fake(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay,
-                    bias_correction, adamw_mode) -> None:
-    """Fake of ``adam_step``: it mutates its tensor-list arguments in place and returns nothing."""
-    return None
+from anyaccel.op_builder.host_fakes import adam_step_fake
 
 
 class CPUAdamBuilder(TorchCPUOpBuilder):
@@ -32,7 +27,12 @@ class CPUAdamBuilder(TorchCPUOpBuilder):
         return ["csrc/includes"]
 
     def register_fakes(self, namespace: str) -> None:
-        """Register the fake of ``<namespace>::adam_step`` so ``torch.compile`` and ``opcheck`` can trace it."""
+        """Register the validating fake of ``<namespace>::adam_step`` (see :mod:`anyaccel.op_builder.host_fakes`)
+        so ``torch.compile`` and ``opcheck`` can trace it and meta-device calls are refused.
+
+        Args:
+            namespace: the loaded library's op namespace (``anyaccel_cpu_adam_<key prefix>``).
+        """
         import torch
 
-        torch.library.register_fake(f"{namespace}::adam_step")(_adam_step_fake)
+        torch.library.register_fake(f"{namespace}::adam_step")(adam_step_fake)

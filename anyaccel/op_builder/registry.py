@@ -19,9 +19,13 @@ ANY_ACCELERATOR = "*"
 
 _BUILDERS: dict[str, dict[str, Union[str, type]]] = {
     "CPUAdamBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_adam:CPUAdamBuilder"},
+    "CPULionBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_lion:CPULionBuilder"},
 }
 #: op NAME -> builder class name, so ``create_op_builder("cpu_adam")`` works too.
-_ALIASES: dict[str, str] = {"cpu_adam": "CPUAdamBuilder"}
+_ALIASES: dict[str, str] = {
+    "cpu_adam": "CPUAdamBuilder",
+    "cpu_lion": "CPULionBuilder",
+}
 _LOCK = threading.Lock()
 
 

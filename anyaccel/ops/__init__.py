@@ -5,5 +5,6 @@ on first use through the matching builder in ``anyaccel.op_builder``.
 """
 
 from anyaccel.ops.adam import CPUAdam
+from anyaccel.ops.cpu_lion import CPULion
 
-__all__ = ["CPUAdam"]
+__all__ = ["CPUAdam", "CPULion"]

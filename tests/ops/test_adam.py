@@ -526,6 +526,30 @@ def test_kernel_rejects_bad_input(cpu_adam_module: Any, key: str, index: int, va
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("key,index,value,pattern", [
+    ("grads", 2, torch.randn(10).to_sparse(), r"grads\[2\] has layout Sparse.*sparse gradients are not supported"),
+    ("grads", 0, torch.randn(10, device="meta"), r"grads\[0\] is on device meta.*CPU tensors only"),
+    ("exp_avg_sqs", 1, torch.randn(10, device="meta"), r"exp_avg_sqs\[1\] is on device meta"),
+])
+def test_kernel_rejects_sparse_and_meta_entries(cpu_adam_module: Any, key: str, index: int, value: Any,
+                                                pattern: str) -> None:
+    """A sparse or meta entry reroutes the dispatcher (SparseCPU kernel, fake); both still validate."""
+    args = _mutate(_kernel_args(), key, index, value)
+    before = [p.clone() for p in args["params"]]
+    with pytest.raises(RuntimeError, match=pattern):
+        _call(cpu_adam_module, args)
+    assert all(torch.equal(a, b) for a, b in zip(args["params"], before))
+
+
+def test_kernel_rejects_all_meta_call(cpu_adam_module: Any) -> None:
+    """All-meta tensors dispatch to the fake only; it must refuse rather than silently do nothing."""
+    args = _kernel_args(n=2)
+    for key in ("params", "grads", "exp_avgs", "exp_avg_sqs"):
+        args[key] = [torch.empty(10, device="meta") for _ in range(2)]
+    with pytest.raises(RuntimeError, match=r"params\[0\] is on device meta"):
+        _call(cpu_adam_module, args)
+
+
 def test_kernel_rejects_list_length_mismatch(cpu_adam_module: Any) -> None:
     args = _kernel_args()
     args["exp_avgs"] = args["exp_avgs"][:2]

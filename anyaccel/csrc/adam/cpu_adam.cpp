@@ -286,3 +286,15 @@ ANYACCEL_TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE, m) {
 ANYACCEL_TORCH_LIBRARY_IMPL(ANYACCEL_OP_NAMESPACE, CPU, m) {
   m.impl("adam_step", &anyaccel::adam::adam_step_cpu);
 }
+
+// A sparse gradient makes the dispatcher pick a sparse backend key; without a kernel there, torch would
+// answer with a generic "could not run ... with arguments from the 'SparseCPU' backend". Registering the
+// same (validating) function lets check_tensor name the tensor and the fix instead. It never computes on a
+// sparse tensor: validation rejects every non-strided layout before anything is read or written.
+ANYACCEL_TORCH_LIBRARY_IMPL(ANYACCEL_OP_NAMESPACE, SparseCPU, m) {
+  m.impl("adam_step", &anyaccel::adam::adam_step_cpu);
+}
+
+ANYACCEL_TORCH_LIBRARY_IMPL(ANYACCEL_OP_NAMESPACE, SparseCsrCPU, m) {
+  m.impl("adam_step", &anyaccel::adam::adam_step_cpu);
+}

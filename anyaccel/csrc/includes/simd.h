@@ -12,6 +12,10 @@
 //   * fp16 uses the F16C instructions on x86 (vcvtph2ps / vcvtps2ph with _MM_FROUND_TO_NEAREST_INT), the
 //     FCVT family on aarch64 (round to nearest even under the default FPCR), and c10::Half in scalar code;
 //     all three round to nearest even.
+//
+// sign(x) follows torch.sign (https://pytorch.org/docs/stable/generated/torch.sign.html): +1 for x > 0,
+// -1 for x < 0, and x itself for +-0 and NaN (so sign(0) = 0 and NaN propagates). Every level uses the same
+// rule: an ordered "x != 0" mask selects copysign(1, x), otherwise x passes through.
 #pragma once
 
 #include <cmath>
@@ -66,6 +70,9 @@ inline void store_scalar(c10::BFloat16* p, float x) {
 
 inline void store_scalar(c10::Half* p, float x) { *p = c10::Half(x); }
 
+// torch.sign on one float: +-1 where x is ordered and non-zero, else x (+-0, NaN).
+inline float sign_scalar(float x) { return (x > 0.0f || x < 0.0f) ? std::copysign(1.0f, x) : x; }
+
 // ---------------------------------------------------------------------------------------------------------
 // AVX-512: 16 fp32 lanes.
 // ---------------------------------------------------------------------------------------------------------
@@ -108,6 +115,12 @@ struct VecF {
   // c - a * b, one rounding.
   static VecF fnma(VecF a, VecF b, VecF c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
   static VecF sqrt(VecF a) { return {_mm512_sqrt_ps(a.v)}; }
+  // torch.sign: +-1 where a is ordered and non-zero, else a (+-0, NaN).
+  static VecF sign(VecF a) {
+    const __m512 one = _mm512_or_ps(_mm512_and_ps(a.v, _mm512_set1_ps(-0.0f)), _mm512_set1_ps(1.0f));
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(a.v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    return {_mm512_mask_mov_ps(a.v, nonzero, one)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -153,6 +166,12 @@ struct VecF {
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF fnma(VecF a, VecF b, VecF c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
   static VecF sqrt(VecF a) { return {_mm256_sqrt_ps(a.v)}; }
+  // torch.sign: +-1 where a is ordered and non-zero, else a (+-0, NaN).
+  static VecF sign(VecF a) {
+    const __m256 one = _mm256_or_ps(_mm256_and_ps(a.v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f));
+    const __m256 nonzero = _mm256_cmp_ps(a.v, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    return {_mm256_blendv_ps(a.v, one, nonzero)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -195,6 +214,14 @@ struct VecF {
   static VecF fma(VecF a, VecF b, VecF c) { return {vfmaq_f32(c.v, a.v, b.v)}; }
   static VecF fnma(VecF a, VecF b, VecF c) { return {vfmsq_f32(c.v, a.v, b.v)}; }
   static VecF sqrt(VecF a) { return {vsqrtq_f32(a.v)}; }
+  // torch.sign: +-1 where a is ordered and non-zero, else a (+-0, NaN).
+  static VecF sign(VecF a) {
+    const uint32x4_t sign_bit = vdupq_n_u32(0x80000000u);
+    const float32x4_t one = vbslq_f32(sign_bit, a.v, vdupq_n_f32(1.0f));  // copysign(1, a)
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    const uint32x4_t nonzero = vorrq_u32(vcgtq_f32(a.v, zero), vcltq_f32(a.v, zero));  // false for NaN
+    return {vbslq_f32(nonzero, one, a.v)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -220,6 +247,7 @@ struct VecF {
   static VecF fma(VecF a, VecF b, VecF c) { return {std::fma(a.v, b.v, c.v)}; }
   static VecF fnma(VecF a, VecF b, VecF c) { return {std::fma(-a.v, b.v, c.v)}; }
   static VecF sqrt(VecF a) { return {std::sqrt(a.v)}; }
+  static VecF sign(VecF a) { return {sign_scalar(a.v)}; }
 };
 
 #endif
@@ -241,6 +269,7 @@ struct ScalarF {
   static ScalarF fma(ScalarF a, ScalarF b, ScalarF c) { return {std::fma(a.v, b.v, c.v)}; }
   static ScalarF fnma(ScalarF a, ScalarF b, ScalarF c) { return {std::fma(-a.v, b.v, c.v)}; }
   static ScalarF sqrt(ScalarF a) { return {std::sqrt(a.v)}; }
+  static ScalarF sign(ScalarF a) { return {sign_scalar(a.v)}; }
 };
 
 }  // namespace simd
