@@ -1,8 +1,10 @@
 """Tuning experiment: the CUDA multi-tensor Adam kernel under several compile-time settings.
 
 Builds the ``fused_adam`` op once per variant of the ``ANYACCEL_MTA_*`` macros
-(``anyaccel/csrc/includes/cuda/multi_tensor_apply.cuh``), in parallel processes, then times each on
-fp32 1e9 x 1, bf16 1e9 x 1 and fp32 1e8 in 200 tensors, interleaved with torch's fused AdamW kernel.
+(``anyaccel/csrc/includes/cuda/multi_tensor_apply.cuh``) through the op-builder core (each variant's flags
+are part of its cache key, so each gets its own namespace), in parallel processes, then times each on
+fp32 1e9 x 1, bf16 (bf16 state) 1e9 x 1 and fp32 1e8 in 200 tensors, interleaved with torch's fused AdamW
+kernel.
 Run on the device machine::
 
     PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_optimizer_variants.py
@@ -11,24 +13,25 @@ Run on the device machine::
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing
 import os
 import statistics
 import tempfile
+import time
 
 import torch
 
 VARIANTS = {
     "default": [],
-    "nostream": ["-DANYACCEL_MTA_STREAMING=0"],
-    "vec4": ["-DANYACCEL_MTA_VEC=4", "-DANYACCEL_MTA_CHUNK=16384"],
-    "unroll2": ["-DANYACCEL_MTA_UNROLL=2"],
-    "vec4_unroll2": ["-DANYACCEL_MTA_VEC=4", "-DANYACCEL_MTA_UNROLL=2"],
-    "t512_chunk64k": ["-DANYACCEL_MTA_THREADS=512", "-DANYACCEL_MTA_CHUNK=65536"],
-    "chunk4k_unroll2": ["-DANYACCEL_MTA_CHUNK=4096", "-DANYACCEL_MTA_UNROLL=2"],
+    "minblocks6": ["-DANYACCEL_MTA_MIN_BLOCKS=6"],
+    "minblocks8": ["-DANYACCEL_MTA_MIN_BLOCKS=8"],
+    "minblocks6_chunk64k": ["-DANYACCEL_MTA_MIN_BLOCKS=6", "-DANYACCEL_MTA_CHUNK=65536"],
+    "minblocks6_unroll2": ["-DANYACCEL_MTA_MIN_BLOCKS=6", "-DANYACCEL_MTA_UNROLL=2"],
 }
 
 
 def _builder(flags: list[str]):
+    """A FusedAdamBuilder whose nvcc flags carry ``flags``: another cache key, namespace and library."""
     from anyaccel.op_builder.fused_adam import FusedAdamBuilder
 
     class Variant(FusedAdamBuilder):
@@ -39,28 +42,41 @@ def _builder(flags: list[str]):
 
 
 def _build(name: str) -> str:
-    from anyaccel.op_builder.cuda import scratch_load
-
-    return scratch_load(_builder(VARIANTS[name])).namespace
+    return _builder(VARIANTS[name]).load().namespace
 
 
 def main() -> int:
     os.environ.setdefault("ANYACCEL_CACHE_DIR", tempfile.mkdtemp())
-    with concurrent.futures.ProcessPoolExecutor(len(VARIANTS)) as pool:
+    t0 = time.perf_counter()
+    spawn = multiprocessing.get_context("spawn")  # each builder process starts clean (no inherited CUDA state)
+    with concurrent.futures.ProcessPoolExecutor(len(VARIANTS), mp_context=spawn) as pool:
         list(pool.map(_build, VARIANTS))
-    from anyaccel.op_builder.cuda import scratch_load
-
-    ops = {name: scratch_load(_builder(flags)) for name, flags in VARIANTS.items()}
-    cases = {"fp32 1e9x1": ([10**9], torch.float32, 28), "bf16 1e9x1": ([10**9], torch.bfloat16, 22),
-             "fp32 1e8/200": ([500_000] * 200, torch.float32, 28), "bf16 1e8/200": ([500_000] * 200, torch.bfloat16, 22)}
-    for case, (sizes, dtype, bpe) in cases.items():
+    print(f"built {len(VARIANTS)} variants in parallel in {time.perf_counter() - t0:.1f} s", flush=True)
+    ops = {name: _builder(flags).load() for name, flags in VARIANTS.items()}
+    src = torch.empty(1 << 30, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    copy = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        copy.append(2 * src.numel() * 4 / (a.elapsed_time(b) * 1e-3) / 1e12)
+    ceiling = statistics.median(copy)
+    print(f"copy ceiling {ceiling:.2f} TB/s", flush=True)
+    del src, dst
+    cases = {"fp32 1e9x1": ([10**9], torch.float32, torch.float32, 28),
+             "bf16/bf16 state 1e9x1": ([10**9], torch.bfloat16, torch.bfloat16, 14),
+             "fp32 1e8/200": ([500_000] * 200, torch.float32, torch.float32, 28)}
+    for case, (sizes, dtype, sdtype, bpe) in cases.items():
         ps = [torch.randn(n, device="cuda", dtype=dtype) for n in sizes]
         gs = [torch.randn(n, device="cuda", dtype=dtype) * 1e-2 for n in sizes]
-        ms = [torch.randn(n, device="cuda") * 1e-3 for n in sizes]
-        vs = [torch.rand(n, device="cuda") * 1e-4 for n in sizes]
+        ms = [(torch.randn(n, device="cuda") * 1e-3).to(sdtype) for n in sizes]
+        vs = [(torch.rand(n, device="cuda") * 1e-4).to(sdtype) for n in sizes]
         fns = {name: (lambda op=op: op.adam_step(ps, gs, ms, vs, [], 10, 1e-5, 0.9, 0.999, 1e-8, 0.01, True, True))
                for name, op in ops.items()}
-        if dtype == torch.float32:
+        if dtype == sdtype:
             steps = [torch.tensor(10.0, device="cuda") for _ in sizes]
             fns["torch _fused_adamw_"] = lambda: torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=1e-5, beta1=0.9,
                                                                     beta2=0.999, weight_decay=0.01, eps=1e-8,
@@ -80,7 +96,9 @@ def main() -> int:
         numel = sum(sizes)
         for k, v in samples.items():
             ms_ = statistics.median(v)
-            print(f"{case:<14}{k:<22}{ms_:8.3f} ms {bpe * numel / ms_ / 1e9:6.2f} TB/s  spread {min(v):.3f}-{max(v):.3f}")
+            tbs = bpe * numel / ms_ / 1e9
+            print(f"{case:<24}{k:<22}{ms_:8.3f} ms {tbs:6.2f} TB/s {100 * tbs / ceiling:5.1f}%  "
+                  f"spread {min(v):.3f}-{max(v):.3f}")
         del ps, gs, ms, vs, fns
         torch.cuda.empty_cache()
     return 0

@@ -4,16 +4,22 @@ Run on the device machine from the repository root::
 
     PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_optimizers.py [--quick] [--json out.json]
 
-Per shape (1e9 x 1, 1e9 in 400 tensors, 1e8 in 200 tensors) and dtype (fp32; bf16 params+grads with fp32
-state) it prints ms/step, TB/s at the bytes each mode must move (fp32: 28 B/element: read p, g, m, v,
-write p, m, v; bf16 params with fp32 state: 22 B/element), % of the device-to-device copy ceiling measured
-in the same run, and the ratio torch-fused-time / our-time (> 1: ours is faster). torch's fused AdamW keeps
-bf16 state for bf16 params (14 B/element), so its bf16 rows move fewer bytes than ours.
+Per shape (1e9 x 1, 1e9 in 400 tensors, 1e8 in 200 tensors) and mode it prints ms/step, TB/s at the bytes
+the mode must move, % of the device-to-device copy ceiling measured in the same run, and the ratio
+torch-fused-time / our-time (> 1: ours is faster). Modes, like with like:
 
-Timing: CUDA events around K consecutive steps (so the host runs ahead as in training), median of R
-windows, contenders interleaved window by window (A/B/C/A/B/C...) because the machine's bandwidth drifts.
+* ``fp32``: fp32 params, grads and state; 28 B/element (read p, g, m, v; write p, m, v) for both.
+* ``bf16``: bf16 params and grads with state in bf16 (ours: ``fp32_optimizer_states=False``), as torch's
+  fused AdamW keeps it: 14 B/element for both.
+* ``bf16+fp32state``: ours with fp32 moments (the default, more accurate mode): 22 B/element; the torch
+  row of this mode is torch's bf16 (14 B/element) run again, so the ratio compares times, not modes.
+
+Timing: CUDA events around K consecutive steps, recorded after one step is already queued (so the host
+runs ahead as in training and a window measures the steady state), median of R windows, contenders
+interleaved window by window (A/B/C/A/B/C...) because the machine's bandwidth drifts.
 "op" times call the op on prepared lists; "optim" times call ``optimizer.step()`` (Python bucketing
-included). Also prints the cold build time of the CUDA op.
+included); ``host us`` is the host time per call (when it exceeds the GPU time, the host limits the step).
+Also prints the cold build time of the CUDA op.
 """
 
 from __future__ import annotations
@@ -33,22 +39,33 @@ import torch
 logger = logging.getLogger("gpu_optimizers")
 
 SHAPES = {"1e9 x 1": [10**9], "1e9 in 400": [2_500_000] * 400, "1e8 in 200": [500_000] * 200}
-BYTES = {"fp32": 28, "bf16": 22}
-TORCH_BYTES = {"fp32": 28, "bf16": 14}
+#: mode -> (param dtype, our fp32_optimizer_states, our bytes/element, torch's bytes/element)
+MODES = {
+    "fp32": (torch.float32, True, 28, 28),
+    "bf16": (torch.bfloat16, False, 14, 14),
+    "bf16+fp32state": (torch.bfloat16, True, 22, 14),
+}
 
 
-def time_windows(fns: dict[str, Callable[[], None]], steps: int, windows: int) -> dict[str, float]:
-    """Median ms per call of each function, interleaved window by window."""
+def time_windows(fns: dict[str, Callable[[], None]], steps: int, windows: int,
+                 host: dict[str, float] | None = None) -> dict[str, float]:
+    """Median ms per call of each function, interleaved window by window; median host us per call into ``host``."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
+    host_samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(windows):
         for name, fn in fns.items():
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            fn()  # one step queued before the start event: the window sees the steady state, not the first
+            start.record()  # step's host time on an idle GPU
+            t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
+            host_samples[name].append((time.perf_counter() - t0) * 1e6 / steps)
             end.record()
             end.synchronize()
             samples[name].append(start.elapsed_time(end) / steps)
+    if host is not None:
+        host.update({k: statistics.median(v) for k, v in host_samples.items()})
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -75,6 +92,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer windows")
     parser.add_argument("--json", default=None, help="write all numbers to this file")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from anyaccel.op_builder import implementations
@@ -94,14 +112,16 @@ def main() -> int:
     for shape in args.shapes.split(","):
         sizes = SHAPES[shape]
         numel = sum(sizes)
-        for mode, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        for mode in args.modes.split(","):
+            dtype, fp32_states, our_bpe, torch_bpe = MODES[mode]
             ref = make_params(sizes, dtype)
             ours = make_params(sizes, dtype)
             topt = torch.optim.AdamW(ref, lr=1e-4, weight_decay=0.01, fused=True)
             fns: dict[str, Callable[[], None]] = {"torch fused": topt.step}
             opts = {}
             for impl in impls:
-                opts[impl] = FusedAdam(ours, lr=1e-4, weight_decay=0.01, impl=impl)
+                opts[impl] = FusedAdam(ours, lr=1e-4, weight_decay=0.01, impl=impl,
+                                       fp32_optimizer_states=fp32_states)
                 fns[f"{impl} optim"] = opts[impl].step
             for fn in fns.values():  # warm up, create state, compile Triton
                 fn()
@@ -117,20 +137,24 @@ def main() -> int:
                                                                  1e-8, 0.01, True, True))
                 fns[f"{impl} op"]()
             torch.cuda.synchronize()
-            times = time_windows(fns, steps, windows)
+            host: dict[str, float] = {}
+            times = time_windows(fns, steps, windows, host)
             for name, ms in times.items():
-                nbytes = (TORCH_BYTES if name == "torch fused" else BYTES)[mode] * numel
+                nbytes = (torch_bpe if name == "torch fused" else our_bpe) * numel
                 tbs = nbytes / (ms * 1e-3) / 1e12
                 rows.append(dict(shape=shape, mode=mode, contender=name, ms=ms, tbs=tbs, pct=100 * tbs / ceiling,
-                                 vs_torch=times["torch fused"] / ms))
+                                 vs_torch=times["torch fused"] / ms, host_us=host[name],
+                                 bytes_per_element=torch_bpe if name == "torch fused" else our_bpe))
             del ref, ours, topt, opts, fns, plist, glist, mlist, vlist, st
             torch.cuda.empty_cache()
             print(f"done {shape} {mode}", flush=True)
-    print(f"\ncopy ceiling {ceiling:.2f} TB/s; bytes/element: fp32 28, bf16 (fp32 state) 22, torch bf16 14")
-    print(f"{'shape':<12}{'dtype':<6}{'contender':<15}{'ms/step':>9}{'TB/s':>7}{'% copy':>8}{'torch/ours':>11}")
+    print(f"\ncopy ceiling {ceiling:.2f} TB/s; bytes/element: fp32 28, bf16 (bf16 state, ours and torch) 14, "
+          f"bf16+fp32state (ours, the more accurate mode) 22")
+    print(f"{'shape':<12}{'mode':<16}{'contender':<15}{'B/el':>5}{'ms/step':>9}{'TB/s':>7}{'% copy':>8}"
+          f"{'torch/ours':>11}{'host us':>9}")
     for r in rows:
-        print(f"{r['shape']:<12}{r['mode']:<6}{r['contender']:<15}{r['ms']:>9.3f}{r['tbs']:>7.2f}{r['pct']:>7.1f}%"
-              f"{r['vs_torch']:>11.2f}")
+        print(f"{r['shape']:<12}{r['mode']:<16}{r['contender']:<15}{r['bytes_per_element']:>5}{r['ms']:>9.3f}"
+              f"{r['tbs']:>7.2f}{r['pct']:>7.1f}%{r['vs_torch']:>11.2f}{r['host_us']:>9.0f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(ceiling_tbs=ceiling, build_s=build_s, rows=rows), fh, indent=1)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from anyaccel.op_builder.errors import OpBuilderError
-from anyaccel.op_builder.registry import ANY_ACCELERATOR, all_builder_names, get_builder_class
+from anyaccel.op_builder.registry import ANY_ACCELERATOR, all_builder_names, any_builder_class, get_builder_class
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def selected_ops(env: Mapping[str, str], names: Optional[Iterable[str]] = None) 
     everything = env.get(ALL_OPS_ENV, "0") == "1"
     chosen = []
     for name in names:
-        cls = get_builder_class(name, ANY_ACCELERATOR)
+        cls = any_builder_class(name)
         var = getattr(cls, "BUILD_VAR", "") if cls is not None else f"ANYACCEL_BUILD_{name.upper()}"
         flag = env.get(var)
         if flag == "1" or (everything and flag != "0"):

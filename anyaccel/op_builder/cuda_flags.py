@@ -31,7 +31,8 @@ class GPUToolkit:
         arch_env: the variable that lists target architectures.
         hipify: whether CUDA sources must be translated to HIP first (torch.utils.hipify, which
             ``torch.utils.cpp_extension`` runs itself for ROCm builds of torch).
-        base_flags: device-compiler flags every op gets.
+        base_flags: device-compiler flags every op gets. No ``-std=``: torch.utils.cpp_extension passes the
+            standard torch's headers require (C++20 for torch 2.13), and forcing an older one breaks them.
     """
 
     name: str
@@ -48,14 +49,14 @@ TOOLKITS: dict[str, GPUToolkit] = {
         compiler="nvcc",
         arch_env="TORCH_CUDA_ARCH_LIST",
         hipify=False,
-        base_flags=("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"),
+        base_flags=("-O3", "--expt-relaxed-constexpr", "-lineinfo"),
     ),
     "rocm": GPUToolkit(
         name="rocm",
         compiler="hipcc",
         arch_env="PYTORCH_ROCM_ARCH",
         hipify=True,
-        base_flags=("-O3", "-std=c++17"),
+        base_flags=("-O3",),
     ),
 }
 

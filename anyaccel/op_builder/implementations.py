@@ -86,6 +86,9 @@ class Candidate:
 
 _registry: dict[str, dict[str, Implementation]] = {}
 _loaded: dict[tuple[str, str], Any] = {}
+#: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
+#: probes run once); cleared when an implementation is registered.
+_chosen: dict[tuple[str, str, Optional[str]], Any] = {}
 _lock = threading.Lock()
 
 
@@ -108,6 +111,7 @@ def register_implementation(impl: Implementation, override: bool = False) -> Non
             )
         per_op[impl.name] = impl
         _loaded.pop((impl.op, impl.name), None)
+        _chosen.clear()
 
 
 def implementations(op: str) -> list[Implementation]:
@@ -191,6 +195,9 @@ def choose(op: str, device_type: str, name: Optional[str] = None) -> Implementat
 def load(op: str, device_type: str, name: Optional[str] = None) -> Any:
     """Loads (once per process) and returns the chosen implementation's functions.
 
+    The choice for (op, device type, forced name) is made once: later calls, e.g. every optimizer step,
+    cost a dict lookup and an environment read (``ANYACCEL_IMPL_<OP>`` may change between calls).
+
     Returns:
         An object with the op's functions as attributes, and ``impl_name`` set to the chosen name.
 
@@ -199,12 +206,17 @@ def load(op: str, device_type: str, name: Optional[str] = None) -> Any:
 
     Side effects: may compile the op (CUDA: nvcc, tens of seconds cold; Triton: at first call).
     """
+    chosen_key = (op, device_type, forced_name(op, name))
+    hit = _chosen.get(chosen_key)
+    if hit is not None:
+        return hit
     impl = choose(op, device_type, name)
     key = (op, impl.name)
     with _lock:
         if key not in _loaded:
             logger.info("op %s: using implementation %r (priority %d)", op, impl.name, impl.priority)
             _loaded[key] = _Bound(impl.name, impl.loader())
+        _chosen[chosen_key] = _loaded[key]
         return _loaded[key]
 
 

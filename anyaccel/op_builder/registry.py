@@ -20,11 +20,15 @@ ANY_ACCELERATOR = "*"
 _BUILDERS: dict[str, dict[str, Union[str, type]]] = {
     "CPUAdamBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_adam:CPUAdamBuilder"},
     "CPULionBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_lion:CPULionBuilder"},
+    "FusedAdamBuilder": {"cuda": "anyaccel.op_builder.fused_adam:FusedAdamBuilder"},
+    "FusedLionBuilder": {"cuda": "anyaccel.op_builder.fused_lion:FusedLionBuilder"},
 }
 #: op NAME -> builder class name, so ``create_op_builder("cpu_adam")`` works too.
 _ALIASES: dict[str, str] = {
     "cpu_adam": "CPUAdamBuilder",
     "cpu_lion": "CPULionBuilder",
+    "fused_adam": "FusedAdamBuilder",
+    "fused_lion": "FusedLionBuilder",
 }
 _LOCK = threading.Lock()
 
@@ -80,3 +84,18 @@ def get_builder_class(name: str, accelerator_name: str) -> Optional[type]:
         module_name, _, cls_name = target.partition(":")
         target = getattr(importlib.import_module(module_name), cls_name)
     return target
+
+
+def any_builder_class(name: str) -> Optional[type]:
+    """A class serving ``name`` on some accelerator (the host row first), for facts every row shares.
+
+    AOT selection reads ``BUILD_VAR`` through this, so a device-only op (``FusedAdamBuilder``, which has no
+    ``"*"`` row) is still selected by its own variable (``ANYACCEL_BUILD_FUSED_ADAM``).
+
+    Returns:
+        The class, or None when ``name`` has no row at all.
+    """
+    row = _BUILDERS.get(_ALIASES.get(name, name)) or {}
+    for accelerator_name in sorted(row, key=lambda a: a != ANY_ACCELERATOR):
+        return get_builder_class(name, accelerator_name)
+    return None

@@ -4,7 +4,7 @@ Importing this package builds nothing and loads no native library: each optimize
 on first use through the matching builder in ``anyaccel.op_builder``.
 """
 
-from anyaccel.ops.adam import CPUAdam
-from anyaccel.ops.cpu_lion import CPULion
+from anyaccel.ops.adam import CPUAdam, FusedAdam
+from anyaccel.ops.lion import CPULion, FusedLion
 
-__all__ = ["CPUAdam", "CPULion"]
+__all__ = ["CPUAdam", "CPULion", "FusedAdam", "FusedLion"]

@@ -23,7 +23,7 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CPUAdam"]
+__all__ = ["CPUAdam", "FusedAdam"]
 
 # Parameter dtypes the kernel accepts; gradients must have the parameter's dtype.
 _PARAM_DTYPES: frozenset[torch.dtype] = frozenset({torch.float32, torch.bfloat16, torch.float16})
@@ -340,3 +340,8 @@ def _check_hyper_parameters(lr: float, betas: tuple[float, float], eps: float, w
             raise ValueError(f"CPUAdam: {name} must be a Python number, got a tensor; pass float({name})")
         if not (math.isfinite(value) and ok):
             raise ValueError(f"CPUAdam: {name}={value!r} is invalid; accepted: {accepted}")
+
+
+# The accelerator-side Adam lives in its own module (CUDA C++ / Triton implementations); re-exported here so
+# ``from anyaccel.ops.adam import FusedAdam`` works as DeepSpeed's ``deepspeed.ops.adam`` does.
+from anyaccel.ops.fused_adam import FusedAdam  # noqa: E402

@@ -16,16 +16,11 @@ from typing import Any, Optional
 import torch
 
 from anyaccel.op_builder import implementations
-from anyaccel.ops.fused_buckets import bucket_params
+from anyaccel.ops.fused_buckets import BucketPlanner
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["FusedAdam"]
-
-
-def _next_step(st: dict[str, Any]) -> int:
-    st["step"] += 1
-    return st["step"]
 
 
 class FusedAdam(torch.optim.Optimizer):
@@ -41,9 +36,17 @@ class FusedAdam(torch.optim.Optimizer):
 
     (no ``1 - beta**t`` factors when ``bias_correction`` is False), computed in fp32.
 
-    Storage: params fp32, bf16 or fp16 with fp32 ``exp_avg``/``exp_avg_sq``. With ``master_weights=True``,
-    bf16/fp16 parameters get an fp32 master copy (``state["master"]``) that the kernel updates and then
-    writes, rounded to nearest, into the parameter in the same pass (no separate cast kernel).
+    Storage: params fp32, bf16 or fp16. ``exp_avg``/``exp_avg_sq`` are fp32 (``fp32_optimizer_states=True``,
+    the default: 22 bytes moved per bf16 parameter per step, the more accurate mode) or, for bf16/fp16
+    parameters with ``fp32_optimizer_states=False``, in the parameter dtype as torch's fused AdamW keeps
+    them (14 bytes per parameter; the moments are rounded to 8 mantissa bits each step). With
+    ``master_weights=True``, bf16/fp16 parameters get an fp32 master copy (``state["master"]``, fp32
+    state) that the kernel updates and then writes, rounded to nearest, into the parameter in the same
+    pass (no separate cast kernel).
+
+    The bucketing of parameters into launches is cached between steps (see
+    :class:`~anyaccel.ops.fused_buckets.BucketPlanner`); replacing a state tensor by assignment rather than
+    in place needs ``load_state_dict`` (which clears the cache).
 
     Args:
         params: parameters or parameter-group dicts, on one GPU device type, contiguous.
@@ -56,6 +59,8 @@ class FusedAdam(torch.optim.Optimizer):
         amsgrad: must be False (not implemented, as in DeepSpeed's FusedAdam).
         set_grad_none: ``zero_grad()`` sets gradients to None (DeepSpeed's argument).
         master_weights: keep fp32 master weights for 16-bit parameters (see above).
+        fp32_optimizer_states: keep the moments in fp32 for 16-bit parameters (see above; DeepSpeed's
+            CPUAdam argument name).
         impl: force an implementation (``"cuda"``, ``"triton"`` or a registered one); else
             ``ANYACCEL_IMPL_FUSED_ADAM`` or the available one of highest priority.
 
@@ -80,6 +85,7 @@ class FusedAdam(torch.optim.Optimizer):
         set_grad_none: bool = True,
         master_weights: bool = False,
         impl: Optional[str] = None,
+        fp32_optimizer_states: bool = True,
     ) -> None:
         if amsgrad:
             raise NotImplementedError("FusedAdam does not implement amsgrad; use torch.optim.AdamW(amsgrad=True)")
@@ -97,7 +103,15 @@ class FusedAdam(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.set_grad_none = set_grad_none
         self.master_weights = master_weights
+        self.fp32_optimizer_states = fp32_optimizer_states
         self.impl = impl
+        self._planner = BucketPlanner(("exp_avg", "exp_avg_sq"), master_weights, fp32_optimizer_states, "FusedAdam",
+                                      count_steps=True)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``; also forgets the cached bucketing (the state tensors are new)."""
+        super().load_state_dict(state_dict)
+        self._planner.clear()
 
     def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
         """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
@@ -120,13 +134,12 @@ class FusedAdam(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            buckets = bucket_params(group, self.state, ("exp_avg", "exp_avg_sq"), self.master_weights,
-                                    "FusedAdam", step_of=_next_step)
+        for index, group in enumerate(self.param_groups):
+            buckets = self._planner.buckets(index, group, self.state)
             beta1, beta2 = group["betas"]
-            for (device, *_rest, step), b in buckets.items():
+            for (device, *_rest), b in buckets:
                 op = implementations.load("fused_adam", device.type, self.impl)
-                op.adam_step(b.params, b.grads, b.states["exp_avg"], b.states["exp_avg_sq"], b.copies, int(step),
+                op.adam_step(b.params, b.grads, b.states["exp_avg"], b.states["exp_avg_sq"], b.copies, b.step,
                              float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
                              float(group["weight_decay"]), bool(group["bias_correction"]),
                              bool(group["adam_w_mode"]))

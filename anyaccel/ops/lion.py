@@ -13,9 +13,9 @@ from typing import Any, Optional
 import torch
 
 from anyaccel.op_builder import implementations
-from anyaccel.ops.fused_buckets import bucket_params
+from anyaccel.ops.fused_buckets import BucketPlanner
 
-__all__ = ["FusedLion"]
+__all__ = ["FusedLion", "CPULion"]
 
 
 class FusedLion(torch.optim.Optimizer):
@@ -27,8 +27,10 @@ class FusedLion(torch.optim.Optimizer):
         p = p - lr * sign(beta1 * m + (1 - beta1) * g)
         m = beta2 * m + (1 - beta2) * g
 
-    Storage: params fp32/bf16/fp16 with an fp32 ``exp_avg``; ``master_weights=True`` keeps fp32 masters
-    for 16-bit parameters and writes the parameters from them in the same pass.
+    Storage: params fp32/bf16/fp16 with an fp32 ``exp_avg`` (or, with ``fp32_optimizer_states=False``,
+    one in the 16-bit parameters' dtype); ``master_weights=True`` keeps fp32 masters for 16-bit
+    parameters and writes the parameters from them in the same pass. The bucketing is cached between
+    steps (:class:`~anyaccel.ops.fused_buckets.BucketPlanner`).
 
     Args:
         params: parameters or parameter-group dicts, contiguous, on a GPU.
@@ -37,6 +39,7 @@ class FusedLion(torch.optim.Optimizer):
         weight_decay: decoupled weight decay, ``>= 0``.
         set_grad_none: ``zero_grad()`` sets gradients to None.
         master_weights: fp32 master weights for 16-bit parameters.
+        fp32_optimizer_states: keep ``exp_avg`` in fp32 for 16-bit parameters (default True).
         impl: force an implementation (``"cuda"``, ``"triton"``); else ``ANYACCEL_IMPL_FUSED_LION`` or the
             available one of highest priority.
 
@@ -55,6 +58,7 @@ class FusedLion(torch.optim.Optimizer):
         set_grad_none: bool = True,
         master_weights: bool = False,
         impl: Optional[str] = None,
+        fp32_optimizer_states: bool = True,
     ) -> None:
         for name, value, ok, accepted in (
             ("lr", lr, lr >= 0.0, ">= 0"),
@@ -67,7 +71,15 @@ class FusedLion(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
         self.set_grad_none = set_grad_none
         self.master_weights = master_weights
+        self.fp32_optimizer_states = fp32_optimizer_states
         self.impl = impl
+        self._planner = BucketPlanner(("exp_avg",), master_weights, fp32_optimizer_states, "FusedLion",
+                                      count_steps=False)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's ``load_state_dict``; also forgets the cached bucketing (the state tensors are new)."""
+        super().load_state_dict(state_dict)
+        self._planner.clear()
 
     def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
         """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
@@ -84,11 +96,16 @@ class FusedLion(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            buckets = bucket_params(group, self.state, ("exp_avg",), self.master_weights, "FusedLion")
+        for index, group in enumerate(self.param_groups):
+            buckets = self._planner.buckets(index, group, self.state)
             beta1, beta2 = group["betas"]
-            for (device, *_rest), b in buckets.items():
+            for (device, *_rest), b in buckets:
                 op = implementations.load("fused_lion", device.type, self.impl)
                 op.lion_step(b.params, b.grads, b.states["exp_avg"], b.copies, float(group["lr"]), float(beta1),
                              float(beta2), float(group["weight_decay"]))
         return loss
+
+
+# The host-side Lion lives in its own module (csrc/lion/cpu_lion.cpp); re-exported here so both Lion
+# optimizers come from ``anyaccel.ops.lion``, as DeepSpeed's ``deepspeed.ops.lion`` offers both.
+from anyaccel.ops.cpu_lion import CPULion  # noqa: E402

@@ -75,3 +75,12 @@ def test_setup_py_reports_and_never_aborts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "CPUAdamBuilder" in proc.stderr and ("skipped" in proc.stderr or "failed" in proc.stderr)
     assert (tmp_path / "lib" / "anyaccel" / "op_builder" / "builder.py").is_file()
+
+
+def test_device_only_ops_are_selected_by_their_own_variable():
+    """FusedAdamBuilder has no host row; its BUILD_VAR still selects it (not ANYACCEL_BUILD_FUSEDADAMBUILDER)."""
+    assert aot.selected_ops({"ANYACCEL_BUILD_FUSED_ADAM": "1"}) == ["FusedAdamBuilder"]
+    assert aot.selected_ops({"ANYACCEL_BUILD_FUSEDADAMBUILDER": "1"}) == []
+    everything = aot.selected_ops({"ANYACCEL_BUILD_OPS": "1", "ANYACCEL_BUILD_FUSED_LION": "0"})
+    assert "FusedAdamBuilder" in everything and "CPUAdamBuilder" in everything
+    assert "FusedLionBuilder" not in everything

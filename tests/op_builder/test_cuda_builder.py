@@ -57,9 +57,10 @@ def test_builder_flags_from_explicit_arch_list(builder_cls, monkeypatch):
     assert "-gencode=arch=compute_90a,code=sm_90a" in args and "-gencode=arch=compute_80,code=sm_80" in args
     assert all(not a.startswith("-arch") for a in args)
     assert b.arch_list() == ["8.0", "9.0a"]
+    assert not any(a.startswith("-std=") for a in args + b.cxx_args())  # torch passes the standard its headers need
     for src in b.sources():
         assert src.endswith(".cu")
-        text = open(src, encoding="utf-8").read()
+        text = (b.source_root() / src).read_text(encoding="utf-8")
         assert "TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE" in text and "torch/extension.h" not in text
 
 
@@ -92,6 +93,7 @@ def _impl(name, priority, available, device_types=("cuda",), op="toy_op"):
 def toy_op(monkeypatch):
     monkeypatch.setattr(implementations, "_registry", {})
     monkeypatch.setattr(implementations, "_loaded", {})
+    monkeypatch.setattr(implementations, "_chosen", {})
     monkeypatch.setattr(implementations, "_builtins_done", True)
     monkeypatch.delenv("ANYACCEL_IMPL_TOY_OP", raising=False)
     for impl in (_impl("fast", 20, False), _impl("mid", 10, True), _impl("slow", 1, True),
@@ -141,3 +143,16 @@ def test_builtin_ops_are_registered_with_cuda_above_triton():
     names = [i.name for i in implementations.implementations("fused_adam")]
     assert names[:2] == ["cuda", "triton"]
     assert [i.name for i in implementations.implementations("fused_lion")][:2] == ["cuda", "triton"]
+
+
+def test_load_probes_once_and_caches_the_choice(toy_op, monkeypatch):
+    calls = []
+    impl = _impl("counted", 50, True)
+    probe = impl.probe
+    implementations.register_implementation(implementations.Implementation(
+        impl.op, impl.name, impl.priority, impl.device_types, lambda: calls.append(1) or probe(), impl.loader))
+    first = implementations.load(toy_op, "cuda")
+    assert first.which == "counted" and implementations.load(toy_op, "cuda") is first
+    assert len(calls) == 1
+    monkeypatch.setenv("ANYACCEL_IMPL_TOY_OP", "mid")  # the variable is read on every call
+    assert implementations.load(toy_op, "cuda").which == "mid"

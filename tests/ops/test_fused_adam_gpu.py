@@ -208,3 +208,58 @@ def test_bad_inputs_raise_clear_errors(impl):
         op.adam_step([p], [_rand(99)], [m], [v], [], 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
     with pytest.raises(ValueError, match="step"):
         op.adam_step([p], [g], [m], [v], [], 0, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
+
+
+def _within_ulps(x, ref, dtype, ulps=1.01, atol=1e-6):
+    """|x - ref| within one 16-bit rounding of ref, plus ``atol`` for fp32 arithmetic on values that cancel
+    (e.g. beta1 * m + (1 - beta1) * g close to 0, where fp32's absolute error exceeds the 16-bit ulp of the
+    tiny result)."""
+    ulp = torch.finfo(dtype).eps * ref.abs().clamp_min(torch.finfo(dtype).tiny)
+    return ((x.double() - ref).abs() <= ulp * ulps + atol).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_state_in_param_dtype(impl, dtype):
+    """16-bit params with 16-bit moments: each result is the fp32 update rounded once (nearest even)."""
+    op = _op(impl)
+    sizes = [3, 4101, 70_003, 0]
+    ps = [_rand(n, dtype) for n in sizes]
+    gs = [_rand(n, dtype) for n in sizes]
+    ms = [_rand(n, dtype, scale=0.1) for n in sizes]
+    vs = [(_rand(n).abs() * 0.01).to(dtype) for n in sizes]
+    ref = [_ref_step(p, g, m, v, 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, True) for p, g, m, v in zip(ps, gs, ms, vs)]
+    op.adam_step(ps, gs, ms, vs, [], 3, 1e-2, 0.9, 0.999, 1e-8, 0.01, True, True)
+    for (rp, rm, rv), p, m, v, n in zip(ref, ps, ms, vs, sizes):
+        if n == 0:
+            continue
+        assert m.dtype == dtype and v.dtype == dtype
+        assert _within_ulps(p, rp, dtype) and _within_ulps(m, rm, dtype) and _within_ulps(v, rv, dtype)
+    with pytest.raises(TypeError, match="state"):  # 16-bit state with fp32 masters is not a supported mode
+        masters = [_rand(10)]
+        op.adam_step(masters, [_rand(10)], [_rand(10, dtype)], [_rand(10, dtype)], [_rand(10, dtype)], 1, 1e-3,
+                     0.9, 0.999, 1e-8, 0.0, True, True)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_optimizer_bf16_state_matches_torch_fused(impl):
+    from anyaccel.ops.fused_adam import FusedAdam
+
+    shapes = [(33, 65), (1000,), (7,), (4, 4096)]
+    ref = [torch.nn.Parameter(torch.randn(s, device="cuda").to(torch.bfloat16)) for s in shapes]
+    ours = [torch.nn.Parameter(p.detach().clone()) for p in ref]
+    start = [p.detach().clone() for p in ref]
+    topt = torch.optim.AdamW(ref, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05, fused=True)
+    opt = FusedAdam(ours, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05, fp32_optimizer_states=False,
+                    impl=impl)
+    for _ in range(4):
+        for a, b in zip(ref, ours):
+            g = torch.randn_like(a)
+            a.grad, b.grad = g, g.clone()
+        topt.step()
+        opt.step()
+    for a, b, s in zip(ref, ours, start):
+        assert opt.state[b]["exp_avg"].dtype == torch.bfloat16 and opt.state[b]["exp_avg_sq"].dtype == torch.bfloat16
+        assert _rel(b, s) > 1e-3  # it moved
+        assert _rel(b, a) < 2e-3  # and like torch's fused AdamW with bf16 state (rounding differences only)
+        assert _rel(opt.state[b]["exp_avg"], topt.state[a]["exp_avg"]) < 1e-2

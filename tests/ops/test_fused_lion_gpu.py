@@ -138,3 +138,20 @@ def test_bad_inputs_raise_clear_errors(impl):
         op.lion_step([p], [g.half()], [m], [], 1e-3, 0.9, 0.99, 0.0)
     with pytest.raises(ValueError, match="beta"):
         op.lion_step([p], [g], [m], [], 1e-3, 1.5, 0.99, 0.0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_state_in_param_dtype(impl):
+    """bf16 params and bf16 momentum: the momentum is the fp32 update rounded once to bf16."""
+    op = _op(impl)
+    sizes = [5, 4099, 65_537]
+    ps, gs, ms = ([_rand(n, torch.bfloat16) for n in sizes] for _ in range(3))
+    refs = [_ref_step(p, g, m, 1e-2, 0.9, 0.99, 0.0) for p, g, m in zip(ps, gs, ms)]
+    op.lion_step(ps, gs, ms, [], 1e-2, 0.9, 0.99, 0.0)
+    for (rp, rm, cabs), p, m in zip(refs, ps, ms):
+        assert m.dtype == torch.bfloat16
+        ulp = torch.finfo(torch.bfloat16).eps
+        # one bf16 rounding of the fp32 result, plus fp32's absolute error where beta2 * m + (1 - beta2) * g cancels
+        assert ((m.double() - rm).abs() <= ulp * rm.abs() * 1.01 + 1e-6).all()
+        sure = cabs > 1e-3
+        assert ((p.double() - rp).abs()[sure] <= ulp * rp.abs()[sure] * 1.01 + 1e-6).all()

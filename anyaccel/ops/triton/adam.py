@@ -32,13 +32,13 @@ def _adam_update(p_ptr, g_ptr, m_ptr, v_ptr, c_ptr, offs, n, decay, wd, beta1, b
         mask = offs < n
         p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        m = tl.load(m_ptr + offs, mask=mask, other=0.0)
-        v = tl.load(v_ptr + offs, mask=mask, other=0.0)
+        m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
         p = tl.load(p_ptr + offs, eviction_policy="evict_first").to(tl.float32)
         g = tl.load(g_ptr + offs, eviction_policy="evict_first").to(tl.float32)
-        m = tl.load(m_ptr + offs, eviction_policy="evict_first")
-        v = tl.load(v_ptr + offs, eviction_policy="evict_first")
+        m = tl.load(m_ptr + offs, eviction_policy="evict_first").to(tl.float32)
+        v = tl.load(v_ptr + offs, eviction_policy="evict_first").to(tl.float32)
     if ADAMW:
         p = p * decay
     else:
@@ -49,14 +49,14 @@ def _adam_update(p_ptr, g_ptr, m_ptr, v_ptr, c_ptr, offs, n, decay, wd, beta1, b
     p = p - step_size * tl.div_rn(m, denom)
     if MASKED:
         tl.store(p_ptr + offs, p.to(p_ptr.dtype.element_ty), mask=mask)
-        tl.store(m_ptr + offs, m, mask=mask)
-        tl.store(v_ptr + offs, v, mask=mask)
+        tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), mask=mask)
+        tl.store(v_ptr + offs, v.to(v_ptr.dtype.element_ty), mask=mask)
         if HAS_COPY:
             tl.store(c_ptr + offs, p.to(c_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(p_ptr + offs, p.to(p_ptr.dtype.element_ty), eviction_policy="evict_first")
-        tl.store(m_ptr + offs, m, eviction_policy="evict_first")
-        tl.store(v_ptr + offs, v, eviction_policy="evict_first")
+        tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), eviction_policy="evict_first")
+        tl.store(v_ptr + offs, v.to(v_ptr.dtype.element_ty), eviction_policy="evict_first")
         if HAS_COPY:
             tl.store(c_ptr + offs, p.to(c_ptr.dtype.element_ty), eviction_policy="evict_first")
 
@@ -112,8 +112,8 @@ def adam_step(
             contiguous, one dtype, one CUDA/XPU device. Updated in place.
         grads: one gradient per parameter, same element count; the params' dtype (or bf16/fp16 matching
             the model copies in master-weight mode).
-        exp_avgs: first moments, float32, one per parameter; updated in place.
-        exp_avg_sqs: second moments, float32, one per parameter; updated in place.
+        exp_avgs: first moments, one per parameter, float32 or the params' 16-bit dtype; updated in place.
+        exp_avg_sqs: second moments, like ``exp_avgs``; updated in place.
         model_copies: empty, or one bf16/fp16 tensor per fp32 parameter, overwritten with the updated
             parameter rounded to nearest.
         step: the step count including this one (>= 1), for bias correction.

@@ -25,23 +25,23 @@ def _lion_update(p_ptr, g_ptr, m_ptr, c_ptr, offs, n, decay, lr, beta1, beta2, o
         mask = offs < n
         p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        m = tl.load(m_ptr + offs, mask=mask, other=0.0)
+        m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     else:
         p = tl.load(p_ptr + offs, eviction_policy="evict_first").to(tl.float32)
         g = tl.load(g_ptr + offs, eviction_policy="evict_first").to(tl.float32)
-        m = tl.load(m_ptr + offs, eviction_policy="evict_first")
+        m = tl.load(m_ptr + offs, eviction_policy="evict_first").to(tl.float32)
     c = beta1 * m + omb1 * g
     sgn = tl.where(c > 0, 1.0, tl.where(c < 0, -1.0, 0.0))
     p = p * decay - lr * sgn
     m = beta2 * m + omb2 * g
     if MASKED:
         tl.store(p_ptr + offs, p.to(p_ptr.dtype.element_ty), mask=mask)
-        tl.store(m_ptr + offs, m, mask=mask)
+        tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), mask=mask)
         if HAS_COPY:
             tl.store(c_ptr + offs, p.to(c_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(p_ptr + offs, p.to(p_ptr.dtype.element_ty), eviction_policy="evict_first")
-        tl.store(m_ptr + offs, m, eviction_policy="evict_first")
+        tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), eviction_policy="evict_first")
         if HAS_COPY:
             tl.store(c_ptr + offs, p.to(c_ptr.dtype.element_ty), eviction_policy="evict_first")
 
@@ -88,7 +88,7 @@ def lion_step(
         params: parameters (fp32/bf16/fp16, or fp32 master weights with ``model_copies``), contiguous,
             one dtype, one device. Updated in place.
         grads: one gradient per parameter, same element count (dtype rules as for ``adam_step``).
-        exp_avgs: momentum, float32, one per parameter; updated in place.
+        exp_avgs: momentum, one per parameter, float32 or the params' 16-bit dtype; updated in place.
         model_copies: empty, or one bf16/fp16 tensor per fp32 parameter, overwritten with the update.
         lr: learning rate. beta1: interpolation for the update sign; beta2: momentum decay; both in
             [0, 1]. weight_decay: decoupled weight decay.

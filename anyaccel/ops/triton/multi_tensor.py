@@ -22,17 +22,20 @@ from typing import Optional, Sequence
 
 import torch
 
-#: dtypes accepted as (params, grads, model copies); optimizer state is always float32. The same set
-#: as the CUDA kernels' (anyaccel/csrc/includes/cuda/multi_tensor_apply.cuh, ANYACCEL_MTA_VARIANTS).
-SUPPORTED_DTYPES: frozenset[tuple[torch.dtype, torch.dtype, Optional[torch.dtype]]] = frozenset(
+#: dtypes accepted as (params, grads, optimizer state, model copies): the same set as the CUDA kernels'
+#: (anyaccel/csrc/includes/cuda/multi_tensor_apply.cuh, ANYACCEL_MTA_VARIANTS). State is float32, or the
+#: parameters' 16-bit dtype (as torch's fused AdamW keeps it) when there are no model copies.
+SUPPORTED_DTYPES: frozenset[tuple[torch.dtype, torch.dtype, torch.dtype, Optional[torch.dtype]]] = frozenset(
     {
-        (torch.float32, torch.float32, None),
-        (torch.bfloat16, torch.bfloat16, None),
-        (torch.float16, torch.float16, None),
-        (torch.float32, torch.float32, torch.bfloat16),
-        (torch.float32, torch.float32, torch.float16),
-        (torch.float32, torch.bfloat16, torch.bfloat16),
-        (torch.float32, torch.float16, torch.float16),
+        (torch.float32, torch.float32, torch.float32, None),
+        (torch.bfloat16, torch.bfloat16, torch.float32, None),
+        (torch.float16, torch.float16, torch.float32, None),
+        (torch.bfloat16, torch.bfloat16, torch.bfloat16, None),
+        (torch.float16, torch.float16, torch.float16, None),
+        (torch.float32, torch.float32, torch.float32, torch.bfloat16),
+        (torch.float32, torch.float32, torch.float32, torch.float16),
+        (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16),
+        (torch.float32, torch.float16, torch.float32, torch.float16),
     }
 )
 
@@ -78,7 +81,8 @@ def validate(
         op: the op name for messages (``"adam_step"``).
         params: parameters, any shapes, contiguous, one dtype and one device.
         grads: one gradient per parameter, same element count, one dtype.
-        states: ``(name, list)`` pairs, each list one float32 tensor per parameter.
+        states: ``(name, list)`` pairs, each list one tensor per parameter, all of one dtype: float32, or
+            the parameters' 16-bit dtype (see :data:`SUPPORTED_DTYPES`).
         model_copies: empty, or one bf16/fp16 tensor per float32 parameter.
 
     Raises:
@@ -95,7 +99,7 @@ def validate(
             raise ValueError(f"{op}: got {n} params but {len(lst)} {name}; pass one per parameter")
     p0 = params[0]
     for name, lst in [("params", params)] + named:
-        dtype = torch.float32 if name not in ("params", "grads", "model_copies") else lst[0].dtype
+        dtype = lst[0].dtype if name in ("params", "grads", "model_copies") else states[0][1][0].dtype
         for i, t in enumerate(lst):
             if t.device != p0.device:
                 raise ValueError(
@@ -105,7 +109,7 @@ def validate(
             if t.dtype != dtype:
                 raise TypeError(
                     f"{op}: {name}[{i}] has dtype {t.dtype}, expected {dtype}; every tensor of one list must "
-                    "share a dtype and optimizer state is float32"
+                    "share a dtype"
                 )
             if t.numel() != params[i].numel():
                 raise ValueError(
@@ -114,10 +118,11 @@ def validate(
                 )
             if not t.is_contiguous():
                 raise ValueError(f"{op}: {name}[{i}] is not contiguous; call .contiguous() on it")
-    combo = (p0.dtype, grads[0].dtype, model_copies[0].dtype if model_copies else None)
+    combo = (p0.dtype, grads[0].dtype, states[0][1][0].dtype, model_copies[0].dtype if model_copies else None)
     if combo not in SUPPORTED_DTYPES:
         accepted = ", ".join(sorted(str(c) for c in SUPPORTED_DTYPES))
-        raise TypeError(f"{op}: unsupported dtypes (params, grads, model_copies) = {combo}; accepted: {accepted}")
+        raise TypeError(f"{op}: unsupported dtypes (params, grads, state, model_copies) = {combo}; accepted: "
+                        f"{accepted}")
 
 
 def work_table(lists: Sequence[Sequence[torch.Tensor]], block: int) -> WorkTable:

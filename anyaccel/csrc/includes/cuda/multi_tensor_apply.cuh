@@ -7,6 +7,9 @@
 //
 //   row t: [param, grad, state0, state1, model_copy, numel, first_chunk, aligned]
 //
+// Optimizer state is fp32, or bf16/fp16 like the parameters (torch's fused AdamW keeps it so; 14 bytes
+// per element for Adam instead of 22): the dtype of the state lists selects the kernel.
+//
 // The grid is persistent (as many blocks as stay resident at once, at most one per chunk); block b
 // handles chunks b, b + gridDim.x, ... and finds the tensor of a chunk by binary search over
 // first_chunk. Inside a chunk each thread moves kVec elements per iteration with 16-byte loads and
@@ -55,10 +58,14 @@ namespace mta {
 #ifndef ANYACCEL_MTA_UNROLL
 #define ANYACCEL_MTA_UNROLL 1
 #endif
+#ifndef ANYACCEL_MTA_MIN_BLOCKS
+#define ANYACCEL_MTA_MIN_BLOCKS 1
+#endif
 
 constexpr int kThreads = ANYACCEL_MTA_THREADS;   // threads per block
 constexpr int kVec = ANYACCEL_MTA_VEC;           // elements per thread per vector access
-constexpr int kUnroll = ANYACCEL_MTA_UNROLL;     // vector accesses per array in flight per thread
+constexpr int kUnroll = ANYACCEL_MTA_UNROLL;   // vector accesses per array in flight per thread
+constexpr int kMinBlocks = ANYACCEL_MTA_MIN_BLOCKS;  // __launch_bounds__ minimum resident blocks per SM
 constexpr int64_t kChunk = ANYACCEL_MTA_CHUNK;   // elements per chunk; a multiple of kThreads * kVec
 constexpr int kRowWords = 8;          // int64 words per tensor row of the table
 constexpr int kMaxStates = 2;         // optimizer state tensors per parameter (Adam: m, v; Lion: m)
@@ -142,11 +149,13 @@ __device__ __forceinline__ void store_vec(T* __restrict__ dst, const float (&src
 // ---- the kernel --------------------------------------------------------------------------------
 
 // Applies `op` to every element of every tensor in `table`.
-//   P: parameter dtype (fp32/bf16/fp16); G: gradient dtype; O: model-copy dtype (ignored unless
-//   HAS_COPY); NS: number of fp32 state tensors (1 or 2). Op provides
-//   `__device__ void operator()(float& p, float g, float* s) const` updating p and s[0..NS) in place.
-template <typename P, typename G, typename O, int NS, bool HAS_COPY, class Op>
-__global__ void __launch_bounds__(kThreads)
+//   P: parameter dtype (fp32/bf16/fp16); G: gradient dtype; S: optimizer-state dtype (fp32, or the
+//   parameter's 16-bit dtype); O: model-copy dtype (ignored unless HAS_COPY); NS: number of state
+//   tensors (1 or 2). Op provides `__device__ void operator()(float& p, float g, float* s) const`
+//   updating p and s[0..NS) in place; all arithmetic is fp32, 16-bit values are rounded to nearest even
+//   once, when stored.
+template <typename P, typename G, typename S, typename O, int NS, bool HAS_COPY, class Op>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     multi_tensor_kernel(const int64_t* __restrict__ table, int num_tensors, int64_t num_chunks, Op op) {
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     // Find the tensor t with row[t].first_chunk <= c < row[t+1].first_chunk.
@@ -158,8 +167,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t* row = table + lo * kRowWords;
     P* __restrict__ p = reinterpret_cast<P*>(row[0]);
     const G* __restrict__ g = reinterpret_cast<const G*>(row[1]);
-    float* __restrict__ s0 = reinterpret_cast<float*>(row[2]);
-    float* __restrict__ s1 = reinterpret_cast<float*>(row[3]);
+    S* __restrict__ s0 = reinterpret_cast<S*>(row[2]);
+    S* __restrict__ s1 = reinterpret_cast<S*>(row[3]);
     O* __restrict__ out = reinterpret_cast<O*>(row[4]);
     const int64_t n = row[5];
     const bool aligned = row[7] != 0;
@@ -216,11 +225,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int64_t i = vec_end + threadIdx.x; i < end; i += kThreads) {
       float pe = to_float(p[i]);
-      float s[kMaxStates] = {s0[i], NS > 1 ? s1[i] : 0.f};
+      float s[kMaxStates] = {to_float(s0[i]), NS > 1 ? to_float(s1[i]) : 0.f};
       op(pe, to_float(g[i]), s);
       p[i] = from_float<P>(pe);
-      s0[i] = s[0];
-      if (NS > 1) s1[i] = s[1];
+      s0[i] = from_float<S>(s[0]);
+      if (NS > 1) s1[i] = from_float<S>(s[1]);
       if (HAS_COPY) out[i] = from_float<O>(pe);
     }
   }
@@ -314,6 +323,9 @@ inline at::Tensor build_table(const TensorLists& lists, int64_t* num_chunks) {
   const auto pdt = p0.scalar_type();
   const auto gdt = lists.grads[0].defined() ? lists.grads[0].scalar_type() : pdt;
   const auto odt = has_copy && lists.copies[0].defined() ? lists.copies[0].scalar_type() : pdt;
+  const auto sdt = !lists.states.empty() && !lists.states[0].empty() && lists.states[0][0].defined()
+                       ? lists.states[0][0].scalar_type()
+                       : at::kFloat;
 
   at::Tensor host = at::empty({static_cast<int64_t>(n) * kRowWords},
                               at::TensorOptions().dtype(at::kLong).pinned_memory(true));
@@ -332,9 +344,9 @@ inline at::Tensor build_table(const TensorLists& lists, int64_t* num_chunks) {
     void* sp[kMaxStates] = {nullptr, nullptr};
     for (size_t s = 0; s < lists.states.size(); ++s) {
       const at::Tensor& st = lists.states[s][i];
-      check_tensor(st, kStateNames[s], i, p, at::kFloat, op);
+      check_tensor(st, kStateNames[s], i, p, sdt, op);
       sp[s] = st.data_ptr();
-      aligned = aligned && is_aligned(sp[s], kVec * sizeof(float));
+      aligned = aligned && is_aligned(sp[s], kVec * st.element_size());
     }
     void* cp = nullptr;
     if (has_copy) {
@@ -360,10 +372,10 @@ inline at::Tensor build_table(const TensorLists& lists, int64_t* num_chunks) {
 }
 
 // Launches one instantiation on the current stream, persistent grid; checks the launch.
-template <typename P, typename G, typename O, int NS, bool HAS_COPY, class Op>
+template <typename P, typename G, typename S, typename O, int NS, bool HAS_COPY, class Op>
 void launch(const at::Tensor& table, int num_tensors, int64_t num_chunks, const Op& op) {
   if (num_chunks == 0) return;  // every tensor is empty
-  auto kernel = multi_tensor_kernel<P, G, O, NS, HAS_COPY, Op>;
+  auto kernel = multi_tensor_kernel<P, G, S, O, NS, HAS_COPY, Op>;
   static int blocks_per_sm = [&] {
     int b = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
@@ -377,11 +389,11 @@ void launch(const at::Tensor& table, int num_tensors, int64_t num_chunks, const 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// One supported (param, grad, copy) dtype combination and its launcher. Backend differences as data:
-// each op lists its combinations in a table and `dispatch` looks the step's dtypes up in it.
+// One supported (param, grad, state, copy) dtype combination and its launcher. Backend differences as
+// data: each op lists its combinations in a table and `dispatch` looks the step's dtypes up in it.
 template <class Op>
 struct Variant {
-  c10::ScalarType param, grad, copy;  // copy == Undefined: no model copy
+  c10::ScalarType param, grad, state, copy;  // copy == Undefined: no model copy
   void (*fn)(const at::Tensor&, int, int64_t, const Op&);
 };
 
@@ -399,36 +411,41 @@ void dispatch(const Variant<Op> (&variants)[N], const TensorLists& lists, const 
   const auto pdt = p0.scalar_type();
   const auto gdt = lists.grads[0].scalar_type();
   const auto cdt = lists.copies.empty() ? c10::ScalarType::Undefined : lists.copies[0].scalar_type();
+  const auto sdt = lists.states[0][0].scalar_type();
   std::string accepted;
   for (const auto& v : variants) {
-    if (v.param == pdt && v.grad == gdt && v.copy == cdt) {
+    if (v.param == pdt && v.grad == gdt && v.state == sdt && v.copy == cdt) {
       v.fn(table, static_cast<int>(lists.params.size()), num_chunks, op);
       return;
     }
-    accepted += " (" + dtype_name(v.param) + ", " + dtype_name(v.grad) + ", " + dtype_name(v.copy) + ")";
+    accepted += " (" + dtype_name(v.param) + ", " + dtype_name(v.grad) + ", " + dtype_name(v.state) + ", " +
+                dtype_name(v.copy) + ")";
   }
-  type_error(op_s + ": unsupported dtypes (params, grads, model_copies) = (" + dtype_name(pdt) + ", " +
-             dtype_name(gdt) + ", " + dtype_name(cdt) + "); accepted:" + accepted +
-             ". Optimizer state is always float32.");
+  type_error(op_s + ": unsupported dtypes (params, grads, state, model_copies) = (" + dtype_name(pdt) + ", " +
+             dtype_name(gdt) + ", " + dtype_name(sdt) + ", " + dtype_name(cdt) + "); accepted:" + accepted +
+             ". Optimizer state is float32, or the parameters' 16-bit dtype when there are no model copies.");
 }
 
 // The dtype combinations every element-wise optimizer supports: parameters and gradients of one
-// dtype; or fp32 master parameters with fp32 or low-precision gradients writing a bf16/fp16 model copy.
-#define ANYACCEL_MTA_VARIANTS(OP, NS)                                                                      \
-  {c10::ScalarType::Float, c10::ScalarType::Float, c10::ScalarType::Undefined,                             \
-   &::anyaccel::mta::launch<float, float, float, NS, false, OP>},                                          \
-  {c10::ScalarType::BFloat16, c10::ScalarType::BFloat16, c10::ScalarType::Undefined,                       \
-   &::anyaccel::mta::launch<__nv_bfloat16, __nv_bfloat16, float, NS, false, OP>},                          \
-  {c10::ScalarType::Half, c10::ScalarType::Half, c10::ScalarType::Undefined,                               \
-   &::anyaccel::mta::launch<__half, __half, float, NS, false, OP>},                                        \
-  {c10::ScalarType::Float, c10::ScalarType::Float, c10::ScalarType::BFloat16,                              \
-   &::anyaccel::mta::launch<float, float, __nv_bfloat16, NS, true, OP>},                                   \
-  {c10::ScalarType::Float, c10::ScalarType::Float, c10::ScalarType::Half,                                  \
-   &::anyaccel::mta::launch<float, float, __half, NS, true, OP>},                                          \
-  {c10::ScalarType::Float, c10::ScalarType::BFloat16, c10::ScalarType::BFloat16,                           \
-   &::anyaccel::mta::launch<float, __nv_bfloat16, __nv_bfloat16, NS, true, OP>},                           \
-  {c10::ScalarType::Float, c10::ScalarType::Half, c10::ScalarType::Half,                                   \
-   &::anyaccel::mta::launch<float, __half, __half, NS, true, OP>}
+// dtype with fp32 state, or (16-bit parameters) state in the parameters' dtype as torch's fused AdamW
+// keeps it; or fp32 master parameters with fp32 or low-precision gradients and fp32 state, writing a
+// bf16/fp16 model copy in the same pass.
+#define ANYACCEL_MTA_V(OP, NS, P, G, S, O, HAS_COPY, PT, GT, ST, OT)              \
+  {c10::ScalarType::P, c10::ScalarType::G, c10::ScalarType::S, c10::ScalarType::O, \
+   &::anyaccel::mta::launch<PT, GT, ST, OT, NS, HAS_COPY, OP>}
+#define ANYACCEL_MTA_VARIANTS(OP, NS)                                                                     \
+  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, Undefined, false, float, float, float, float),               \
+  ANYACCEL_MTA_V(OP, NS, BFloat16, BFloat16, Float, Undefined, false, __nv_bfloat16, __nv_bfloat16, float, \
+                 float),                                                                                   \
+  ANYACCEL_MTA_V(OP, NS, Half, Half, Float, Undefined, false, __half, __half, float, float),               \
+  ANYACCEL_MTA_V(OP, NS, BFloat16, BFloat16, BFloat16, Undefined, false, __nv_bfloat16, __nv_bfloat16,     \
+                 __nv_bfloat16, float),                                                                    \
+  ANYACCEL_MTA_V(OP, NS, Half, Half, Half, Undefined, false, __half, __half, __half, float),               \
+  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, BFloat16, true, float, float, float, __nv_bfloat16),         \
+  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, Half, true, float, float, float, __half),                    \
+  ANYACCEL_MTA_V(OP, NS, Float, BFloat16, Float, BFloat16, true, float, __nv_bfloat16, float,             \
+                 __nv_bfloat16),                                                                           \
+  ANYACCEL_MTA_V(OP, NS, Float, Half, Float, Half, true, float, __half, float, __half)
 
 }  // namespace mta
 }  // namespace anyaccel
