@@ -14,7 +14,7 @@ Every rewrite yields code the same rules leave unchanged, which makes the migrat
 from __future__ import annotations
 
 import logging
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand

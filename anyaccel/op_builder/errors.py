@@ -53,6 +53,12 @@ DIAGNOSES: dict[str, Diagnosis] = {
             "built with its headers)",
         ),
         Diagnosis(
+            "sycl_compiler_missing",
+            "no working SYCL compiler (Intel oneAPI DPC++ icpx) was found",
+            "install Intel oneAPI DPC++/C++ (icpx) and `source setvars.sh`, or set ANYACCEL_SYCL_CXX to the "
+            "icpx to use; the error above lists every place that was searched",
+        ),
+        Diagnosis(
             "header_missing",
             "a header file the sources include was not found",
             "install the package that provides the header named above, or add its directory to CPATH",

@@ -277,6 +277,9 @@ _BUILTINS: tuple[tuple[str, str, int, tuple[str, ...], Callable[[], Any], Callab
     ("fused_lion", "triton", 10, ("cuda", "xpu"), _triton_probe, _module_loader("anyaccel.ops.triton.lion"),
      "Triton multi-tensor kernel (anyaccel/ops/triton/lion.py)"),
 )
+#: Modules whose ``IMPLEMENTATIONS`` table (same row shape as ``_BUILTINS``) adds other devices' kernels:
+#: SYCL for XPU, torch_npu-backed implementations for NPU. Imported on the first lookup, not at import.
+_DEVICE_TABLES = ("anyaccel.op_builder.xpu_ops", "anyaccel.op_builder.npu_ops")
 _builtins_done = False
 
 
@@ -286,6 +289,9 @@ def _register_builtins() -> None:
         if _builtins_done:
             return
         _builtins_done = True
-    for op, name, priority, device_types, probe, loader, description in _BUILTINS:
+    rows = list(_BUILTINS)
+    for module_name in _DEVICE_TABLES:
+        rows.extend(importlib.import_module(module_name).IMPLEMENTATIONS)
+    for op, name, priority, device_types, probe, loader, description in rows:
         if name not in _registry.get(op, {}):
             register_implementation(Implementation(op, name, priority, device_types, probe, loader, description))

@@ -20,8 +20,12 @@ ANY_ACCELERATOR = "*"
 _BUILDERS: dict[str, dict[str, Union[str, type]]] = {
     "CPUAdamBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_adam:CPUAdamBuilder"},
     "CPULionBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_lion:CPULionBuilder"},
-    "FusedAdamBuilder": {"cuda": "anyaccel.op_builder.fused_adam:FusedAdamBuilder"},
-    "FusedLionBuilder": {"cuda": "anyaccel.op_builder.fused_lion:FusedLionBuilder"},
+    "FusedAdamBuilder": {"cuda": "anyaccel.op_builder.fused_adam:FusedAdamBuilder",
+                         "xpu": "anyaccel.op_builder.xpu_ops:XPUFusedAdamBuilder",
+                         "npu": "anyaccel.op_builder.npu_ops:NPUFusedAdamBuilder"},
+    "FusedLionBuilder": {"cuda": "anyaccel.op_builder.fused_lion:FusedLionBuilder",
+                         "xpu": "anyaccel.op_builder.xpu_ops:XPUFusedLionBuilder",
+                         "npu": "anyaccel.op_builder.npu_ops:NPUFusedLionBuilder"},
 }
 #: op NAME -> builder class name, so ``create_op_builder("cpu_adam")`` works too.
 _ALIASES: dict[str, str] = {

@@ -140,9 +140,12 @@ def test_no_available_implementation_lists_reasons(toy_op):
 
 
 def test_builtin_ops_are_registered_with_cuda_above_triton():
-    names = [i.name for i in implementations.implementations("fused_adam")]
-    assert names[:2] == ["cuda", "triton"]
-    assert [i.name for i in implementations.implementations("fused_lion")][:2] == ["cuda", "triton"]
+    for op in ("fused_adam", "fused_lion"):
+        on_cuda = [i.name for i in implementations.implementations(op) if "cuda" in i.device_types]
+        assert on_cuda == ["cuda", "triton"]
+        on_xpu = [i.name for i in implementations.implementations(op) if "xpu" in i.device_types]
+        assert on_xpu == ["sycl", "triton"]  # SYCL (priority 20) above Triton (10) on Intel GPUs
+        assert [i.name for i in implementations.implementations(op) if "npu" in i.device_types] == ["npu"]
 
 
 def test_load_probes_once_and_caches_the_choice(toy_op, monkeypatch):
