@@ -84,6 +84,11 @@ class Candidate:
     chosen: bool
 
 
+#: One row of a table of implementations: (op, implementation name, priority, device types, probe, loader,
+#: description), the fields of :class:`Implementation` in order (``_BUILTINS`` and the device modules'
+#: ``IMPLEMENTATIONS``).
+ImplementationRow = tuple[str, str, int, tuple[str, ...], Callable[[], tuple[bool, str]], Callable[[], Any], str]
+
 _registry: dict[str, dict[str, Implementation]] = {}
 _loaded: dict[tuple[str, str], Any] = {}
 #: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
@@ -256,6 +261,34 @@ def _cuda_loader(builder_name: str) -> Callable[[], Any]:
         return getattr(module, builder_name)().load()
 
     return loader
+
+
+def builder_probe(builder_class: type) -> Callable[[], tuple[bool, str]]:
+    """An :attr:`Implementation.probe` asking a fresh ``builder_class()`` for its ``compatibility()``.
+
+    For the device tables (``xpu_ops.IMPLEMENTATIONS``, ``npu_ops.IMPLEMENTATIONS``) whose implementations
+    are op builders. The builder is instantiated at each probe, so a patched class attribute is seen.
+
+    Args:
+        builder_class: An ``OpBuilder`` subclass.
+
+    Returns:
+        A no-argument callable returning ``(available, reason)``; it compiles nothing.
+    """
+    return lambda: builder_class().compatibility()
+
+
+def builder_loader(builder_class: type) -> Callable[[], Any]:
+    """An :attr:`Implementation.loader` returning ``builder_class().load()`` (an ``OpModule``, or for
+    delegating builders a Python module).
+
+    Args:
+        builder_class: An ``OpBuilder`` subclass.
+
+    Returns:
+        A no-argument callable; calling it may compile the op (the builder's ``load`` errors propagate).
+    """
+    return lambda: builder_class().load()
 
 
 def _module_loader(module_name: str) -> Callable[[], Any]:

@@ -14,8 +14,9 @@ import importlib.util
 import logging
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
+from anyaccel.op_builder.implementations import ImplementationRow, builder_loader, builder_probe
 from anyaccel.op_builder.npu import VENDOR_PACKAGE, NPUOpBuilder, find_torch_npu
 
 logger = logging.getLogger(__name__)
@@ -95,23 +96,11 @@ class NPUFusedLionBuilder(NPUDelegatingBuilder):
     MODULE: ClassVar[str] = "anyaccel.ops.npu.lion"
 
 
-_BUILDERS: dict[str, type[NPUDelegatingBuilder]] = {"fused_adam": NPUFusedAdamBuilder, "fused_lion": NPUFusedLionBuilder}
-
-
-def _probe(op: str) -> Callable[[], tuple[bool, str]]:
-    return lambda: _BUILDERS[op]().compatibility()
-
-
-def _loader(op: str) -> Callable[[], Any]:
-    return lambda: _BUILDERS[op]().load()
-
-
 #: (op, implementation name, priority, device types, probe, loader, description), the shape of
 #: :mod:`anyaccel.op_builder.implementations`' built-in table.
-IMPLEMENTATIONS: tuple[tuple[str, str, int, tuple[str, ...], Callable[[], tuple[bool, str]], Callable[[], Any], str],
-                       ...] = (
-    ("fused_adam", "npu", 20, ("npu",), _probe("fused_adam"), _loader("fused_adam"),
+IMPLEMENTATIONS: tuple[ImplementationRow, ...] = (
+    ("fused_adam", "npu", 20, ("npu",), builder_probe(NPUFusedAdamBuilder), builder_loader(NPUFusedAdamBuilder),
      "torch_npu.npu_apply_adam_w (Ascend ApplyAdamW), foreach for fp32 moments of 16-bit params"),
-    ("fused_lion", "npu", 20, ("npu",), _probe("fused_lion"), _loader("fused_lion"),
+    ("fused_lion", "npu", 20, ("npu",), builder_probe(NPUFusedLionBuilder), builder_loader(NPUFusedLionBuilder),
      "torch _foreach_* ops (torch_npu multi-tensor kernels)"),
 )

@@ -18,8 +18,9 @@ logs which one it chose; :data:`IMPLEMENTATIONS` holds the SYCL rows and
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import ClassVar
 
+from anyaccel.op_builder.implementations import ImplementationRow, builder_loader, builder_probe
 from anyaccel.op_builder.sycl import SYCLOpBuilder
 
 __all__ = ["XPUFusedAdamBuilder", "XPUFusedLionBuilder", "IMPLEMENTATIONS"]
@@ -70,24 +71,12 @@ class XPUFusedLionBuilder(SYCLOpBuilder):
         torch.library.register_fake(f"{namespace}::lion_step")(_lion_step_fake)
 
 
-_BUILDERS: dict[str, type[SYCLOpBuilder]] = {"fused_adam": XPUFusedAdamBuilder, "fused_lion": XPUFusedLionBuilder}
-
-
-def _probe(op: str) -> Callable[[], tuple[bool, str]]:
-    return lambda: _BUILDERS[op]().compatibility()
-
-
-def _loader(op: str) -> Callable[[], Any]:
-    return lambda: _BUILDERS[op]().load()
-
-
 #: (op, implementation name, priority, device types, probe, loader, description): the rows this module
 #: contributes to :mod:`anyaccel.op_builder.implementations` (same shape as its built-in table).
-IMPLEMENTATIONS: tuple[tuple[str, str, int, tuple[str, ...], Callable[[], tuple[bool, str]], Callable[[], Any], str],
-                       ...] = (
-    ("fused_adam", "sycl", 20, ("xpu",), _probe("fused_adam"), _loader("fused_adam"),
+IMPLEMENTATIONS: tuple[ImplementationRow, ...] = (
+    ("fused_adam", "sycl", 20, ("xpu",), builder_probe(XPUFusedAdamBuilder), builder_loader(XPUFusedAdamBuilder),
      "SYCL multi-tensor kernel (csrc/adam/fused_adam_sycl.sycl)"),
-    ("fused_lion", "sycl", 20, ("xpu",), _probe("fused_lion"), _loader("fused_lion"),
+    ("fused_lion", "sycl", 20, ("xpu",), builder_probe(XPUFusedLionBuilder), builder_loader(XPUFusedLionBuilder),
      "SYCL multi-tensor kernel (csrc/lion/fused_lion_sycl.sycl)"),
 )
 

@@ -13,24 +13,17 @@ The native kernel (``anyaccel/csrc/adam/cpu_adam.cpp``) is built or loaded on th
 
 from __future__ import annotations
 
-import logging
-import math
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
 
-logger = logging.getLogger(__name__)
+from anyaccel.ops.host_optimizer import GroupTensors, HostOptimizer, check_beta_pair, check_hyper_parameters
 
 __all__ = ["CPUAdam", "FusedAdam"]
 
-# Parameter dtypes the kernel accepts; gradients must have the parameter's dtype.
-_PARAM_DTYPES: frozenset[torch.dtype] = frozenset({torch.float32, torch.bfloat16, torch.float16})
-_STATE_KEYS: tuple[str, str] = ("exp_avg", "exp_avg_sq")
 
-
-class CPUAdam(torch.optim.Optimizer):
+class CPUAdam(HostOptimizer):
     """Adam / AdamW for parameters that live in CPU memory (ZeRO-Offload style).
 
     One ``step()`` makes one kernel call per parameter group, covering every parameter of the group that
@@ -81,8 +74,18 @@ class CPUAdam(torch.optim.Optimizer):
         ``ANYACCEL_CACHE_DIR``; the loaded op is cached on the class for the process.
     """
 
-    _op_module: ClassVar[Any | None] = None
-    _op_lock: ClassVar[threading.Lock] = threading.Lock()
+    _NAME: ClassVar[str] = "CPUAdam"
+    _OP_NAME: ClassVar[str] = "cpu_adam"
+    _BUILDER: ClassVar[tuple[str, str]] = ("anyaccel.op_builder.cpu_adam", "CPUAdamBuilder")
+    _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
+    _ACCELERATOR_ALTERNATIVE: ClassVar[str] = "anyaccel's FusedAdam (or torch.optim.AdamW(fused=True))"
+    _SPARSE_FIX: ClassVar[str] = "Use torch.optim.SparseAdam for sparse gradients, or densify them."
+    _NOT_CONTIGUOUS: ClassVar[str] = (
+        "{where} is not contiguous (shape {shape}, strides {strides}); the kernel updates parameters in place, "
+        "so make the parameter contiguous before building the optimizer (e.g. p.data = p.data.contiguous())."
+    )
+    # A non-contiguous gradient reaches the kernel, whose message names it (grads[i]).
+    _CHECK_GRAD_CONTIGUOUS: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -111,65 +114,17 @@ class CPUAdam(torch.optim.Optimizer):
             "amsgrad": amsgrad,
             "adamw_mode": adamw_mode,
         }
-        super().__init__(params, defaults)
-        self.fp32_optimizer_states = fp32_optimizer_states
-        # DeepSpeedCPUAdam exposes these two as attributes; keep them for drop-in compatibility.
+        super().__init__(params, defaults, fp32_optimizer_states)
+        # DeepSpeedCPUAdam exposes this attribute; keep it for drop-in compatibility.
         self.adam_w_mode = adamw_mode
-
-    # ------------------------------------------------------------------------------------------------
-    # Kernel loading
-    # ------------------------------------------------------------------------------------------------
-
-    @classmethod
-    def _kernel(cls) -> Any:
-        """Returns the loaded ``cpu_adam`` op module, building it on first use.
-
-        Returns:
-            The ``OpModule`` from ``CPUAdamBuilder().load()``; ``.adam_step`` is the torch op.
-
-        Raises:
-            Whatever ``CPUAdamBuilder().load()`` raises (a typed build error naming the compiler's first
-            error lines and the full log).
-
-        Side effects:
-            May run the compiler (cold cache) and loads a shared library; cached on the class.
-        """
-        if cls._op_module is None:
-            with cls._op_lock:
-                if cls._op_module is None:
-                    from anyaccel.op_builder import CPUAdamBuilder
-
-                    module = CPUAdamBuilder().load()
-                    logger.debug("CPUAdam: loaded cpu_adam kernel (isa=%s)", getattr(module, "isa", "?"))
-                    cls._op_module = module
-        return cls._op_module
-
-    # ------------------------------------------------------------------------------------------------
-    # State
-    # ------------------------------------------------------------------------------------------------
-
-    def _state_dtype(self, param: torch.Tensor) -> torch.dtype:
-        """Returns the dtype of ``exp_avg``/``exp_avg_sq`` for ``param``."""
-        return torch.float32 if self.fp32_optimizer_states else param.dtype
-
-    def _init_state(self, param: torch.Tensor) -> dict[str, Any]:
-        """Creates zero moments for ``param`` (same shape, contiguous, the state dtype)."""
-        state = self.state[param]
-        if len(state) == 0:
-            state["step"] = 0
-            dtype = self._state_dtype(param)
-            for key in _STATE_KEYS:
-                state[key] = torch.zeros(param.shape, dtype=dtype, device=param.device)
-        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Loads a state saved by ``state_dict()`` so that training continues identically.
 
-        ``torch.optim.Optimizer.load_state_dict`` casts every floating state tensor to its parameter's
-        dtype; this would round fp32 moments of bf16/fp16 parameters. After the base class has restored
-        groups and state, the moments are copied again from ``state_dict`` in this optimizer's state dtype,
-        and ``step`` is stored as an ``int`` (a tensor ``step``, as ``torch.optim.AdamW`` saves it, is
-        accepted, so an AdamW state dict can be loaded).
+        As :meth:`HostOptimizer.load_state_dict` (``exp_avg``/``exp_avg_sq`` kept in this optimizer's state
+        dtype, a tensor ``step`` accepted, so an ``torch.optim.AdamW`` state dict can be loaded), then
+        groups saved without ``bias_correction``, ``adamw_mode`` or ``amsgrad`` (e.g. by AdamW) get
+        ``True``, this optimizer's ``adamw_mode`` and ``False``.
 
         Args:
             state_dict: A dict with ``"state"`` (parameter index -> state) and ``"param_groups"``.
@@ -178,103 +133,51 @@ class CPUAdam(torch.optim.Optimizer):
             ValueError: The saved groups do not match this optimizer's groups (from the base class).
         """
         super().load_state_dict(state_dict)
-        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-        params = [p for group in self.param_groups for p in group["params"]]
-        saved_state = state_dict["state"]
-        for saved_id, param in zip(saved_ids, params):
-            if saved_id not in saved_state:
-                continue
-            saved = saved_state[saved_id]
-            state = self.state[param]
-            if "step" in saved:
-                step = saved["step"]
-                state["step"] = int(step.item()) if isinstance(step, torch.Tensor) else int(step)
-            dtype = self._state_dtype(param)
-            for key in _STATE_KEYS:
-                if key in saved:
-                    state[key] = saved[key].to(device=param.device, dtype=dtype, copy=True).contiguous()
         for group in self.param_groups:
             group.setdefault("bias_correction", True)
             group.setdefault("adamw_mode", self.adam_w_mode)
             group.setdefault("amsgrad", False)
 
-    # ------------------------------------------------------------------------------------------------
-    # Step
-    # ------------------------------------------------------------------------------------------------
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """Performs one optimization step on every parameter that has a gradient.
-
-        Args:
-            closure: Optional callable that re-evaluates the model and returns the loss; it is called with
-                gradients enabled before the update.
-
-        Returns:
-            The closure's loss, or None without a closure.
+    def _check_group(self, group_index: int, group: dict[str, Any]) -> None:
+        """Rejects ``amsgrad`` and out-of-range hyper-parameters of ``param_groups[group_index]``.
 
         Raises:
-            RuntimeError: A parameter is not on the CPU, a gradient is sparse, or a parameter/gradient is
-                not contiguous or has an unsupported dtype (the message names the group, the parameter
-                index and the fix); also any error of the kernel (``adam_step``), which validates every
-                tensor again.
-            ValueError: A group's hyper-parameters are out of range.
-            NotImplementedError: A group has ``amsgrad=True``.
-
-        Side effects:
-            Updates parameters and state in place; builds/loads the kernel on first use.
+            NotImplementedError: The group has ``amsgrad=True``.
+            ValueError: A hyper-parameter is out of range (see :func:`_check_hyper_parameters`).
         """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-
-        for group_index, group in enumerate(self.param_groups):
-            if group.get("amsgrad", False):
-                raise NotImplementedError(
-                    f"CPUAdam: param_groups[{group_index}] has amsgrad=True, which the cpu_adam kernel does "
-                    "not implement; use torch.optim.AdamW(amsgrad=True) instead."
-                )
-            beta1, beta2 = group["betas"]
-            _check_hyper_parameters(
-                lr=group["lr"], betas=(beta1, beta2), eps=group["eps"], weight_decay=group["weight_decay"]
+        if group.get("amsgrad", False):
+            raise NotImplementedError(
+                f"CPUAdam: param_groups[{group_index}] has amsgrad=True, which the cpu_adam kernel does "
+                "not implement; use torch.optim.AdamW(amsgrad=True) instead."
             )
-            params: list[torch.Tensor] = []
-            grads: list[torch.Tensor] = []
-            exp_avgs: list[torch.Tensor] = []
-            exp_avg_sqs: list[torch.Tensor] = []
-            steps: list[int] = []
-            for param_index, param in enumerate(group["params"]):
-                if param.grad is None:
-                    continue
-                _check_param(param, group_index, param_index)
-                state = self._init_state(param)
-                state["step"] += 1
-                params.append(param)
-                grads.append(param.grad)
-                exp_avgs.append(state["exp_avg"])
-                exp_avg_sqs.append(state["exp_avg_sq"])
-                steps.append(state["step"])
-            if not params:
-                continue
-            kernel = self._kernel()
-            # Parameters normally share one step count; group by it so each call gets its own count.
-            for step, indices in _group_by_step(steps).items():
-                kernel.adam_step(
-                    [params[i] for i in indices],
-                    [grads[i] for i in indices],
-                    [exp_avgs[i] for i in indices],
-                    [exp_avg_sqs[i] for i in indices],
-                    step,
-                    float(group["lr"]),
-                    float(beta1),
-                    float(beta2),
-                    float(group["eps"]),
-                    float(group["weight_decay"]),
-                    bool(group["bias_correction"]),
-                    bool(group["adamw_mode"]),
-                )
-        return loss
+        _check_hyper_parameters(lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                                weight_decay=group["weight_decay"])
+
+    def _step_group(self, kernel: Any, group: dict[str, Any], tensors: GroupTensors) -> None:
+        """One ``adam_step`` call per distinct step count in the group (normally exactly one call).
+
+        Args:
+            kernel: The ``cpu_adam`` op module (``kernel.adam_step``: schema in ``docs/architecture.md``).
+            group: ``lr``, ``betas``, ``eps``, ``weight_decay``, ``bias_correction``, ``adamw_mode``.
+            tensors: Parameters, gradients, ``exp_avg``/``exp_avg_sq`` and step counts (bias correction).
+        """
+        exp_avgs, exp_avg_sqs = tensors.states["exp_avg"], tensors.states["exp_avg_sq"]
+        beta1, beta2 = group["betas"]
+        for step, indices in _group_by_step(tensors.steps).items():
+            kernel.adam_step(
+                [tensors.params[i] for i in indices],
+                [tensors.grads[i] for i in indices],
+                [exp_avgs[i] for i in indices],
+                [exp_avg_sqs[i] for i in indices],
+                step,
+                float(group["lr"]),
+                float(beta1),
+                float(beta2),
+                float(group["eps"]),
+                float(group["weight_decay"]),
+                bool(group["bias_correction"]),
+                bool(group["adamw_mode"]),
+            )
 
 
 def _group_by_step(steps: list[int]) -> dict[int, list[int]]:
@@ -285,61 +188,22 @@ def _group_by_step(steps: list[int]) -> dict[int, list[int]]:
     return groups
 
 
-def _check_param(param: torch.Tensor, group_index: int, param_index: int) -> None:
-    """Raises a clear error for a parameter/gradient the CPU kernel cannot update.
-
-    Raises:
-        RuntimeError: non-CPU parameter or gradient, sparse gradient, unsupported dtype, or non-contiguous
-            parameter or gradient.
-    """
-    where = f"param_groups[{group_index}]['params'][{param_index}]"
-    grad = param.grad
-    assert grad is not None  # checked by the caller
-    if param.device.type != "cpu" or grad.device.type != "cpu":
-        raise RuntimeError(
-            f"CPUAdam: {where} is on device {param.device} (gradient on {grad.device}); CPUAdam updates CPU "
-            "tensors only. Use anyaccel's FusedAdam (or torch.optim.AdamW(fused=True)) for accelerator "
-            "tensors, or keep the parameters on the CPU (ZeRO-Offload)."
-        )
-    if grad.is_sparse or grad.layout != torch.strided:
-        raise RuntimeError(
-            f"CPUAdam: {where} has a sparse gradient (layout {grad.layout}); CPUAdam supports dense "
-            "gradients only. Use torch.optim.SparseAdam for sparse gradients, or densify them."
-        )
-    if param.dtype not in _PARAM_DTYPES:
-        raise RuntimeError(
-            f"CPUAdam: {where} has dtype {param.dtype}; accepted parameter dtypes are float32, bfloat16 "
-            "and float16."
-        )
-    if not param.is_contiguous():
-        raise RuntimeError(
-            f"CPUAdam: {where} is not contiguous (shape {tuple(param.shape)}, strides {param.stride()}); "
-            "the kernel updates parameters in place, so make the parameter contiguous before building the "
-            "optimizer (e.g. p.data = p.data.contiguous())."
-        )
-
-
 def _check_hyper_parameters(lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
     """Validates Adam hyper-parameters.
 
     Raises:
-        ValueError: naming the parameter, its value and the accepted range, when ``lr < 0``, a beta is not
-            in ``[0, 1)``, ``eps <= 0``, ``weight_decay < 0``, or any of them is not finite.
+        ValueError: naming the parameter, its value and the accepted range, when ``betas`` is not a pair,
+            ``lr < 0``, a beta is not in ``[0, 1)``, ``eps <= 0``, ``weight_decay < 0``, a value is not
+            finite, or a value is a tensor.
     """
-    if len(betas) != 2:
-        raise ValueError(f"CPUAdam: betas={betas!r} is invalid; accepted: a pair (beta1, beta2)")
-    checks = (
-        ("lr", lr, lr >= 0, "a finite lr >= 0"),
-        ("betas[0]", betas[0], 0 <= betas[0] < 1, "0 <= beta1 < 1"),
-        ("betas[1]", betas[1], 0 <= betas[1] < 1, "0 <= beta2 < 1"),
-        ("eps", eps, eps > 0, "a finite eps > 0"),
-        ("weight_decay", weight_decay, weight_decay >= 0, "a finite weight_decay >= 0"),
-    )
-    for name, value, ok, accepted in checks:
-        if isinstance(value, torch.Tensor):
-            raise ValueError(f"CPUAdam: {name} must be a Python number, got a tensor; pass float({name})")
-        if not (math.isfinite(value) and ok):
-            raise ValueError(f"CPUAdam: {name}={value!r} is invalid; accepted: {accepted}")
+    check_beta_pair("CPUAdam", betas)
+    check_hyper_parameters("CPUAdam", (
+        ("lr", lr, "a finite lr >= 0", lambda v: v >= 0),
+        ("betas[0]", betas[0], "0 <= beta1 < 1", lambda v: 0 <= v < 1),
+        ("betas[1]", betas[1], "0 <= beta2 < 1", lambda v: 0 <= v < 1),
+        ("eps", eps, "a finite eps > 0", lambda v: v > 0),
+        ("weight_decay", weight_decay, "a finite weight_decay >= 0", lambda v: v >= 0),
+    ))
 
 
 # The accelerator-side Adam lives in its own module (CUDA C++ / Triton implementations); re-exported here so
