@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
 from anyaccel.op_builder.errors import ToolchainError
+from anyaccel.op_builder.toolchain import find_tool
 
 logger = logging.getLogger(__name__)
 
@@ -95,21 +94,11 @@ def find_sycl_compiler(env: Optional[Mapping[str, str]] = None) -> Optional[Path
         ToolchainError: ``sycl_compiler_missing`` when ``ANYACCEL_SYCL_CXX`` is set but names nothing executable.
     """
     env = os.environ if env is None else env
-    path_var = env.get("PATH", os.defpath)
-    override = env.get(SYCL_CXX_ENV, "").strip()
-    if override:
-        first = shlex.split(override)[0]
-        found = shutil.which(first, path=path_var)
-        if found is None:
-            raise ToolchainError(
-                "sycl_compiler_missing",
-                f"{SYCL_CXX_ENV}={override!r} names no executable file (searched PATH too); point it at the "
-                f"oneAPI DPC++ compiler (e.g. /opt/intel/oneapi/compiler/latest/bin/icpx) or unset it",
-            )
-        return Path(os.path.abspath(found))
-    found = shutil.which(TORCH_SYCL_COMPILER_NAME, path=path_var)
+    found = find_tool(env, SYCL_CXX_ENV, (TORCH_SYCL_COMPILER_NAME,), "sycl_compiler_missing",
+                      "point it at the oneAPI DPC++ compiler (e.g. /opt/intel/oneapi/compiler/latest/bin/icpx) "
+                      "or unset it")
     if found is not None:
-        return Path(os.path.abspath(found))
+        return found
     root = env.get(ONEAPI_ROOT_ENV, "").strip()
     if root:
         candidate = Path(root) / "compiler" / "latest" / "bin" / TORCH_SYCL_COMPILER_NAME

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from anyaccel.op_builder.errors import ToolchainError
 
@@ -30,38 +30,49 @@ CXX_CANDIDATES: tuple[str, ...] = ("c++", "g++", "clang++")
 BYTES_PER_JOB: int = 3 * 2**29
 
 
-def find_cxx(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
-    """Resolve the C++ compiler: ``$CXX`` (its first word, a name or a path) else :data:`CXX_CANDIDATES`.
+def find_tool(env: Optional[Mapping[str, str]], override_var: str, candidates: Sequence[str],
+              missing_code: str, fix: str) -> Optional[Path]:
+    """Resolve a tool: ``$<override_var>`` (its first word, a name or a path) else the first of ``candidates``
+    on ``PATH``. File-system lookups only: no process is started, so the cache key may call this.
 
     Args:
-        env: environment to read ``CXX`` and ``PATH`` from; ``os.environ`` when None.
+        env: environment to read ``override_var`` and ``PATH`` from; ``os.environ`` when None.
+        override_var: the variable that names the tool (``CXX``, ``ANYACCEL_SYCL_CXX``).
+        candidates: names tried on ``PATH`` when the variable is unset or empty.
+        missing_code: the diagnosis code raised when the variable names nothing executable.
+        fix: the end of that error's message, saying what to set instead.
 
     Returns:
-        The compiler's absolute path with symlinks kept (``c++`` and ``g++`` differ only by name), or None
-        when nothing is found.
+        The tool's absolute path with symlinks kept (``c++`` and ``g++`` differ only by name), or None.
 
     Raises:
-        ToolchainError: ``compiler_missing`` when ``$CXX`` is set but names nothing executable (silently
-            falling back to another compiler would hide the user's mistake).
+        ToolchainError: ``missing_code`` when the variable is set but names nothing executable (silently
+            falling back to another tool would hide the user's mistake).
     """
     env = os.environ if env is None else env
     path_var = env.get("PATH", os.defpath)
-    cxx = env.get("CXX", "").strip()
-    if cxx:
-        first = shlex.split(cxx)[0]
-        found = shutil.which(first, path=path_var)
+    override = env.get(override_var, "").strip()
+    if override:
+        found = shutil.which(shlex.split(override)[0], path=path_var)
         if found is None:
-            raise ToolchainError(
-                "compiler_missing",
-                f"CXX={cxx!r} names no executable file (searched PATH too); set CXX to an installed C++ "
-                f"compiler or unset it to use one of {', '.join(CXX_CANDIDATES)}",
-            )
+            raise ToolchainError(missing_code, f"{override_var}={override!r} names no executable file "
+                                               f"(searched PATH too); {fix}")
         return Path(os.path.abspath(found))
-    for name in CXX_CANDIDATES:
+    for name in candidates:
         found = shutil.which(name, path=path_var)
         if found is not None:
             return Path(os.path.abspath(found))
     return None
+
+
+def find_cxx(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """Resolve the C++ compiler: ``$CXX`` else :data:`CXX_CANDIDATES` on ``PATH`` (see :func:`find_tool`).
+
+    Raises:
+        ToolchainError: ``compiler_missing`` when ``$CXX`` is set but names nothing executable.
+    """
+    return find_tool(env, "CXX", CXX_CANDIDATES, "compiler_missing",
+                     f"set CXX to an installed C++ compiler or unset it to use one of {', '.join(CXX_CANDIDATES)}")
 
 
 def require_cxx(env: Optional[Mapping[str, str]] = None) -> Path:
