@@ -9,21 +9,16 @@ implementations (CUDA C++, Triton) by :mod:`anyaccel.op_builder.implementations`
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from collections.abc import Iterable
+from typing import Any, ClassVar, Optional
 
-import torch
-
-from anyaccel.op_builder import implementations
-from anyaccel.ops.fused_buckets import BucketPlanner
-
-logger = logging.getLogger(__name__)
+from anyaccel.ops.fused_buckets import Bucket
+from anyaccel.ops.fused_optimizer import FusedOptimizer
 
 __all__ = ["FusedAdam"]
 
 
-class FusedAdam(torch.optim.Optimizer):
+class FusedAdam(FusedOptimizer):
     """Adam / AdamW for parameters on a GPU (CUDA, or XPU through Triton).
 
     Per element, with ``t`` the parameter's step count (from 1)::
@@ -72,6 +67,11 @@ class FusedAdam(torch.optim.Optimizer):
     compile, tens of seconds on a cold cache; Triton compiles per dtype combination on first call).
     """
 
+    _NAME: ClassVar[str] = "FusedAdam"
+    _OP: ClassVar[str] = "fused_adam"
+    _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
+    _COUNT_STEPS: ClassVar[bool] = True
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -89,58 +89,21 @@ class FusedAdam(torch.optim.Optimizer):
     ) -> None:
         if amsgrad:
             raise NotImplementedError("FusedAdam does not implement amsgrad; use torch.optim.AdamW(amsgrad=True)")
-        for name, value, ok, accepted in (
+        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
+                        adam_w_mode=adam_w_mode)
+        checks = (
             ("lr", lr, lr >= 0.0, ">= 0"),
             ("eps", eps, eps >= 0.0, ">= 0"),
             ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
             ("betas[0]", betas[0], 0.0 <= betas[0] < 1.0, "in [0, 1)"),
             ("betas[1]", betas[1], 0.0 <= betas[1] < 1.0, "in [0, 1)"),
-        ):
-            if not ok:
-                raise ValueError(f"FusedAdam: {name}={value!r} is invalid; it must be {accepted}")
-        defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
-                        adam_w_mode=adam_w_mode)
-        super().__init__(params, defaults)
-        self.set_grad_none = set_grad_none
-        self.master_weights = master_weights
-        self.fp32_optimizer_states = fp32_optimizer_states
-        self.impl = impl
-        self._planner = BucketPlanner(("exp_avg", "exp_avg_sq"), master_weights, fp32_optimizer_states, "FusedAdam",
-                                      count_steps=True)
+        )
+        super().__init__(params, defaults, checks, set_grad_none, master_weights, fp32_optimizer_states, impl)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch's ``load_state_dict``; also forgets the cached bucketing (the state tensors are new)."""
-        super().load_state_dict(state_dict)
-        self._planner.clear()
-
-    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
-        """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
-        """One optimizer step over every parameter with a gradient.
-
-        Args:
-            closure: re-evaluates the model and returns the loss (run with gradients enabled).
-
-        Returns:
-            The closure's loss, or None.
-
-        Raises:
-            RuntimeError: sparse gradients; the op's errors (e.g. parameters on the CPU).
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for index, group in enumerate(self.param_groups):
-            buckets = self._planner.buckets(index, group, self.state)
-            beta1, beta2 = group["betas"]
-            for (device, *_rest), b in buckets:
-                op = implementations.load("fused_adam", device.type, self.impl)
-                op.adam_step(b.params, b.grads, b.states["exp_avg"], b.states["exp_avg_sq"], b.copies, b.step,
-                             float(group["lr"]), float(beta1), float(beta2), float(group["eps"]),
-                             float(group["weight_decay"]), bool(group["bias_correction"]),
-                             bool(group["adam_w_mode"]))
-        return loss
+    def _step_bucket(self, op: Any, group: dict[str, Any], bucket: Bucket) -> None:
+        """One ``adam_step`` launch (schema in docs/architecture.md) for the bucket's tensors."""
+        beta1, beta2 = group["betas"]
+        op.adam_step(bucket.params, bucket.grads, bucket.states["exp_avg"], bucket.states["exp_avg_sq"],
+                     bucket.copies, bucket.step, float(group["lr"]), float(beta1), float(beta2),
+                     float(group["eps"]), float(group["weight_decay"]), bool(group["bias_correction"]),
+                     bool(group["adam_w_mode"]))

@@ -7,18 +7,16 @@ implementations (CUDA C++, Triton) by :mod:`anyaccel.op_builder.implementations`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from collections.abc import Iterable
+from typing import Any, ClassVar, Optional
 
-import torch
-
-from anyaccel.op_builder import implementations
-from anyaccel.ops.fused_buckets import BucketPlanner
+from anyaccel.ops.fused_buckets import Bucket
+from anyaccel.ops.fused_optimizer import FusedOptimizer
 
 __all__ = ["FusedLion", "CPULion"]
 
 
-class FusedLion(torch.optim.Optimizer):
+class FusedLion(FusedOptimizer):
     """Lion for parameters on a GPU (CUDA, or XPU through Triton).
 
     Per element, in fp32::
@@ -49,6 +47,11 @@ class FusedLion(torch.optim.Optimizer):
     Side effects: the first ``step()`` loads the op (may compile).
     """
 
+    _NAME: ClassVar[str] = "FusedLion"
+    _OP: ClassVar[str] = "fused_lion"
+    _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg",)
+    _COUNT_STEPS: ClassVar[bool] = False
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -60,50 +63,20 @@ class FusedLion(torch.optim.Optimizer):
         impl: Optional[str] = None,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        for name, value, ok, accepted in (
+        checks = (
             ("lr", lr, lr >= 0.0, ">= 0"),
             ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
             ("betas[0]", betas[0], 0.0 <= betas[0] <= 1.0, "in [0, 1]"),
             ("betas[1]", betas[1], 0.0 <= betas[1] <= 1.0, "in [0, 1]"),
-        ):
-            if not ok:
-                raise ValueError(f"FusedLion: {name}={value!r} is invalid; it must be {accepted}")
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
-        self.set_grad_none = set_grad_none
-        self.master_weights = master_weights
-        self.fp32_optimizer_states = fp32_optimizer_states
-        self.impl = impl
-        self._planner = BucketPlanner(("exp_avg",), master_weights, fp32_optimizer_states, "FusedLion",
-                                      count_steps=False)
+        )
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay), checks, set_grad_none,
+                         master_weights, fp32_optimizer_states, impl)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch's ``load_state_dict``; also forgets the cached bucketing (the state tensors are new)."""
-        super().load_state_dict(state_dict)
-        self._planner.clear()
-
-    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
-        """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
-        super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
-
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
-        """One Lion step over every parameter with a gradient; returns the closure's loss or None.
-
-        Raises:
-            RuntimeError: sparse gradients; the op's errors.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for index, group in enumerate(self.param_groups):
-            buckets = self._planner.buckets(index, group, self.state)
-            beta1, beta2 = group["betas"]
-            for (device, *_rest), b in buckets:
-                op = implementations.load("fused_lion", device.type, self.impl)
-                op.lion_step(b.params, b.grads, b.states["exp_avg"], b.copies, float(group["lr"]), float(beta1),
-                             float(beta2), float(group["weight_decay"]))
-        return loss
+    def _step_bucket(self, op: Any, group: dict[str, Any], bucket: Bucket) -> None:
+        """One ``lion_step`` launch (schema in docs/architecture.md); Lion uses no step count."""
+        beta1, beta2 = group["betas"]
+        op.lion_step(bucket.params, bucket.grads, bucket.states["exp_avg"], bucket.copies, float(group["lr"]),
+                     float(beta1), float(beta2), float(group["weight_decay"]))
 
 
 # The host-side Lion lives in its own module (csrc/lion/cpu_lion.cpp); re-exported here so both Lion
