@@ -16,6 +16,7 @@ environment of the build), :meth:`compile` (the compile call) and :meth:`extra_k
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -25,7 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, ContextManager, Optional
 
 from anyaccel.op_builder import manifest as mf
 from anyaccel.op_builder.cache import Cache
@@ -334,25 +335,19 @@ class OpBuilder:
         path = os.environ.get("PATH", os.defpath)
         return {"CXX": str(cxx), "MAX_JOBS": str(build_jobs()), "PATH": f"{ninja.parent}{os.pathsep}{path}"}
 
-    def compile(self, build_dir: Path, name: str, extra_cflags: list[str], verbose: bool) -> Path:
-        """Compile and link the sources in ``build_dir`` with ``torch.utils.cpp_extension.load``.
+    def load_kwargs(self, build_dir: Path, name: str, extra_cflags: list[str]) -> dict[str, Any]:
+        """The keyword arguments of ``torch.utils.cpp_extension.load`` for one build.
+
+        Backends extend this (CUDA adds ``extra_cuda_cflags``, SYCL ``extra_sycl_cflags`` and
+        ``with_sycl``, NPU its include directories and libraries) rather than repeating the call.
 
         Args:
             build_dir: a private, empty directory.
             name: a unique library name for this build.
-            extra_cflags: flags added by the builder (the namespace macro).
-            verbose: unused by the default (the output is captured for the diagnosis).
-
-        Returns:
-            The built shared library (torch has already loaded it into this process).
-
-        Raises:
-            RuntimeError: the build failed; the message holds ninja's and the compiler's output.
+            extra_cflags: flags added by the core (the namespace macro); backends pass them to every compiler.
         """
-        from torch.utils.cpp_extension import load as cpp_load
-
         root = self.source_root()
-        return Path(cpp_load(
+        return dict(
             name=name,
             sources=[str(root / s) for s in self.sources()],
             extra_cflags=self.cxx_args() + extra_cflags,
@@ -362,7 +357,33 @@ class OpBuilder:
             verbose=False,
             with_cuda=self.WITH_CUDA,
             is_python_module=False,
-        ))
+        )
+
+    def compile_context(self, build_dir: Path) -> ContextManager[None]:
+        """A context held around the compile call (a no-op here; SYCL points torch at its compiler)."""
+        return contextlib.nullcontext()
+
+    def compile(self, build_dir: Path, name: str, extra_cflags: list[str], verbose: bool) -> Path:
+        """Compile and link the sources in ``build_dir`` with ``torch.utils.cpp_extension.load``.
+
+        Args:
+            build_dir: a private, empty directory.
+            name: a unique library name for this build.
+            extra_cflags: flags added by the builder (the namespace macro).
+            verbose: unused (the output is captured for the diagnosis).
+
+        Returns:
+            The built shared library (torch has already loaded it into this process).
+
+        Raises:
+            RuntimeError: the build failed; the message holds ninja's and the compiler's output.
+
+        Side effects: imports ``torch.utils.cpp_extension``; runs ninja and the compilers.
+        """
+        from torch.utils.cpp_extension import load as cpp_load
+
+        with self.compile_context(build_dir):
+            return Path(cpp_load(**self.load_kwargs(build_dir, name, extra_cflags)))
 
     def _build_and_publish(self, tmp_parent: Path, logs_dir: Path, entry: Path, key: str, inputs: dict[str, Any],
                            verbose: bool) -> OpModule:

@@ -205,36 +205,10 @@ class CUDAOpBuilder(OpBuilder):
         env[tk.arch_env] = ";".join(self.arch_list())
         return env
 
-    def compile(self, build_dir: Path, name: str, extra_cflags: list[str], verbose: bool) -> Path:
-        """``torch.utils.cpp_extension.load`` of the ``.cu`` sources with our device flags.
-
-        Args:
-            build_dir: a private, empty directory.
-            name: a unique library name for this build.
-            extra_cflags: flags added by the core (the namespace macro), given to both compilers.
-            verbose: unused (the output is captured for the diagnosis).
-
-        Returns:
-            The built shared library (torch has already loaded it into this process).
-
-        Raises:
-            RuntimeError: the build failed; the message holds ninja's and the compilers' output.
-        """
-        from torch.utils.cpp_extension import load as cpp_load
-
-        root = self.source_root()
-        return Path(cpp_load(
-            name=name,
-            sources=[str(root / s) for s in self.sources()],
-            extra_cflags=self.cxx_args() + extra_cflags,
-            extra_cuda_cflags=self.nvcc_args() + extra_cflags,
-            extra_ldflags=self.extra_ldflags(),
-            extra_include_paths=[str(root / p) for p in self.include_paths()],
-            build_directory=str(build_dir),
-            verbose=False,
-            with_cuda=True,
-            is_python_module=False,
-        ))
+    def load_kwargs(self, build_dir: Path, name: str, extra_cflags: list[str]) -> dict[str, Any]:
+        """The core's ``cpp_extension.load`` arguments plus the nvcc flags (with the namespace macro)."""
+        return dict(super().load_kwargs(build_dir, name, extra_cflags),
+                    extra_cuda_cflags=self.nvcc_args() + extra_cflags)
 
     def builder(self) -> Any:
         """A setuptools ``CUDAExtension`` for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.

@@ -242,29 +242,14 @@ class NPUOpBuilder(OpBuilder):
         env["ASCEND_HOME_PATH"] = str(tk.home)
         return env
 
-    def compile(self, build_dir: Path, name: str, extra_cflags: list[str], verbose: bool) -> Path:
-        """``torch.utils.cpp_extension.load`` of the C++ sources with the device include dirs and libraries.
-
-        Returns:
-            The built shared library.
-
-        Raises:
-            RuntimeError: the build failed (ninja's and the compiler's output in the message).
-        """
-        from torch.utils.cpp_extension import load as cpp_load
-
-        root = self.source_root()
-        return Path(cpp_load(
-            name=name,
-            sources=[str(root / s) for s in self.sources()],
-            extra_cflags=self.cxx_args() + extra_cflags,
-            extra_ldflags=self.extra_ldflags() + self.device_ldflags(),
-            extra_include_paths=[str(root / p) for p in self.include_paths()] + self.device_include_dirs(),
-            build_directory=str(build_dir),
-            verbose=False,
-            with_cuda=False,
-            is_python_module=False,
-        ))
+    def load_kwargs(self, build_dir: Path, name: str, extra_cflags: list[str]) -> dict[str, Any]:
+        """The core's ``cpp_extension.load`` arguments plus the toolkit's and torch_npu's include
+        directories and libraries (kept out of the hashed ``include_paths``: they are identified in the key
+        by the toolkit and torch_npu versions)."""
+        kwargs = super().load_kwargs(build_dir, name, extra_cflags)
+        kwargs["extra_ldflags"] = kwargs["extra_ldflags"] + self.device_ldflags()
+        kwargs["extra_include_paths"] = kwargs["extra_include_paths"] + self.device_include_dirs()
+        return kwargs
 
 
 def _torch_version() -> str:

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Optional
+from typing import Any, ClassVar, ContextManager, Iterator, Optional
 
 from anyaccel.op_builder import sycl_toolchain
 from anyaccel.op_builder.builder import OpBuilder, prebuilt_root
@@ -213,38 +213,14 @@ class SYCLOpBuilder(OpBuilder):
             if saved_home is None:
                 cpp.SYCL_HOME = None
 
-    def compile(self, build_dir: Path, name: str, extra_cflags: list[str], verbose: bool) -> Path:
-        """``torch.utils.cpp_extension.load(..., with_sycl=True)`` of the ``.sycl`` sources.
+    def load_kwargs(self, build_dir: Path, name: str, extra_cflags: list[str]) -> dict[str, Any]:
+        """The core's ``cpp_extension.load`` arguments plus the SYCL flags and ``with_sycl=True``."""
+        return dict(super().load_kwargs(build_dir, name, extra_cflags),
+                    extra_sycl_cflags=self.sycl_args() + extra_cflags, with_sycl=True)
 
-        Args:
-            build_dir: a private, empty directory.
-            name: a unique library name for this build.
-            extra_cflags: flags added by the core (the namespace macro), given to both compilers.
-            verbose: unused (the output is captured for the diagnosis).
-
-        Returns:
-            The built shared library (torch has already loaded it into this process).
-
-        Raises:
-            RuntimeError: the build failed; the message holds ninja's and the compilers' output.
-        """
-        from torch.utils.cpp_extension import load as cpp_load
-
-        root = self.source_root()
-        with self._torch_sees_compiler(build_dir):
-            return Path(cpp_load(
-                name=name,
-                sources=[str(root / s) for s in self.sources()],
-                extra_cflags=self.cxx_args() + extra_cflags,
-                extra_sycl_cflags=self.sycl_args() + extra_cflags,
-                extra_ldflags=self.extra_ldflags(),
-                extra_include_paths=[str(root / p) for p in self.include_paths()],
-                build_directory=str(build_dir),
-                verbose=False,
-                with_cuda=False,
-                with_sycl=True,
-                is_python_module=False,
-            ))
+    def compile_context(self, build_dir: Path) -> ContextManager[None]:
+        """Let torch find the SYCL compiler under the name it runs (see :meth:`_torch_sees_compiler`)."""
+        return self._torch_sees_compiler(build_dir)
 
     def builder(self) -> Any:
         """A setuptools ``SyclExtension`` for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.
