@@ -28,16 +28,16 @@ class BuildPyWithOps(build_py):
         super().run()
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         try:
-            from anyaccel.op_builder.aot import build_prebuilt_ops, format_table, selected_ops
+            from anyaccel.op_builder.cli.aot import build_prebuilt_ops, format_table, selected_builds
         except ImportError as exc:  # torch not importable: build isolation
             sys.stderr.write(f"anyaccel: ops skipped, torch is not importable here ({exc}); "
                              f"use pip install --no-build-isolation\n")
             return
-        names = selected_ops(os.environ)
-        if not names:
+        classes = selected_builds(os.environ)
+        if not classes:
             return
         dest = Path(self.build_lib) / "anyaccel" / "_prebuilt"
-        outcomes = build_prebuilt_ops(names, dest)
+        outcomes = build_prebuilt_ops(classes, dest)
         sys.stderr.write("anyaccel ahead-of-time op builds:\n" + format_table(outcomes) + "\n")
         for o in outcomes:
             if o.status == "failed":

@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 # subcommand -> (module, one-line help). Adding a command is one row here.
 SUBCOMMANDS = {
     "report": ("anyaccel.report", "show the chosen accelerator, toolchain, SIMD level, cache and ops"),
-    "build": ("anyaccel.op_builder.commands", "build ops into the cache ahead of time"),
-    "cache": ("anyaccel.op_builder.cache_commands", "list or clean the op cache"),
+    "build": ("anyaccel.op_builder.cli.build", "build ops into the cache ahead of time"),
+    "cache": ("anyaccel.op_builder.cli.cache", "list or clean the op cache"),
     "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
 }
 

@@ -42,7 +42,7 @@ def _accelerator_section() -> Dict[str, Any]:
 
 def _op_rows(build: bool) -> List[Dict[str, Any]]:
     from anyaccel.accelerator import get_accelerator
-    from anyaccel.op_builder.errors import BuildError, OpBuilderError
+    from anyaccel.op_builder.core.errors import BuildError, OpBuilderError
     from anyaccel.op_builder.registry import all_builder_names
 
     acc = get_accelerator()
@@ -78,11 +78,11 @@ def collect(build: bool = False) -> Dict[str, Any]:
     Returns:
         A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
         selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
-        backend), ``toolchain`` (:func:`anyaccel.op_builder.info.describe`: compiler, ninja, nvcc, CPU ISA,
+        backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
         build jobs, cache root) and ``ops`` (a list of per-op dicts with ``op``, ``compatible``, ``reason``,
         ``built`` and, with ``build``, ``build`` and on failure ``error``).
     """
-    from anyaccel.op_builder import info
+    from anyaccel.op_builder.cli import info
     from anyaccel.version import __version__
 
     return {

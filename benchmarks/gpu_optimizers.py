@@ -95,7 +95,7 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from anyaccel.op_builder import implementations
+    from anyaccel.ops import dispatch as implementations
     from anyaccel.ops.fused_adam import FusedAdam
 
     impls = ["cuda"] + (["triton"] if importlib.util.find_spec("triton") else [])

@@ -1,31 +1,56 @@
-"""The op-builder layer: sources -> cached, crash-safe builds -> loaded torch ops.
+"""The op-builder layer: op specs -> cached, crash-safe stable-ABI builds -> loaded torch ops.
 
-Importing this package is cheap: the builders and torch.utils.cpp_extension are imported on first use.
-See docs/op_builders.md.
+Grouped by the question a reader asks:
+
+- ``core/``: the load path (``OpBuilder``), cache, locks, manifest, errors, the loaded ``OpModule``;
+- ``toolchains/``: compilers, ninja, the CPU ISA level, CUDA/SYCL toolkits, torch's stable ABI and the
+  schema header generated from the op specs;
+- ``backends/``: one base per backend (CPU, CUDA, SYCL, NPU), mostly data;
+- ``cli/``: ``anyaccel build`` / ``anyaccel cache`` and the AOT (install-time) builds;
+- ``registry``: builder names -> classes, derived from the op specs.
+
+Importing this package is cheap: builder classes are made on first attribute access, DeepSpeed-style
+(``from anyaccel.op_builder import CPUAdamBuilder``), from the op specs. See docs/op_builders.md.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from anyaccel.op_builder.errors import BuildError
-from anyaccel.op_builder.registry import all_builder_names, get_builder_class
-
-_LAZY = {
-    "OpBuilder": "anyaccel.op_builder.builder",
-    "OpModule": "anyaccel.op_builder.module",
-    "TorchCPUOpBuilder": "anyaccel.op_builder.cpu",
-    "CPUAdamBuilder": "anyaccel.op_builder.cpu_adam",
-    "CPULionBuilder": "anyaccel.op_builder.cpu_lion",
+_CORE = {
+    "OpBuilder": "anyaccel.op_builder.core.builder:OpBuilder",
+    "OpModule": "anyaccel.op_builder.core.module:OpModule",
+    "TorchCPUOpBuilder": "anyaccel.op_builder.backends.cpu:TorchCPUOpBuilder",
+    "CUDAOpBuilder": "anyaccel.op_builder.backends.cuda:CUDAOpBuilder",
+    "SYCLOpBuilder": "anyaccel.op_builder.backends.sycl:SYCLOpBuilder",
+    "NPUOpBuilder": "anyaccel.op_builder.backends.npu:NPUOpBuilder",
+    "get_builder_class": "anyaccel.op_builder.registry:get_builder_class",
+    "register_builder": "anyaccel.op_builder.registry:register_builder",
+    "all_builder_names": "anyaccel.op_builder.registry:all_builder_names",
+    "BuildError": "anyaccel.op_builder.core.errors:BuildError",
+    "OpBuilderError": "anyaccel.op_builder.core.errors:OpBuilderError",
 }
-
-__all__ = ["OpBuilder", "OpModule", "TorchCPUOpBuilder", "CPUAdamBuilder", "CPULionBuilder", "BuildError",
-           "get_builder_class",
-           "all_builder_names"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    """``OpBuilder`` & co, or a builder class by its DeepSpeed name (the host row, else CUDA's).
+
+    Raises:
+        AttributeError: neither a core name nor a known builder.
+    """
+    from anyaccel.ops.spec import resolve
+
+    if name in _CORE:
+        return resolve(_CORE[name])
+    if name.endswith("Builder"):
+        from anyaccel.op_builder.registry import all_builder_names, any_builder_class
+
+        if name in all_builder_names():
+            return any_builder_class(name)
     raise AttributeError(f"module 'anyaccel.op_builder' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    from anyaccel.op_builder.registry import all_builder_names
+
+    return sorted(set(_CORE) | set(all_builder_names()))

@@ -1,105 +1,165 @@
-"""Which builder class serves an op on an accelerator (docs/architecture.md "Accelerator → op builder").
+"""Which builder class serves an op on an accelerator, derived from the op specs (docs/architecture.md
+"Accelerator → op builder").
 
-The table is data: builder class name (what DeepSpeed callers pass to ``create_op_builder``, e.g.
-``"CPUAdamBuilder"``) -> {accelerator name or ``"*"`` (every accelerator, for host ops) -> the class as
-``"module:Class"``}. The op's short ``NAME`` (``"cpu_adam"``) is accepted as an alias. Classes are imported
-only when asked for, so this module is cheap to import. Other parts (e.g. a CUDA ``FusedAdam``) add rows
-with :func:`register_builder`.
+Nothing here is a hand-edited table: every :class:`~anyaccel.ops.spec.NativeBuild` of every op spec
+(:func:`anyaccel.ops.spec.all_specs`) becomes a builder class, made on first use by :func:`builder_class`
+from its backend's base (:data:`BACKEND_BASES`) and published under the build's DeepSpeed builder name
+(``"CPUAdamBuilder"``) for the accelerators it declares (``"*"``: every accelerator, for host ops). The
+build's ``NAME`` (``"cpu_adam"``) is accepted as an alias. :func:`register_builder` adds rows for builders
+written by hand (plug-ins, tests).
+
+Importing this module is cheap: specs are read and classes made when first asked for.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import threading
 from typing import Optional, Union
 
-from anyaccel.op_builder.errors import UnknownOpError
+from anyaccel.op_builder.core.errors import UnknownOpError
+from anyaccel.ops.spec import NativeBuild, OpSpec, all_specs, resolve
 
 ANY_ACCELERATOR = "*"
 
-_BUILDERS: dict[str, dict[str, Union[str, type]]] = {
-    "CPUAdamBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_adam:CPUAdamBuilder"},
-    "CPULionBuilder": {ANY_ACCELERATOR: "anyaccel.op_builder.cpu_lion:CPULionBuilder"},
-    "FusedAdamBuilder": {"cuda": "anyaccel.op_builder.fused_adam:FusedAdamBuilder",
-                         "xpu": "anyaccel.op_builder.xpu_ops:XPUFusedAdamBuilder",
-                         "npu": "anyaccel.op_builder.npu_ops:NPUFusedAdamBuilder"},
-    "FusedLionBuilder": {"cuda": "anyaccel.op_builder.fused_lion:FusedLionBuilder",
-                         "xpu": "anyaccel.op_builder.xpu_ops:XPUFusedLionBuilder",
-                         "npu": "anyaccel.op_builder.npu_ops:NPUFusedLionBuilder"},
+#: op-builder backend -> the base class of its builders. Backend differences as data.
+BACKEND_BASES: dict[str, str] = {
+    "cpu": "anyaccel.op_builder.backends.cpu:TorchCPUOpBuilder",
+    "cuda": "anyaccel.op_builder.backends.cuda:CUDAOpBuilder",
+    "xpu": "anyaccel.op_builder.backends.sycl:SYCLOpBuilder",
+    "npu": "anyaccel.op_builder.backends.npu:NPUOpBuilder",
 }
-#: op NAME -> builder class name, so ``create_op_builder("cpu_adam")`` works too.
-_ALIASES: dict[str, str] = {
-    "cpu_adam": "CPUAdamBuilder",
-    "cpu_lion": "CPULionBuilder",
-    "fused_adam": "FusedAdamBuilder",
-    "fused_lion": "FusedLionBuilder",
-}
+#: Base of builds that compile nothing and load a Python module (``NativeBuild.module``).
+DELEGATING_BASE = "anyaccel.op_builder.backends.npu:NPUDelegatingBuilder"
+
+_EXTRA: dict[str, dict[str, Union[str, type]]] = {}
+_EXTRA_ALIASES: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
+@functools.lru_cache(maxsize=None)
+def builder_class(family: str, build_name: str) -> type:
+    """The builder class of build ``build_name`` (its ``NAME``) of op family ``family``, made once.
+
+    Returns:
+        A subclass of the build's backend base with ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD`` set,
+        named after the DeepSpeed builder (``CPUAdamBuilder``).
+
+    Raises:
+        SpecError: no such family or build.
+    """
+    from anyaccel.ops.spec import spec
+
+    s = spec(family)
+    build = next((b for b in s.builds if b.name == build_name), None)
+    if build is None:
+        s.build(build_name)  # raises SpecError naming the builds
+        raise AssertionError("unreachable")
+    base = resolve(DELEGATING_BASE if build.module else BACKEND_BASES[build.backend])
+    return type(build.builder, (base,), {
+        "NAME": build.name,
+        "BUILD_VAR": build.build_var,
+        "SPEC": s,
+        "BUILD": build,
+        "__module__": "anyaccel.op_builder",
+        "__doc__": f"{build.builder} ({build.backend}): builds {', '.join(build.functions)} of the "
+                   f"{s.family!r} op spec ({s.source}). {s.summary}.",
+    })
+
+
+def _spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
+    rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
+    for s in all_specs():
+        for b in s.builds:
+            for acc in b.accelerators:
+                rows.setdefault(b.builder, {})[acc] = (s, b)
+    return rows
+
+
+def _aliases() -> dict[str, str]:
+    out = {b.name: b.builder for s in all_specs() for b in s.builds}
+    out.update(_EXTRA_ALIASES)
+    return out
+
+
 def register_builder(name: str, accelerator_name: str, cls: Union[str, type], override: bool = False) -> None:
-    """Add a builder for ``name`` on ``accelerator_name`` (``"*"`` for every accelerator).
+    """Add a hand-written builder for ``name`` on ``accelerator_name`` (``"*"`` for every accelerator).
 
     Args:
-        name: the builder class name (``"FusedAdamBuilder"``) or the op's ``NAME`` (``"fused_adam"``); the
-            row is keyed by the class name and the other spelling becomes an alias.
+        name: the builder class name (``"MyOpBuilder"``) or the op's ``NAME`` (``"my_op"``); the row is keyed
+            by the class name and the other spelling becomes an alias.
         accelerator_name: an accelerator's ``_name`` ("cpu", "cuda", ...) or ``"*"``.
         cls: the builder class, or ``"module:Class"`` to import it lazily.
-        override: replace an existing row instead of raising.
+        override: replace an existing row (a spec-derived one included) instead of raising.
 
     Raises:
         ValueError: the row exists and ``override`` is False.
     """
     class_name = cls.rpartition(":")[2] if isinstance(cls, str) else cls.__name__
     with _LOCK:
+        exists = accelerator_name in _EXTRA.get(class_name, {}) or accelerator_name in _spec_rows().get(class_name, {})
+        if exists and not override:
+            raise ValueError(f"op {name!r} already has a builder for {accelerator_name!r}; pass override=True to "
+                             "replace it")
         if name != class_name:
-            _ALIASES[name] = class_name
-        row = _BUILDERS.setdefault(class_name, {})
-        if accelerator_name in row and not override:
-            raise ValueError(f"op {name!r} already has a builder for {accelerator_name!r} ({row[accelerator_name]}); "
-                             f"pass override=True to replace it")
-        row[accelerator_name] = cls
+            _EXTRA_ALIASES[name] = class_name
+        _EXTRA.setdefault(class_name, {})[accelerator_name] = cls
 
 
 def all_builder_names() -> list[str]:
     """Every builder class name any accelerator knows, sorted (aliases not repeated)."""
-    return sorted(_BUILDERS)
+    return sorted(set(_spec_rows()) | set(_EXTRA))
+
+
+def _target(row_key: str, accelerator_name: str) -> Optional[Union[str, type]]:
+    extra = _EXTRA.get(row_key, {})
+    if accelerator_name in extra:
+        return extra[accelerator_name]
+    spec_row = _spec_rows().get(row_key, {})
+    hit = spec_row.get(accelerator_name)
+    if hit is not None:
+        return builder_class(hit[0].family, hit[1].name)
+    if ANY_ACCELERATOR in extra:
+        return extra[ANY_ACCELERATOR]
+    hit = spec_row.get(ANY_ACCELERATOR)
+    return builder_class(hit[0].family, hit[1].name) if hit is not None else None
 
 
 def get_builder_class(name: str, accelerator_name: str) -> Optional[type]:
     """The builder class of ``name`` (``"CPUAdamBuilder"`` or ``"cpu_adam"``) for ``accelerator_name``.
 
     Returns:
-        The class (a subclass of :class:`~anyaccel.op_builder.builder.OpBuilder`); None when the op exists
-        but not for this accelerator (DeepSpeed's contract).
+        The class (a subclass of :class:`~anyaccel.op_builder.core.builder.OpBuilder`); None when the op
+        exists but not for this accelerator (DeepSpeed's contract).
 
     Raises:
         UnknownOpError: no accelerator knows ``name`` (neither a builder class name nor an op name); the
             message lists every known name.
     """
-    row = _BUILDERS.get(_ALIASES.get(name, name))
-    if row is None:
+    row_key = _aliases().get(name, name)
+    if row_key not in _spec_rows() and row_key not in _EXTRA:
         raise UnknownOpError(f"unknown op builder {name!r}; known builders: {', '.join(all_builder_names())} "
-                             f"(or their op names: {', '.join(sorted(_ALIASES))})")
-    target = row.get(accelerator_name, row.get(ANY_ACCELERATOR))
-    if target is None:
-        return None
+                             f"(or their op names: {', '.join(sorted(_aliases()))})")
+    target = _target(row_key, accelerator_name)
     if isinstance(target, str):
-        module_name, _, cls_name = target.partition(":")
-        target = getattr(importlib.import_module(module_name), cls_name)
+        target = resolve(target)
     return target
 
 
 def any_builder_class(name: str) -> Optional[type]:
-    """A class serving ``name`` on some accelerator (the host row first), for facts every row shares.
-
-    AOT selection reads ``BUILD_VAR`` through this, so a device-only op (``FusedAdamBuilder``, which has no
-    ``"*"`` row) is still selected by its own variable (``ANYACCEL_BUILD_FUSED_ADAM``).
+    """A class serving ``name`` on some accelerator (the host row first, then CUDA's), for facts every row
+    shares (AOT selection reads ``BUILD_VAR`` through this).
 
     Returns:
         The class, or None when ``name`` has no row at all.
     """
-    row = _BUILDERS.get(_ALIASES.get(name, name)) or {}
-    for accelerator_name in sorted(row, key=lambda a: a != ANY_ACCELERATOR):
-        return get_builder_class(name, accelerator_name)
+    row_key = _aliases().get(name, name)
+    accelerators = set(_spec_rows().get(row_key, {})) | set(_EXTRA.get(row_key, {}))
+    for acc in sorted(accelerators, key=lambda a: (a != ANY_ACCELERATOR, a != "cuda", a)):
+        return get_builder_class(name, acc)
     return None
+
+
+def spec_builds() -> list[tuple[OpSpec, NativeBuild]]:
+    """Every (spec, build) pair, in spec then build order (``anyaccel build`` and the report walk these)."""
+    return [(s, b) for s in all_specs() for b in s.builds]

@@ -1,10 +1,31 @@
-"""Python front ends of anyaccel's native kernels.
+"""anyaccel's op library: one package per op family (spec + front ends), plus the shared machinery.
 
-Importing this package builds nothing and loads no native library: each optimizer builds or loads its op
-on first use through the matching builder in ``anyaccel.op_builder``.
+- ``spec.py``: the op-spec vocabulary; ``<family>/spec.py``: each family described once;
+- ``validation.py``: the checks shared by kernels, fakes and front ends;
+- ``dispatch.py``: the implementation loader (priority, availability, forcing by name);
+- ``adam/``, ``lion/``: the optimizer families (``CPUAdam``, ``FusedAdam``, ``CPULion``, ``FusedLion``).
+
+Importing this package builds nothing and loads no native library; the optimizers are imported on first
+attribute access and load their op on first use.
 """
 
-from anyaccel.ops.adam import CPUAdam, FusedAdam
-from anyaccel.ops.lion import CPULion, FusedLion
+from __future__ import annotations
 
-__all__ = ["CPUAdam", "CPULion", "FusedAdam", "FusedLion"]
+from typing import Any
+
+_EXPORTS = {
+    "CPUAdam": "anyaccel.ops.adam.cpu:CPUAdam",
+    "FusedAdam": "anyaccel.ops.adam.fused:FusedAdam",
+    "CPULion": "anyaccel.ops.lion.cpu:CPULion",
+    "FusedLion": "anyaccel.ops.lion.fused:FusedLion",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        from anyaccel.ops.spec import resolve
+
+        return resolve(_EXPORTS[name])
+    raise AttributeError(f"module 'anyaccel.ops' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Everything around the kernel call: the hyper-parameter range checks, the cached bucketing of parameters
 into one launch per (device, dtype) bucket (:class:`~anyaccel.ops.fused_buckets.BucketPlanner`), the op
-chosen per device type by :mod:`anyaccel.op_builder.implementations`, DeepSpeed's ``set_grad_none``,
+chosen per device type by :mod:`anyaccel.ops.dispatch`, DeepSpeed's ``set_grad_none``,
 and a ``load_state_dict`` that forgets the cached bucketing. A subclass supplies data (``_NAME``, ``_OP``,
 ``_STATE_KEYS``, ``_COUNT_STEPS``) and one hook, :meth:`FusedOptimizer._step_bucket`.
 """
@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from anyaccel.op_builder import implementations
+from anyaccel.ops import dispatch
 from anyaccel.ops.fused_buckets import Bucket, BucketPlanner
 
 __all__ = ["FusedOptimizer"]
@@ -24,8 +24,8 @@ __all__ = ["FusedOptimizer"]
 class FusedOptimizer(torch.optim.Optimizer):
     """Base of optimizers whose step is one multi-tensor kernel launch per bucket of a parameter group.
 
-    Subclasses set ``_NAME`` (first word of error messages), ``_OP`` (the op name the implementation loader
-    knows, e.g. ``"fused_adam"``), ``_STATE_KEYS`` (per-parameter state tensors) and ``_COUNT_STEPS``
+    Subclasses set ``_NAME`` (first word of error messages), ``_OP`` (the op family the implementation loader
+    knows, e.g. ``"adam"``), ``_STATE_KEYS`` (per-parameter state tensors) and ``_COUNT_STEPS``
     (whether state keeps a step count), and implement :meth:`_step_bucket`.
 
     Args:
@@ -89,7 +89,7 @@ class FusedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         for index, group in enumerate(self.param_groups):
             for (device, *_rest), bucket in self._planner.buckets(index, group, self.state):
-                self._step_bucket(implementations.load(self._OP, device.type, self.impl), group, bucket)
+                self._step_bucket(dispatch.load(self._OP, device.type, self.impl), group, bucket)
         return loss
 
     def _step_bucket(self, op: Any, group: dict[str, Any], bucket: Bucket) -> None:

@@ -57,9 +57,8 @@ class HostOptimizer(torch.optim.Optimizer):
     Subclasses set these class attributes:
 
     * ``_NAME``: the name that starts every error message (``"CPUAdam"``).
-    * ``_OP_NAME``: the op's builder ``NAME`` (``"cpu_adam"``), for logs.
-    * ``_BUILDER``: ``(module, class name)`` of the op builder, imported on the first kernel use so that
-      importing ``anyaccel.ops`` imports no builder module.
+    * ``_FAMILY``: the op family (``"adam"``); the kernel is its ``cpu`` implementation, loaded through
+      :mod:`anyaccel.ops.dispatch` on the first kernel use, so importing ``anyaccel.ops`` builds nothing.
     * ``_STATE_KEYS``: the per-parameter state tensors, each shaped like the parameter
       (``("exp_avg", "exp_avg_sq")``).
     * ``_ACCELERATOR_ALTERNATIVE``: what to use for accelerator tensors, for the wrong-device message.
@@ -69,8 +68,7 @@ class HostOptimizer(torch.optim.Optimizer):
     * ``_CHECK_GRAD_CONTIGUOUS``: whether a non-contiguous gradient is rejected here (else the kernel
       rejects it, naming its list index).
 
-    and implement :meth:`_check_group` and :meth:`_step_group`. Each subclass that sets ``_BUILDER`` gets
-    its own loaded-op cache and lock.
+    and implement :meth:`_check_group` and :meth:`_step_group`.
 
     State per parameter: ``step`` (a Python ``int``, incremented before the kernel call) and the tensors of
     ``_STATE_KEYS`` (contiguous; fp32 when ``fp32_optimizer_states`` else the parameter dtype).
@@ -91,23 +89,12 @@ class HostOptimizer(torch.optim.Optimizer):
     """
 
     _NAME: ClassVar[str] = "HostOptimizer"
-    _OP_NAME: ClassVar[str] = ""
-    _BUILDER: ClassVar[tuple[str, str]] = ("", "")
+    _FAMILY: ClassVar[str] = ""
     _STATE_KEYS: ClassVar[tuple[str, ...]] = ()
     _ACCELERATOR_ALTERNATIVE: ClassVar[str] = ""
     _SPARSE_FIX: ClassVar[str] = ""
     _NOT_CONTIGUOUS: ClassVar[str] = ""
     _CHECK_GRAD_CONTIGUOUS: ClassVar[bool] = False
-
-    _op_module: ClassVar[Any | None] = None
-    _op_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # An op of its own gets a fresh cache and lock; a plain subclass (no _BUILDER) keeps its parent's lock.
-        if "_BUILDER" in cls.__dict__:
-            cls._op_module = None
-            cls._op_lock = threading.Lock()
 
     def __init__(
         self,
@@ -150,31 +137,23 @@ class HostOptimizer(torch.optim.Optimizer):
 
     @classmethod
     def _kernel(cls) -> Any:
-        """Returns the loaded op module, building it on first use.
+        """Returns the loaded op (the family's ``cpu`` implementation), building it on first use.
 
         Returns:
-            The ``OpModule`` from ``<builder>().load()``; its attributes are the op's torch ops.
+            The op module; its attributes are the family's torch ops (``adam_step``, ``isa``).
 
         Raises:
             Whatever the builder's ``load()`` raises (a typed build error naming the compiler's first error
             lines and the full log).
 
         Side effects:
-            Imports the builder module; may run the compiler (cold cache, a few seconds) and loads a shared
-            library; reads ``ANYACCEL_CPU_ISA`` and ``ANYACCEL_CACHE_DIR``. Cached on the class for the
-            process (double-checked under a class lock).
+            May run the compiler (cold cache, a few seconds) and loads a shared library; reads
+            ``ANYACCEL_CPU_ISA`` and ``ANYACCEL_CACHE_DIR``. Cached by :mod:`anyaccel.ops.dispatch` for the
+            process.
         """
-        if cls._op_module is None:
-            with cls._op_lock:
-                if cls._op_module is None:
-                    module_name, class_name = cls._BUILDER
-                    builder = getattr(importlib.import_module(module_name), class_name)
-                    module = builder().load()
-                    logging.getLogger(cls.__module__).debug(
-                        "%s: loaded %s kernel (isa=%s)", cls._NAME, cls._OP_NAME, getattr(module, "isa", "?")
-                    )
-                    cls._op_module = module
-        return cls._op_module
+        from anyaccel.ops import dispatch
+
+        return dispatch.load(cls._FAMILY, "cpu")
 
     # ------------------------------------------------------------------------------------------------
     # State

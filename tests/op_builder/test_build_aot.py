@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-import anyaccel.op_builder.aot as aot
-from anyaccel.op_builder.manifest import MANIFEST_NAME
+import anyaccel.op_builder.cli.aot as aot
+from anyaccel.op_builder.core.manifest import MANIFEST_NAME
 from anyaccel.op_builder.registry import register_builder
 from opb_helpers import HERE, child_env, run_json, toy_load_cmd, unique
 from toy_builder import ToyBuilder

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-import anyaccel.op_builder.builder as builder_mod
-from anyaccel.op_builder.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
+import anyaccel.op_builder.core.builder as builder_mod
+from anyaccel.op_builder.core.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
 from opb_helpers import REAL_CXX, make_wrapper, unique
 from toy_builder import ToyBuilder
 

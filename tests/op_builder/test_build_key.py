@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-import anyaccel.op_builder.builder as builder_mod
-from anyaccel.op_builder.manifest import compute_key, mismatches
+import anyaccel.op_builder.core.builder as builder_mod
+from anyaccel.op_builder.core.manifest import compute_key, mismatches
 from opb_helpers import make_wrapper
 from toy_builder import FIXTURES, ToyBuilder
 

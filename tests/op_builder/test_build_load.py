@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from anyaccel.op_builder.cache import Cache
-from anyaccel.op_builder.lock import BuildLock
-from anyaccel.op_builder.manifest import MANIFEST_NAME, compute_key
+from anyaccel.op_builder.core.cache import Cache
+from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.core.manifest import MANIFEST_NAME, compute_key
 from opb_helpers import child_env, run_json, toy_load_cmd, unique
 from toy_builder import ToyBuilder
 
@@ -118,12 +118,12 @@ def test_waiters_time_out_with_the_holder_named(tmp_path):
     holder = subprocess.Popen(
         [os.sys.executable, "-c",
          f"import sys; sys.path.insert(0, {str(os.path.dirname(__file__))!r}); import time\n"
-         f"from anyaccel.op_builder.lock import BuildLock\n"
+         f"from anyaccel.op_builder.core.lock import BuildLock\n"
          f"l = BuildLock({str(path)!r}, 'x'); l.acquire(); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        from anyaccel.op_builder.errors import LockTimeoutError
+        from anyaccel.op_builder.core.errors import LockTimeoutError
 
         with pytest.raises(LockTimeoutError, match=f"pid {holder.pid}"):
             BuildLock(path, "op toy", timeout_s=0.5).acquire()

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from anyaccel.op_builder import cuda_toolchain as ct
-from anyaccel.op_builder.environ import scoped_environ
-from anyaccel.op_builder.errors import ToolchainError
-from anyaccel.op_builder.toolchain import build_jobs, find_cxx, find_ninja, require_cxx
+from anyaccel.op_builder.toolchains import cuda as ct
+from anyaccel.op_builder.core.environ import scoped_environ
+from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.toolchains.host import build_jobs, find_cxx, find_ninja, require_cxx
 from opb_helpers import make_wrapper
 
 

@@ -6,9 +6,9 @@ import argparse
 
 import torch
 
-from anyaccel.op_builder import cache_commands, commands
-from anyaccel.op_builder.cache import Cache
-from anyaccel.op_builder.manifest import write_manifest
+from anyaccel.op_builder.cli import build as commands, cache as cache_commands
+from anyaccel.op_builder.core.cache import Cache
+from anyaccel.op_builder.core.manifest import write_manifest
 
 
 def _parse(module, argv):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import anyaccel.op_builder.cpu_isa as cpu_isa
-from anyaccel.op_builder.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
-from anyaccel.op_builder.errors import ISAError
+import anyaccel.op_builder.toolchains.cpu_isa as cpu_isa
+from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
+from anyaccel.op_builder.core.errors import ISAError
 
 
 def test_capability_mapping():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from anyaccel.op_builder import cuda_flags, implementations
+from anyaccel.op_builder.toolchains import cuda_flags
+from anyaccel.ops import dispatch as implementations
 from anyaccel.op_builder.fused_adam import FusedAdamBuilder
 from anyaccel.op_builder.fused_lion import FusedLionBuilder
 
@@ -66,7 +67,7 @@ def test_builder_flags_from_explicit_arch_list(builder_cls, monkeypatch):
 
 def test_builder_without_arch_list_or_gpu_raises(monkeypatch):
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    monkeypatch.setattr("anyaccel.op_builder.cuda_toolchain.visible_capabilities", lambda: [])
+    monkeypatch.setattr("anyaccel.op_builder.toolchains.cuda.visible_capabilities", lambda: [])
     with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
         FusedAdamBuilder().arch_list()
 

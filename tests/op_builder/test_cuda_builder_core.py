@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from anyaccel.op_builder import manifest as mf
-from anyaccel.op_builder.builder import OpBuilder
-from anyaccel.op_builder.cuda import CUDAOpBuilder, GPUArchError
-from anyaccel.op_builder.errors import BuildError
+from anyaccel.op_builder.core import manifest as mf
+from anyaccel.op_builder.core.builder import OpBuilder
+from anyaccel.op_builder.backends.cuda import CUDAOpBuilder, GPUArchError
+from anyaccel.op_builder.core.errors import BuildError
 from anyaccel.op_builder.fused_adam import FusedAdamBuilder
 from anyaccel.op_builder.fused_lion import FusedLionBuilder
 from anyaccel.op_builder.registry import all_builder_names, get_builder_class
@@ -86,7 +86,7 @@ def test_arch_list_errors_are_typed(cuda_env, monkeypatch):
     with pytest.raises(GPUArchError, match="TORCH_CUDA_ARCH_LIST"):
         FusedAdamBuilder().key_inputs()
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
-    monkeypatch.setattr("anyaccel.op_builder.cuda_toolchain.visible_capabilities", lambda: [])
+    monkeypatch.setattr("anyaccel.op_builder.toolchains.cuda.visible_capabilities", lambda: [])
     with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
         FusedAdamBuilder().nvcc_args()
 
@@ -181,7 +181,7 @@ def test_report_lists_gpu_ops_incompatible_on_cpu(monkeypatch):
 
     cpu = CPU_Accelerator()
     monkeypatch.setattr("anyaccel.accelerator.get_accelerator", lambda: cpu)  # also on a GPU machine
-    monkeypatch.setattr("anyaccel.op_builder.builder.OpBuilder.is_built", lambda self: False)
+    monkeypatch.setattr("anyaccel.op_builder.core.builder.OpBuilder.is_built", lambda self: False)
     rows = {r["op"]: r for r in report._op_rows(build=False)}
     for name in ("FusedAdamBuilder", "FusedLionBuilder"):
         assert rows[name]["compatible"] is False and "cpu" in rows[name]["reason"]

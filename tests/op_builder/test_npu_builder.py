@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from anyaccel.op_builder import npu as npu_mod
-from anyaccel.op_builder.errors import BuildError, ToolchainError
-from anyaccel.op_builder.npu import NPUOpBuilder, find_ascend_toolkit, find_torch_npu
+from anyaccel.op_builder.backends import npu as npu_mod
+from anyaccel.op_builder.core.errors import BuildError, ToolchainError
+from anyaccel.op_builder.backends.npu import NPUOpBuilder, find_ascend_toolkit, find_torch_npu
 from anyaccel.op_builder.npu_ops import NPUFusedAdamBuilder, NPUFusedLionBuilder
 from anyaccel.ops.npu import adam as npu_adam
 from anyaccel.ops.npu.lion import lion_step
@@ -112,7 +112,7 @@ def test_npu_builder_key_preflight_and_compile(no_ascend, fake_torch_npu, monkey
     inputs = b.key_inputs()
     assert inputs["backend"] == "npu" and inputs["ascend_toolkit"]["version"] == "8.0.RC2"
     assert ToyNPUBuilder().compatibility() == (True, "")
-    from anyaccel.op_builder import manifest as mf
+    from anyaccel.op_builder.core import manifest as mf
 
     key = mf.compute_key(inputs)
     (home / "x86_64-linux" / "ascend_toolkit_install.info").write_text("version=8.1.RC1\n")

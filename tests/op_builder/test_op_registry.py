@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from anyaccel.op_builder import CPUAdamBuilder, OpBuilder, TorchCPUOpBuilder, get_builder_class
-from anyaccel.op_builder.errors import UnknownOpError
+from anyaccel.op_builder.core.errors import UnknownOpError
 from anyaccel.op_builder.registry import all_builder_names, register_builder
 
 

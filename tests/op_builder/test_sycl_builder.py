@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from anyaccel.op_builder import implementations as impls
-from anyaccel.op_builder import manifest as mf
-from anyaccel.op_builder import sycl_toolchain as st
-from anyaccel.op_builder.builder import OpBuilder
-from anyaccel.op_builder.errors import BuildError, ToolchainError
+from anyaccel.ops import dispatch as impls
+from anyaccel.op_builder.core import manifest as mf
+from anyaccel.op_builder.toolchains import sycl as st
+from anyaccel.op_builder.core.builder import OpBuilder
+from anyaccel.op_builder.core.errors import BuildError, ToolchainError
 from anyaccel.op_builder.registry import all_builder_names, get_builder_class
-from anyaccel.op_builder.sycl import SYCLOpBuilder, XPUArchError, XPUSupportError
+from anyaccel.op_builder.backends.sycl import SYCLOpBuilder, XPUArchError, XPUSupportError
 from anyaccel.op_builder.xpu_ops import XPUFusedAdamBuilder, XPUFusedLionBuilder
 
 from opb_helpers import make_wrapper
@@ -47,7 +47,7 @@ def sycl_env(monkeypatch, tmp_path):
 @pytest.fixture
 def xpu_torch(monkeypatch, sycl_env):
     """torch patched to say it is built with XPU support, the fake icpx on PATH."""
-    monkeypatch.setattr("anyaccel.op_builder.sycl.torch_has_xpu", lambda: True)
+    monkeypatch.setattr("anyaccel.op_builder.backends.sycl.torch_has_xpu", lambda: True)
     monkeypatch.setenv("PATH", f"{FAKE_ICPX_DIR}{os.pathsep}{os.environ['PATH']}")
     return FAKE_ICPX_DIR / "icpx"
 
@@ -157,7 +157,7 @@ def test_cpu_torch_is_incompatible_and_refuses_to_build(sycl_env):
 
 
 def test_missing_sycl_compiler_is_a_typed_build_error(sycl_env, monkeypatch):
-    monkeypatch.setattr("anyaccel.op_builder.sycl.torch_has_xpu", lambda: True)
+    monkeypatch.setattr("anyaccel.op_builder.backends.sycl.torch_has_xpu", lambda: True)
     monkeypatch.setenv(st.ARCH_LIST_ENV, "pvc,xe-lpg")  # a key no other test loads
     with pytest.raises(BuildError) as err:
         XPUFusedLionBuilder().load()
@@ -213,7 +213,7 @@ def test_load_compiles_sycl_sources_with_namespace_and_restores_state(xpu_torch,
 
 
 def test_a_compiler_not_named_icpx_is_reached_through_a_shim(sycl_env, monkeypatch):
-    monkeypatch.setattr("anyaccel.op_builder.sycl.torch_has_xpu", lambda: True)
+    monkeypatch.setattr("anyaccel.op_builder.backends.sycl.torch_has_xpu", lambda: True)
     llvm = sycl_env / "llvm" / "bin"
     llvm.mkdir(parents=True)
     make_wrapper(llvm, "echo 'clang version 21.0.0git (https://github.com/intel/llvm abc123)'\n", name="clang++")
@@ -291,7 +291,7 @@ def test_priority_loader_offers_sycl_and_triton_on_xpu(fresh_loader, monkeypatch
     assert impls.choose("fused_adam", "xpu").name == "sycl"  # priority 20 > 10
     assert impls.choose("fused_adam", "xpu", name="triton").name == "triton"
     monkeypatch.setattr(XPUFusedAdamBuilder, "load", lambda self, verbose=False: "sycl-module")
-    with caplog.at_level("INFO", logger="anyaccel.op_builder.implementations"):
+    with caplog.at_level("INFO", logger="anyaccel.ops.dispatch"):
         loaded = impls.load("fused_adam", "xpu")
     assert loaded.impl_name == "sycl" and "using implementation 'sycl'" in caplog.text
     assert "sycl" not in {c.name for c in impls.explain("fused_adam", "cuda") if c.available}

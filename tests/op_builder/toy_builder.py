@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from anyaccel.op_builder.cpu import TorchCPUOpBuilder
+from anyaccel.op_builder.backends.cpu import TorchCPUOpBuilder
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "toy"
 

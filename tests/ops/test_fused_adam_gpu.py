@@ -24,7 +24,7 @@ SIZES = [1, 3, 7, 8, 4095, 4096, 4097, 16383, 16384, 16385, 100_003, 0, 262_147]
 
 
 def _op(impl: str):
-    from anyaccel.op_builder import implementations
+    from anyaccel.ops import dispatch as implementations
 
     return implementations.load("fused_adam", "cuda", impl)
 

@@ -22,7 +22,7 @@ SIZES = [1, 7, 4095, 4097, 16385, 100_003, 0, 262_147]
 
 
 def _op(impl: str):
-    from anyaccel.op_builder import implementations
+    from anyaccel.ops import dispatch as implementations
 
     return implementations.load("fused_lion", "cuda", impl)
 

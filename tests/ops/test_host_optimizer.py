@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anyaccel.op_builder import implementations
+from anyaccel.ops import dispatch as implementations
 from anyaccel.ops.adam import CPUAdam
 from anyaccel.ops.cpu_lion import CPULion
 from anyaccel.ops.host_optimizer import check_hyper_parameters

@@ -1,4 +1,5 @@
-// Fused multi-tensor Adam / AdamW step on CUDA (builder FusedAdamBuilder, NAME "fused_adam").
+// Fused multi-tensor Adam / AdamW step on CUDA (op spec anyaccel/ops/adam/spec.py, build "fused_adam"), on
+// torch's stable ABI.
 //
 // Math per element, in fp32 (matches torch.optim.Adam / AdamW, torch/optim/adam.py, and DeepSpeed's
 // FusedAdam, deepspeed/ops/adam/fused_adam.py; Adam: Kingma & Ba 2015; AdamW: Loshchilov & Hutter 2019):
@@ -8,18 +9,11 @@
 //   p <- p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)   with bc_i = 1 - beta_i^step (1 without
 //                                                           bias correction)
 // With model_copies, p is an fp32 master weight and the updated value is also written, rounded to
-// nearest even, into the bf16/fp16 model copy in the same pass.
-//
-// Registered as torch op  <ANYACCEL_OP_NAMESPACE>::adam_step  with a CUDA kernel (docs/architecture.md).
-#include <torch/library.h>
-
+// nearest even, into the bf16/fp16 model copy in the same pass. The schema, scalar ranges and dtype
+// combinations come from the spec through the generated anyaccel_op.h.
 #include <cmath>
 
 #include "cuda/multi_tensor_apply.cuh"
-
-#ifndef ANYACCEL_OP_NAMESPACE
-#define ANYACCEL_OP_NAMESPACE anyaccel_fused_adam_dev
-#endif
 
 namespace anyaccel {
 namespace {
@@ -47,18 +41,10 @@ struct AdamOp {
   }
 };
 
-const mta::Variant<AdamOp> kVariants[] = {ANYACCEL_MTA_VARIANTS(AdamOp, 2)};
-
-void adam_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                    at::TensorList exp_avg_sqs, at::TensorList model_copies, int64_t step, double lr,
-                    double beta1, double beta2, double eps, double weight_decay, bool bias_correction,
-                    bool adamw_mode) {
-  if (!(step >= 1)) mta::value_error(std::string("adam_step: step must be >= 1 (the count including this step), got ") + std::to_string(step));
-  if (!(lr >= 0.0)) mta::value_error(std::string("adam_step: lr must be >= 0, got ") + std::to_string(lr));
-  if (!(beta1 >= 0.0 && beta1 < 1.0)) mta::value_error(std::string("adam_step: beta1 must be in [0, 1), got ") + std::to_string(beta1));
-  if (!(beta2 >= 0.0 && beta2 < 1.0)) mta::value_error(std::string("adam_step: beta2 must be in [0, 1), got ") + std::to_string(beta2));
-  if (!(eps >= 0.0)) mta::value_error(std::string("adam_step: eps must be >= 0, got ") + std::to_string(eps));
-  if (!(weight_decay >= 0.0)) mta::value_error(std::string("adam_step: weight_decay must be >= 0, got ") + std::to_string(weight_decay));
+void adam_step_cuda(const stable::TensorList& params, const stable::TensorList& grads,
+                    const stable::TensorList& exp_avgs, const stable::TensorList& exp_avg_sqs,
+                    const stable::TensorList& model_copies, int64_t step, double lr, double beta1, double beta2,
+                    double eps, double weight_decay, bool bias_correction, bool adamw_mode) {
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
   const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
   AdamOp op;
@@ -72,18 +58,12 @@ void adam_step_cuda(at::TensorList params, at::TensorList grads, at::TensorList 
   op.step_size = static_cast<float>(lr / bc1);
   op.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
   op.adamw = adamw_mode;
-  mta::TensorLists lists{params, grads, {exp_avgs, exp_avg_sqs}, model_copies, "adam_step"};
-  mta::dispatch(kVariants, lists, op);
+  mta::run_step<2>("adam_step", params, grads, {&exp_avgs, &exp_avg_sqs}, {"exp_avgs", "exp_avg_sqs"},
+                   model_copies, op);
 }
 
 }  // namespace
 }  // namespace anyaccel
 
-TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE, m) {
-  m.def(
-      "adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-      "Tensor(d!)[] model_copies, int step, float lr, float beta1, float beta2, float eps, "
-      "float weight_decay, bool bias_correction, bool adamw_mode) -> ()");
-}
-
-TORCH_LIBRARY_IMPL(ANYACCEL_OP_NAMESPACE, CUDA, m) { m.impl("adam_step", &anyaccel::adam_step_cuda); }
+ANYACCEL_LIBRARY(m) { ANYACCEL_DEFINE_OPS(m); }
+ANYACCEL_LIBRARY_IMPL(CUDA, m) { ANYACCEL_IMPL(m, adam_step, anyaccel::adam_step_cuda); }

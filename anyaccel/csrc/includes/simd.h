@@ -8,7 +8,7 @@
 // Conversions:
 //   * bf16 -> fp32 is exact (the bf16 bits are the high half of the fp32 bits).
 //   * fp32 -> bf16 rounds to nearest, ties to even, and maps NaN to the quiet NaN 0x7FC0; this is the rule
-//     of c10::BFloat16 (c10/util/BFloat16.h, round_to_nearest_even), so vector lanes and scalar tails agree.
+//     of c10::BFloat16 (torch/headeronly/util/BFloat16.h, round_to_nearest_even), so vector lanes and scalar tails agree.
 //   * fp16 uses the F16C instructions on x86 (vcvtph2ps / vcvtps2ph with _MM_FROUND_TO_NEAREST_INT), the
 //     FCVT family on aarch64 (round to nearest even under the default FPCR), and c10::Half in scalar code;
 //     all three round to nearest even.
@@ -22,8 +22,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
 
 #if defined(ANYACCEL_ISA_AVX512) || defined(ANYACCEL_ISA_AVX2)
 #include <immintrin.h>

@@ -2,5 +2,5 @@
 
 Importing this package imports neither Triton nor a device runtime; the kernel modules
 (:mod:`anyaccel.ops.triton.adam`, :mod:`anyaccel.ops.triton.lion`) import Triton and are loaded on demand
-by :mod:`anyaccel.op_builder.implementations`.
+by :mod:`anyaccel.ops.dispatch`.
 """

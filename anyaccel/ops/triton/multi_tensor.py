@@ -18,26 +18,9 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Sequence
 
 import torch
-
-#: dtypes accepted as (params, grads, optimizer state, model copies): the same set as the CUDA kernels'
-#: (anyaccel/csrc/includes/cuda/multi_tensor_apply.cuh, ANYACCEL_MTA_VARIANTS). State is float32, or the
-#: parameters' 16-bit dtype (as torch's fused AdamW keeps it) when there are no model copies.
-SUPPORTED_DTYPES: frozenset[tuple[torch.dtype, torch.dtype, torch.dtype, Optional[torch.dtype]]] = frozenset(
-    {
-        (torch.float32, torch.float32, torch.float32, None),
-        (torch.bfloat16, torch.bfloat16, torch.float32, None),
-        (torch.float16, torch.float16, torch.float32, None),
-        (torch.bfloat16, torch.bfloat16, torch.bfloat16, None),
-        (torch.float16, torch.float16, torch.float16, None),
-        (torch.float32, torch.float32, torch.float32, torch.bfloat16),
-        (torch.float32, torch.float32, torch.float32, torch.float16),
-        (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16),
-        (torch.float32, torch.float16, torch.float32, torch.float16),
-    }
-)
 
 #: Alignment, in elements, that every tensor's distance from its list's base must have for the kernel
 #: to be told its accesses are vector aligned (8 elements: 32 bytes of fp32, 16 bytes of bf16/fp16).
@@ -68,61 +51,49 @@ _cache: "collections.OrderedDict[tuple, WorkTable]" = collections.OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def validate(
-    op: str,
-    params: Sequence[torch.Tensor],
-    grads: Sequence[torch.Tensor],
-    states: Sequence[tuple[str, Sequence[torch.Tensor]]],
-    model_copies: Sequence[torch.Tensor],
-) -> None:
-    """Checks one step's tensor lists; the same rules as the CUDA op (P17 in the user pains).
+def prepare(fn: Any, spec: Any, scalars: dict[str, Any], params: Sequence[torch.Tensor],
+            grads: Sequence[torch.Tensor], states: dict[str, Sequence[torch.Tensor]],
+            model_copies: Sequence[torch.Tensor]) -> list[list[list[torch.Tensor]]]:
+    """Validate one step like the compiled kernels and split it into launches.
+
+    The rules are the op spec's (:func:`anyaccel.ops.validation.check_scalars` and
+    :func:`~anyaccel.ops.validation.check_optimizer_lists`, the same as the CUDA kernel's); a step may mix
+    dtype combinations, and each combination is one launch. Tensors without elements are dropped.
 
     Args:
-        op: the op name for messages (``"adam_step"``).
-        params: parameters, any shapes, contiguous, one dtype and one device.
-        grads: one gradient per parameter, same element count, one dtype.
-        states: ``(name, list)`` pairs, each list one tensor per parameter, all of one dtype: float32, or
-            the parameters' 16-bit dtype (see :data:`SUPPORTED_DTYPES`).
-        model_copies: empty, or one bf16/fp16 tensor per float32 parameter.
+        fn: the spec function (``SPEC.function("adam_step")``).
+        spec: the op spec (its accepted dtypes).
+        scalars: the ranged scalar arguments by name.
+        params, grads, states, model_copies: the step's lists (states in schema order).
+
+    Returns:
+        Per launch, the lists in kernel order: params, grads, each state list, then the model copies when
+        the combination has them.
 
     Raises:
-        ValueError: list lengths differ, a tensor is not on the params' device or not contiguous,
-            element counts differ, or params is empty.
-        TypeError: a dtype is not the list's dtype or the combination is unsupported.
+        RuntimeError: as the kernels, naming the argument or tensor and what is accepted.
     """
-    n = len(params)
-    if n == 0:
-        raise ValueError(f"{op}: params is empty; pass at least one tensor")
-    named = [("grads", grads)] + list(states) + ([("model_copies", model_copies)] if model_copies else [])
-    for name, lst in named:
-        if len(lst) != n:
-            raise ValueError(f"{op}: got {n} params but {len(lst)} {name}; pass one per parameter")
-    p0 = params[0]
-    for name, lst in [("params", params)] + named:
-        dtype = lst[0].dtype if name in ("params", "grads", "model_copies") else states[0][1][0].dtype
-        for i, t in enumerate(lst):
-            if t.device != p0.device:
-                raise ValueError(
-                    f"{op}: {name}[{i}] is on {t.device} but params[0] is on {p0.device}; "
-                    "move every tensor of a step to one device"
-                )
-            if t.dtype != dtype:
-                raise TypeError(
-                    f"{op}: {name}[{i}] has dtype {t.dtype}, expected {dtype}; every tensor of one list must "
-                    "share a dtype"
-                )
-            if t.numel() != params[i].numel():
-                raise ValueError(
-                    f"{op}: {name}[{i}] has {t.numel()} elements but params[{i}] has {params[i].numel()}; "
-                    "shapes must match"
-                )
-            if not t.is_contiguous():
-                raise ValueError(f"{op}: {name}[{i}] is not contiguous; call .contiguous() on it")
-    combo = (p0.dtype, grads[0].dtype, states[0][1][0].dtype, model_copies[0].dtype if model_copies else None)
-    if combo not in SUPPORTED_DTYPES:
-        accepted = ", ".join(sorted(str(c) for c in SUPPORTED_DTYPES))
-        raise TypeError(f"{op}: unsupported dtypes (params, grads, state, model_copies) = {combo}; accepted: "
-                        f"{accepted}")
+    from anyaccel.ops import validation
+
+    validation.check_scalars(fn, scalars)
+    if not params:
+        raise RuntimeError(f"{fn.name}: params is empty; pass at least one tensor")
+    validation.check_optimizer_lists(fn.name, params, grads, states, model_copies,
+                                     [c.as_tuple() for c in spec.dtypes], params[0].device.type)
+    lists = [list(params), list(grads), *(list(v) for v in states.values())]
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(params):
+        if p.numel() == 0:
+            continue
+        key = tuple(lst[i].dtype for lst in lists) + ((model_copies[i].dtype,) if model_copies else ())
+        groups.setdefault(key, []).append(i)
+    launches = []
+    for indices in groups.values():
+        launch = [[lst[i] for i in indices] for lst in lists]
+        if model_copies:
+            launch.append([model_copies[i] for i in indices])
+        launches.append(launch)
+    return launches
 
 
 def work_table(lists: Sequence[Sequence[torch.Tensor]], block: int) -> WorkTable:
@@ -177,16 +148,3 @@ def work_table(lists: Sequence[Sequence[torch.Tensor]], block: int) -> WorkTable
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return table
-
-
-def drop_empty(*lists: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """Removes, from every list alike, the positions whose parameter has no elements.
-
-    Args:
-        lists: parallel lists; the first is the params.
-
-    Returns:
-        The lists without those positions (possibly all empty).
-    """
-    keep = [i for i, p in enumerate(lists[0]) if p.numel() > 0]
-    return [[lst[i] for i in keep] if len(lst) else [] for lst in lists]

@@ -8,7 +8,15 @@
 //   row t: [param, grad, state0, state1, model_copy, numel, first_chunk, aligned]
 //
 // Optimizer state is fp32, or bf16/fp16 like the parameters (torch's fused AdamW keeps it so; 14 bytes
-// per element for Adam instead of 22): the dtype of the state lists selects the kernel.
+// per element for Adam instead of 22). The accepted (param, grad, state, model copy) combinations are the
+// op spec's (ANYACCEL_DTYPE_COMBOS of the generated header); a call may mix them: the tensors are grouped
+// by combination and each group is one launch.
+//
+// Torch is reached only through its stable C ABI (torch/csrc/stable, torch/headeronly): the validation is
+// checks::check_optimizer_lists (the rules the Python fakes share), tensors are allocated and copied
+// through the shim (aoti_torch_empty_strided_pinned, aoti_torch_copy_), and the current stream is torch's
+// (aoti_torch_get_current_cuda_stream, looked up in the already loaded libtorch_cuda.so, so the op links
+// no torch CUDA library and one binary serves every torch from the ABI target on).
 //
 // The grid is persistent (as many blocks as stay resident at once, at most one per chunk); block b
 // handles chunks b, b + gridDim.x, ... and finds the tensor of a chunk by binary search over
@@ -27,16 +35,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/util/Exception.h>
+#include <dlfcn.h>
+
+#include "anyaccel_op.h"  // generated from the op spec: kAcceptedCombos, ANYACCEL_DTYPE_COMBOS, ANYACCEL_IMPL
+#include "../stable/checks.h"
+#include "../stable/tensor.h"
 
 namespace anyaccel {
 namespace mta {
@@ -237,215 +246,166 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// The tensors of one optimizer step, as the op received them.
-struct TensorLists {
-  at::TensorList params, grads;
-  std::vector<at::TensorList> states;  // NS lists
-  at::TensorList copies;               // empty, or one model copy per parameter
-  const char* op_name;
+[[noreturn]] inline void cuda_fail(const char* what, cudaError_t err) {
+  STD_TORCH_CHECK(false, what, " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  __builtin_unreachable();
+}
+#define ANYACCEL_CUDA_CHECK(expr)                                     \
+  do {                                                                \
+    const cudaError_t anyaccel_err_ = (expr);                         \
+    if (anyaccel_err_ != cudaSuccess) ::anyaccel::mta::cuda_fail(#expr, anyaccel_err_); \
+  } while (0)
+
+// torch's current CUDA stream of `device_index`: aoti_torch_get_current_cuda_stream from the
+// libtorch_cuda.so torch has already loaded (RTLD_NOLOAD: never loads a second copy), found once.
+inline cudaStream_t current_stream(int32_t device_index) {
+  using Fn = AOTITorchError (*)(int32_t, void**);
+  static const Fn fn = [] {
+    void* lib = dlopen("libtorch_cuda.so", RTLD_NOLOAD | RTLD_LAZY);
+    return lib == nullptr ? static_cast<Fn>(nullptr)
+                          : reinterpret_cast<Fn>(dlsym(lib, "aoti_torch_get_current_cuda_stream"));
+  }();
+  STD_TORCH_CHECK(fn != nullptr,
+                  "anyaccel: torch's CUDA library (libtorch_cuda.so) is not loaded or lacks "
+                  "aoti_torch_get_current_cuda_stream; a CUDA op needs a CUDA build of torch");
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(fn(device_index, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+// Sets the current device for the scope (torch's DeviceGuard through the shim).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t index) { TORCH_ERROR_CODE_CHECK(aoti_torch_create_device_guard(index, &guard_)); }
+  ~DeviceGuard() { aoti_torch_delete_device_guard(guard_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  DeviceGuardHandle guard_ = nullptr;
 };
 
-inline std::string where(const char* list, size_t i) {
-  return std::string(list) + "[" + std::to_string(i) + "]";
-}
+inline bool is_aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
-// Errors are built by string concatenation and thrown as c10::ValueError / c10::TypeError (Python
-// ValueError / TypeError) without c10::str's ostream formatting of numbers: seen on the H200 image, a
-// failing TORCH_CHECK with integer arguments in this nvcc-compiled library crashed inside the stream's
-// number formatting instead of raising.
-[[noreturn]] inline void value_error(const std::string& msg) {
-  throw c10::ValueError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
-}
-[[noreturn]] inline void type_error(const std::string& msg) {
-  throw c10::TypeError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
-}
-
-inline std::string dtype_name(c10::ScalarType t) {
-  return t == c10::ScalarType::Undefined ? std::string("none") : std::string(c10::toString(t));
-}
-
-// Checks one tensor of a list against its parameter `ref` (the parameter itself for the params list,
-// where only device, dtype and contiguity are compared).
-inline void check_tensor(const at::Tensor& t, const char* list, size_t i, const at::Tensor& ref,
-                         c10::ScalarType dtype, const char* op) {
-  const std::string op_s(op);
-  if (!t.defined()) value_error(op_s + ": " + where(list, i) + " is undefined (None); pass a tensor");
-  if (t.device() != ref.device()) {
-    value_error(op_s + ": " + where(list, i) + " is on " + t.device().str() + " but params[" + std::to_string(i) +
-                "] is on " + ref.device().str() + "; move every tensor of a step to one CUDA device");
-  }
-  if (t.scalar_type() != dtype) {
-    type_error(op_s + ": " + where(list, i) + " has dtype " + dtype_name(t.scalar_type()) + ", expected " +
-               dtype_name(dtype) + "; every tensor of one list must share a dtype (the Python front end "
-               "groups parameters by dtype)");
-  }
-  if (t.numel() != ref.numel()) {
-    value_error(op_s + ": " + where(list, i) + " has " + std::to_string(t.numel()) + " elements but params[" +
-                std::to_string(i) + "] has " + std::to_string(ref.numel()) + "; shapes must match");
-  }
-  if (!t.is_contiguous()) {
-    value_error(op_s + ": " + where(list, i) + " is not contiguous; call .contiguous() on it (the kernel walks "
-                "memory linearly)");
-  }
-}
-
-inline bool is_aligned(const void* ptr, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
-
-// Validates `lists` (devices, dtypes, element counts, contiguity) and builds the device table.
-// Returns the table on the params' device and sets *num_chunks. Side effect: one pinned host
-// allocation and one asynchronous host-to-device copy on the current stream.
-inline at::Tensor build_table(const TensorLists& lists, int64_t* num_chunks) {
-  const size_t n = lists.params.size();
-  const char* op = lists.op_name;
-  const std::string op_s(op);
-  const std::string count = std::to_string(n);
-  if (n == 0) value_error(op_s + ": params is empty; pass at least one tensor");
-  if (lists.grads.size() != n) {
-    value_error(op_s + ": got " + count + " params but " + std::to_string(lists.grads.size()) +
-                " grads; pass one gradient per parameter");
-  }
-  static const char* kStateNames[kMaxStates] = {"exp_avgs", "exp_avg_sqs"};
-  for (size_t s = 0; s < lists.states.size(); ++s) {
-    if (lists.states[s].size() != n) {
-      value_error(op_s + ": got " + count + " params but " + std::to_string(lists.states[s].size()) + " " +
-                  kStateNames[s] + "; pass one state tensor per parameter");
-    }
-  }
-  const bool has_copy = !lists.copies.empty();
-  if (has_copy && lists.copies.size() != n) {
-    value_error(op_s + ": got " + count + " params but " + std::to_string(lists.copies.size()) +
-                " model_copies; pass none or one per parameter");
-  }
-
-  const at::Tensor& p0 = lists.params[0];
-  const auto pdt = p0.scalar_type();
-  const auto gdt = lists.grads[0].defined() ? lists.grads[0].scalar_type() : pdt;
-  const auto odt = has_copy && lists.copies[0].defined() ? lists.copies[0].scalar_type() : pdt;
-  const auto sdt = !lists.states.empty() && !lists.states[0].empty() && lists.states[0][0].defined()
-                       ? lists.states[0][0].scalar_type()
-                       : at::kFloat;
-
-  at::Tensor host = at::empty({static_cast<int64_t>(n) * kRowWords},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  int64_t* row = host.data_ptr<int64_t>();
-  int64_t chunks = 0;
-  for (size_t i = 0; i < n; ++i, row += kRowWords) {
-    const at::Tensor& p = lists.params[i];
-    check_tensor(p, "params", i, p.defined() ? p : p0, pdt, op);
-    if (p.device() != p0.device()) {
-      value_error(op_s + ": params[" + std::to_string(i) + "] is on " + p.device().str() + " but params[0] is on " +
-                  p0.device().str() + "; move every tensor of a step to one CUDA device");
-    }
-    check_tensor(lists.grads[i], "grads", i, p, gdt, op);
-    bool aligned = is_aligned(p.data_ptr(), kVec * p.element_size()) &&
-                   is_aligned(lists.grads[i].data_ptr(), kVec * lists.grads[i].element_size());
-    void* sp[kMaxStates] = {nullptr, nullptr};
-    for (size_t s = 0; s < lists.states.size(); ++s) {
-      const at::Tensor& st = lists.states[s][i];
-      check_tensor(st, kStateNames[s], i, p, sdt, op);
-      sp[s] = st.data_ptr();
-      aligned = aligned && is_aligned(sp[s], kVec * st.element_size());
-    }
-    void* cp = nullptr;
-    if (has_copy) {
-      check_tensor(lists.copies[i], "model_copies", i, p, odt, op);
-      cp = lists.copies[i].data_ptr();
-      aligned = aligned && is_aligned(cp, kVec * lists.copies[i].element_size());
-    }
-    const int64_t numel = p.numel();
-    row[0] = reinterpret_cast<int64_t>(p.data_ptr());
-    row[1] = reinterpret_cast<int64_t>(lists.grads[i].data_ptr());
-    row[2] = reinterpret_cast<int64_t>(sp[0]);
-    row[3] = reinterpret_cast<int64_t>(sp[1]);
-    row[4] = reinterpret_cast<int64_t>(cp);
-    row[5] = numel;
-    row[6] = chunks;
-    row[7] = aligned ? 1 : 0;
-    chunks += (numel + kChunk - 1) / kChunk;
-  }
-  *num_chunks = chunks;
-  at::Tensor dev = at::empty({host.numel()}, at::TensorOptions().dtype(at::kLong).device(p0.device()));
-  dev.copy_(host, /*non_blocking=*/true);
-  return dev;
+// A device copy of `rows` (kRowWords int64 words per tensor): a pinned host tensor filled here and copied
+// asynchronously on the current stream by torch (whose pinned-memory allocator keeps the host block alive
+// until the copy has run). Returns the owned device tensor.
+inline stable::Tensor upload_table(const std::vector<int64_t>& rows, int32_t device_index) {
+  const int64_t size = static_cast<int64_t>(rows.size());
+  const int64_t stride = 1;
+  const int32_t i64 = aoti_torch_dtype_int64();
+  AtenTensorHandle host = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided_pinned(1, &size, &stride, i64, aoti_torch_device_type_cpu(), 0, &host));
+  stable::Tensor host_t(host);
+  std::memcpy(host_t.data_ptr(), rows.data(), rows.size() * sizeof(int64_t));
+  AtenTensorHandle dev = nullptr;
+  TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(1, &size, &stride, i64, aoti_torch_device_type_cuda(), device_index, &dev));
+  stable::Tensor dev_t(dev);
+  TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(dev_t.handle(), host_t.handle(), /*non_blocking=*/1));
+  return dev_t;
 }
 
 // Launches one instantiation on the current stream, persistent grid; checks the launch.
 template <typename P, typename G, typename S, typename O, int NS, bool HAS_COPY, class Op>
-void launch(const at::Tensor& table, int num_tensors, int64_t num_chunks, const Op& op) {
+void launch(const int64_t* table, int num_tensors, int64_t num_chunks, const Op& op, int32_t device_index,
+            cudaStream_t stream) {
   if (num_chunks == 0) return;  // every tensor is empty
   auto kernel = multi_tensor_kernel<P, G, S, O, NS, HAS_COPY, Op>;
   static int blocks_per_sm = [&] {
     int b = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
+    ANYACCEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0));
     return std::max(b, 1);
   }();
   int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c10::cuda::current_device()));
+  ANYACCEL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_index));
   const int64_t grid = std::min<int64_t>(num_chunks, int64_t(sms) * blocks_per_sm);
-  kernel<<<static_cast<unsigned>(grid), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      table.data_ptr<int64_t>(), num_tensors, num_chunks, op);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(table, num_tensors, num_chunks, op);
+  ANYACCEL_CUDA_CHECK(cudaGetLastError());
 }
 
-// One supported (param, grad, state, copy) dtype combination and its launcher. Backend differences as
-// data: each op lists its combinations in a table and `dispatch` looks the step's dtypes up in it.
-template <class Op>
-struct Variant {
-  c10::ScalarType param, grad, state, copy;  // copy == Undefined: no model copy
-  void (*fn)(const at::Tensor&, int, int64_t, const Op&);
+// Storage types of the kernels by c10::ScalarType enumerator (Undefined: no model copy).
+template <c10::ScalarType T>
+struct CudaType;
+template <>
+struct CudaType<c10::ScalarType::Float> {
+  using type = float;
+};
+template <>
+struct CudaType<c10::ScalarType::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct CudaType<c10::ScalarType::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<c10::ScalarType::Undefined> {
+  using type = float;  // unused: HAS_COPY is false
 };
 
-template <class Op, size_t N>
-void dispatch(const Variant<Op> (&variants)[N], const TensorLists& lists, const Op& op) {
-  const std::string op_s(lists.op_name);
-  if (lists.params.empty()) value_error(op_s + ": params is empty; pass at least one tensor");
-  const at::Tensor& p0 = lists.params[0];
-  if (!p0.defined() || !p0.is_cuda()) {
-    value_error(op_s + ": params[0] must be a CUDA tensor, got " + (p0.defined() ? p0.device().str() : "None"));
-  }
-  const c10::cuda::CUDAGuard guard(p0.device());
-  int64_t num_chunks = 0;
-  at::Tensor table = build_table(lists, &num_chunks);
-  const auto pdt = p0.scalar_type();
-  const auto gdt = lists.grads[0].scalar_type();
-  const auto cdt = lists.copies.empty() ? c10::ScalarType::Undefined : lists.copies[0].scalar_type();
-  const auto sdt = lists.states[0][0].scalar_type();
-  std::string accepted;
-  for (const auto& v : variants) {
-    if (v.param == pdt && v.grad == gdt && v.state == sdt && v.copy == cdt) {
-      v.fn(table, static_cast<int>(lists.params.size()), num_chunks, op);
-      return;
-    }
-    accepted += " (" + dtype_name(v.param) + ", " + dtype_name(v.grad) + ", " + dtype_name(v.state) + ", " +
-                dtype_name(v.copy) + ")";
-  }
-  type_error(op_s + ": unsupported dtypes (params, grads, state, model_copies) = (" + dtype_name(pdt) + ", " +
-             dtype_name(gdt) + ", " + dtype_name(sdt) + ", " + dtype_name(cdt) + "); accepted:" + accepted +
-             ". Optimizer state is float32, or the parameters' 16-bit dtype when there are no model copies.");
+template <class Op>
+using LaunchFn = void (*)(const int64_t*, int, int64_t, const Op&, int32_t, cudaStream_t);
+
+#define ANYACCEL_MTA_LAUNCHER_(P, G, S, C)                                                              \
+  &::anyaccel::mta::launch<typename CudaType<c10::ScalarType::P>::type,                                  \
+                           typename CudaType<c10::ScalarType::G>::type,                                  \
+                           typename CudaType<c10::ScalarType::S>::type,                                  \
+                           typename CudaType<c10::ScalarType::C>::type, NS,                              \
+                           c10::ScalarType::C != c10::ScalarType::Undefined, Op>,
+
+// One launcher per accepted dtype combination, in the op spec's order (kAcceptedCombos' order).
+template <int NS, class Op>
+std::array<LaunchFn<Op>, ::anyaccel::op::kNumCombos> launchers() {
+  return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_MTA_LAUNCHER_)}};
 }
 
-// The dtype combinations every element-wise optimizer supports: parameters and gradients of one
-// dtype with fp32 state, or (16-bit parameters) state in the parameters' dtype as torch's fused AdamW
-// keeps it; or fp32 master parameters with fp32 or low-precision gradients and fp32 state, writing a
-// bf16/fp16 model copy in the same pass.
-#define ANYACCEL_MTA_V(OP, NS, P, G, S, O, HAS_COPY, PT, GT, ST, OT)              \
-  {c10::ScalarType::P, c10::ScalarType::G, c10::ScalarType::S, c10::ScalarType::O, \
-   &::anyaccel::mta::launch<PT, GT, ST, OT, NS, HAS_COPY, OP>}
-#define ANYACCEL_MTA_VARIANTS(OP, NS)                                                                     \
-  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, Undefined, false, float, float, float, float),               \
-  ANYACCEL_MTA_V(OP, NS, BFloat16, BFloat16, Float, Undefined, false, __nv_bfloat16, __nv_bfloat16, float, \
-                 float),                                                                                   \
-  ANYACCEL_MTA_V(OP, NS, Half, Half, Float, Undefined, false, __half, __half, float, float),               \
-  ANYACCEL_MTA_V(OP, NS, BFloat16, BFloat16, BFloat16, Undefined, false, __nv_bfloat16, __nv_bfloat16,     \
-                 __nv_bfloat16, float),                                                                    \
-  ANYACCEL_MTA_V(OP, NS, Half, Half, Half, Undefined, false, __half, __half, __half, float),               \
-  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, BFloat16, true, float, float, float, __nv_bfloat16),         \
-  ANYACCEL_MTA_V(OP, NS, Float, Float, Float, Half, true, float, float, float, __half),                    \
-  ANYACCEL_MTA_V(OP, NS, Float, BFloat16, Float, BFloat16, true, float, __nv_bfloat16, float,             \
-                 __nv_bfloat16),                                                                           \
-  ANYACCEL_MTA_V(OP, NS, Float, Half, Float, Half, true, float, __half, float, __half)
+// Validates a step (checks::check_optimizer_lists, accelerator rules), groups its tensors by dtype
+// combination and launches one kernel per group on torch's current stream of params[0]'s device.
+template <int NS, class Op>
+void run_step(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
+              const std::array<const stable::TensorList*, NS>& states, const std::array<const char*, NS>& state_names,
+              const stable::TensorList& copies, const Op& op) {
+  STD_TORCH_CHECK(params.size() > 0, op_name, ": params is empty; pass at least one tensor");
+  const int32_t cuda = aoti_torch_device_type_cuda();
+  STD_TORCH_CHECK(params[0].device_type() == cuda, op_name, ": params[0] is on device ", params[0].device_text(),
+                  "; this is the CUDA kernel (use the CPU optimizer for host tensors)");
+  const auto plan = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
+                                                  ::anyaccel::op::kAcceptedCombos, cuda, "");
+  DeviceGuard guard(plan.device_index);
+  const cudaStream_t stream = current_stream(plan.device_index);
+  static const auto table_launchers = launchers<NS, Op>();
+  const bool has_copy = !plan.copies.empty();
+  for (size_t combo = 0; combo < ::anyaccel::op::kNumCombos; ++combo) {
+    std::vector<int64_t> rows;
+    int64_t chunks = 0;
+    int count = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (plan.combo[i] != static_cast<int>(combo)) continue;
+      void* p = plan.params[i];
+      const void* g = plan.grads[i];
+      void* s0 = plan.states[0][i];
+      void* s1 = NS > 1 ? plan.states[NS - 1][i] : nullptr;
+      void* cp = has_copy ? plan.copies[i] : nullptr;
+      const auto& c = ::anyaccel::op::kAcceptedCombos[combo];
+      const size_t pe = aoti_torch_dtype_element_size(c.param), ge = aoti_torch_dtype_element_size(c.grad),
+                   se = aoti_torch_dtype_element_size(c.state);
+      bool aligned = is_aligned(p, kVec * pe) && is_aligned(g, kVec * ge) && is_aligned(s0, kVec * se) &&
+                     (s1 == nullptr || is_aligned(s1, kVec * se)) &&
+                     (cp == nullptr || is_aligned(cp, kVec * aoti_torch_dtype_element_size(c.copy)));
+      const int64_t numel = plan.numel[i];
+      rows.insert(rows.end(), {reinterpret_cast<int64_t>(p), reinterpret_cast<int64_t>(g),
+                               reinterpret_cast<int64_t>(s0), reinterpret_cast<int64_t>(s1),
+                               reinterpret_cast<int64_t>(cp), numel, chunks, aligned ? 1 : 0});
+      chunks += (numel + kChunk - 1) / kChunk;
+      ++count;
+    }
+    if (count == 0 || chunks == 0) continue;
+    const stable::Tensor table = upload_table(rows, plan.device_index);
+    table_launchers[combo](static_cast<const int64_t*>(table.const_data_ptr()), count, chunks, op,
+                           plan.device_index, stream);
+  }
+}
 
 }  // namespace mta
 }  // namespace anyaccel

@@ -1,0 +1,73 @@
+"""``TorchCPUOpBuilder``: host (CPU) ops on torch's stable ABI, with the CPU ISA level as data."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional
+
+from typing_extensions import override
+
+from anyaccel.op_builder.core.builder import OpBuilder
+from anyaccel.op_builder.core.errors import ISAError
+from anyaccel.op_builder.toolchains.cpu_isa import ISALevel, resolve_isa
+
+
+class TorchCPUOpBuilder(OpBuilder):
+    """Base of CPU ops.
+
+    Flags (docs/architecture.md "CPU ISA levels"): :data:`COMMON_CXX_ARGS`, then the ISA level's one macro
+    and flags. Threads come from torch's own pool through the stable ABI (``torch_parallel_for``), so the
+    kernels follow ``torch.set_num_threads`` and link no OpenMP runtime of their own; nothing CUDA is
+    compiled or linked, also on a CUDA build of torch (user pain P7).
+
+    The ISA level is resolved once per builder instance (``ANYACCEL_CPU_ISA`` or the best level the CPU
+    runs among the levels the spec's sources implement; see
+    :func:`~anyaccel.op_builder.toolchains.cpu_isa.resolve_isa`) and is part of the cache key.
+    """
+
+    BACKEND: ClassVar[str] = "cpu"
+    DEVICE_TYPE: ClassVar[str] = "cpu"
+    COMMON_CXX_ARGS: ClassVar[tuple[str, ...]] = ("-O3",)
+
+    def __init__(self, isa: Optional[str] = None) -> None:
+        """Args:
+            isa: build this SIMD level whatever the CPU runs (AOT builds of a wheel that carries every
+                level); None: ``ANYACCEL_CPU_ISA`` or the best level of this CPU.
+
+        Raises:
+            ISAError: ``isa`` is not a level this op implements.
+        """
+        super().__init__()
+        self._isa: Optional[ISALevel] = None
+        if isa is not None:
+            from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
+
+            levels = self.BUILD.isa_levels if self.BUILD is not None and self.BUILD.isa_levels else tuple(ISA_LEVELS)
+            if isa not in ISA_LEVELS or (isa not in levels and isa != "portable"):
+                raise ISAError(f"op {self.NAME}: SIMD level {isa!r} is not one of {', '.join(levels)}")
+            self._isa = ISA_LEVELS[isa]
+
+    def isa_level(self) -> ISALevel:
+        """The chosen :class:`~anyaccel.op_builder.toolchains.cpu_isa.ISALevel` (resolved on first use).
+
+        Raises:
+            ISAError: ``ANYACCEL_CPU_ISA`` is invalid or names a level this CPU lacks.
+        """
+        if self._isa is None:
+            levels = self.BUILD.isa_levels if self.BUILD is not None and self.BUILD.isa_levels else None
+            self._isa = resolve_isa(implemented=levels)
+        return self._isa
+
+    @override
+    def isa(self) -> Optional[str]:
+        """The chosen level's name: "avx512", "avx2", "neon" or "portable"."""
+        return self.isa_level().name
+
+    @override
+    def cxx_args(self) -> list[str]:
+        """Common CPU flags, the spec's flags, then the ISA macro and flags."""
+        return list(self.COMMON_CXX_ARGS) + super().cxx_args() + self.isa_level().compile_args()
+
+    @override
+    def extra_key_inputs(self) -> dict[str, Any]:
+        """CPU builds have no toolkit or GPU arch list beyond the base inputs."""
+        return {}

@@ -1,0 +1,306 @@
+"""``CUDAOpBuilder``: the op-builder base for CUDA kernels, on the core load path and torch's stable ABI.
+
+A CUDA build is data (its spec's ``.cu`` sources and flags); this base plugs it into the core
+:class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
+publish, typed :class:`~anyaccel.op_builder.core.errors.BuildError`) through its hooks:
+
+- :meth:`extra_key_inputs`: the GPU arch list, the toolkit flavour, the CUDA major version the binary's
+  runtime is (``cudart``'s soname), and the device compiler's identity (path, size, mtime; no process; a
+  build-host field) join the cache key (user pain P12: a build for another arch list or toolkit is
+  another entry, never a silent reuse). torch's own version is not an input: the sources use only the
+  stable ABI;
+- :meth:`preflight`: finds nvcc, runs ``nvcc --version`` once and applies the toolkit/torch major-version
+  policy of :func:`anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build
+  (``ANYACCEL_SKIP_CUDA_CHECK=1`` skips it); with a CPU-only torch the build still runs, for another
+  machine (a GPU wheel built on a CPU host), and the toolkit's own major version is recorded;
+- :meth:`compile_steps` / :meth:`link_command`: ``.cu`` files go to nvcc with explicit ``-gencode`` flags,
+  ``.cpp`` files to the host compiler; the link takes only ``libtorch_cpu`` (the stable shim) and
+  ``libcudart`` (torch's CUDA library is found at run time among the libraries torch has loaded).
+
+Nothing here touches a device at import. :meth:`arch_list` asks the driver for the visible devices'
+compute capabilities only when ``TORCH_CUDA_ARCH_LIST`` is unset (load/build time, not import). ROCm:
+the flags and the arch list are generated (``toolchains/cuda_flags.py``) but the stable-ABI sources have
+not been hipified or run on ROCm.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from typing_extensions import override
+
+from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
+from anyaccel.op_builder.core.errors import OpBuilderError, ToolchainError
+from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
+from anyaccel.op_builder.toolchains import cuda_flags
+from anyaccel.op_builder.toolchains import ninja as nj
+from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
+
+logger = logging.getLogger(__name__)
+
+
+class GPUArchError(OpBuilderError, ValueError):
+    """The GPU arch list is malformed, or unset with no visible GPU to take it from."""
+
+
+class CUDAOpBuilder(OpBuilder):
+    """Base of the CUDA op builders (``FusedAdamBuilder``, ``FusedLionBuilder``).
+
+    Spec builds with ``backend="cuda"`` name ``.cu`` (and optionally ``.cpp``) sources relative to the
+    package directory; the shared headers live in ``csrc/includes`` (``cuda/*.cuh``, ``stable/*.h``) and
+    are part of the key.
+
+    Attributes:
+        BACKEND: ``"cuda"``.
+        DEVICE_TYPE: ``"cuda"`` (the fakes require CUDA tensors).
+        HEADER_SUFFIXES: C/C++ headers plus ``.cuh``.
+        BUILD_HOST_FIELDS: the host compiler, the device compiler's identity and the torch the build ran
+            under describe the build machine, not the binary's runtime contract, so a prebuilt artifact
+            matches without them. The CUDA major version and the arch list are runtime contracts and stay.
+    """
+
+    BACKEND: ClassVar[str] = "cuda"
+    DEVICE_TYPE: ClassVar[str] = "cuda"
+    HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = OpBuilder.HEADER_SUFFIXES + (".cuh",)
+    BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arch: Optional[list[str]] = None
+
+    # ----- data --------------------------------------------------------------------------------------------
+    def toolkit(self) -> Optional[cuda_flags.GPUToolkit]:
+        """The toolkit flavour of the running torch: ``TOOLKITS["cuda"]``, ``TOOLKITS["rocm"]`` or None (CPU torch).
+
+        Side effects: imports torch (no device initialisation).
+        """
+        import torch
+
+        return cuda_flags.toolkit_for(getattr(torch.version, "hip", None), torch.version.cuda)
+
+    def _toolkit_or_cuda(self) -> cuda_flags.GPUToolkit:
+        return self.toolkit() or cuda_flags.TOOLKITS["cuda"]
+
+    def arch_list(self) -> list[str]:
+        """The GPU archs to compile for, resolved once per builder instance.
+
+        CUDA: ``TORCH_CUDA_ARCH_LIST`` parsed, else every visible device's compute capability (the highest
+        with ``+PTX``), see :func:`~anyaccel.op_builder.toolchains.cuda.cuda_arch_list`. ROCm:
+        ``PYTORCH_ROCM_ARCH`` split on ``;``/spaces, else the visible devices' ``gcnArchName``.
+
+        Raises:
+            GPUArchError (a ``ValueError``): the variable is malformed, or unset with no visible GPU; the
+                message names the variable to set.
+
+        Side effects: asks the driver for device properties when the variable is unset.
+        """
+        if self._arch is None:
+            tk = self._toolkit_or_cuda()
+            try:
+                self._arch = _ARCH_RESOLVERS[tk.name]()
+            except ValueError as exc:
+                raise GPUArchError(str(exc)) from None
+        return list(self._arch)
+
+    @override
+    def cxx_args(self) -> list[str]:
+        """Host-compiler flags: ``-O3`` and the spec's."""
+        return ["-O3", *super().cxx_args()]
+
+    @override
+    def nvcc_args(self) -> list[str]:
+        """Device-compiler flags: the toolkit's base flags, its arch flags (``-gencode`` per arch), the spec's.
+
+        Raises:
+            GPUArchError: see :meth:`arch_list`.
+        """
+        tk = self._toolkit_or_cuda()
+        try:
+            return [*tk.base_flags, *cuda_flags.arch_flags(tk, self.arch_list()), *super().nvcc_args()]
+        except ValueError as exc:
+            raise GPUArchError(str(exc)) from None
+
+    def cuda_major(self) -> Optional[int]:
+        """The CUDA major version the binary's runtime is: torch's CUDA when torch is a CUDA build (the
+        preflight makes nvcc agree), else the toolkit's (read from its header; no process)."""
+        import torch
+
+        if torch.version.cuda:
+            return int(torch.version.cuda.split(".")[0])
+        home = cuda_toolchain.find_cuda_home()
+        version = cuda_toolchain.header_cuda_version(home) if home else None
+        return version[0] if version else None
+
+    @override
+    def extra_key_inputs(self) -> dict[str, Any]:
+        """The arch list, toolkit flavour, CUDA major version and the device compiler's identity.
+
+        Spawns no process (the compiler's identity is its path, size and mtime).
+        """
+        tk = self._toolkit_or_cuda()
+        compiler = self._device_compiler()
+        return {
+            "gpu_toolkit": tk.name,
+            "gpu_arch_list": self.arch_list(),
+            "cuda_major": self.cuda_major(),
+            "device_compiler": file_identity(compiler) if compiler else None,
+        }
+
+    def _device_compiler(self) -> Optional[Path]:
+        """nvcc (CUDA) or hipcc (ROCm) if found, else None. File-system lookups only."""
+        tk = self._toolkit_or_cuda()
+        return _COMPILER_FINDERS[tk.name]()
+
+    # ----- compatibility -----------------------------------------------------------------------------------
+    @override
+    def compatibility(self) -> tuple[bool, str]:
+        """Whether this op can be loaded here, and why not. Spawns no process.
+
+        Checks, in order: a CUDA/ROCm build of torch; a visible device (``torch.cuda.is_available()`` asks
+        the driver for a count and initialises no context); a matching prebuilt artifact (looked for only
+        when ``<prebuilt root>/<NAME>`` exists); else a device compiler and a host C++ compiler.
+
+        Returns:
+            (True, "") or (False, reason).
+        """
+        import torch
+
+        tk = self.toolkit()
+        if tk is None:
+            return False, "this torch is a CPU-only build (torch.version.cuda and torch.version.hip are None)"
+        if not torch.cuda.is_available():
+            return False, "no CUDA/ROCm device is visible"
+        try:
+            if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
+                return True, ""
+            if self._device_compiler() is None:
+                return False, f"{tk.compiler} was not found (set CUDA_HOME to the toolkit) and no prebuilt artifact"
+            if find_cxx() is None:
+                return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
+        except OpBuilderError as exc:  # a bad arch list, a CXX naming nothing
+            return False, str(exc)
+        return True, ""
+
+    @override
+    def buildability(self) -> tuple[bool, str]:
+        """Buildable when nvcc and a host compiler are found and the arch list resolves (``TORCH_CUDA_ARCH_LIST``
+        is needed on a machine without a GPU); torch may be a CPU build (the op is built, not loaded)."""
+        ok, reason = super().buildability()
+        if ok and self._device_compiler() is None:
+            return False, "nvcc was not found (set CUDA_HOME to the toolkit)"
+        return ok, reason
+
+    # ----- building ----------------------------------------------------------------------------------------
+    @override
+    def preflight(self) -> dict[str, Optional[str]]:
+        """The host tools (see :meth:`OpBuilder.preflight`) plus the device toolkit and its policy.
+
+        Returns:
+            The core's variables plus ``NVCC`` (the device compiler), ``CUDA_HOME`` (its toolkit) and
+            ``PATH`` with nvcc's directory first; the core sets them only while compiling.
+
+        Raises:
+            ToolchainError: ``compiler_missing``/``ninja_missing`` (host tools), ``compiler_missing`` when
+                nvcc is not found or its version cannot be read, ``cuda_mismatch`` when nvcc's and a CUDA
+                torch's major versions differ (unless ``ANYACCEL_SKIP_CUDA_CHECK=1``), or when torch is a
+                ROCm build (the stable-ABI CUDA sources are not hipified yet).
+
+        Side effects: runs ``nvcc --version`` once.
+        """
+        import torch
+
+        env = super().preflight()
+        tk = self._toolkit_or_cuda()
+        if tk.name != "cuda":
+            raise ToolchainError("cuda_mismatch", f"op {self.NAME}: building CUDA ops for ROCm (torch "
+                                 f"{torch.__version__}) is not supported yet; use the Triton implementation")
+        compiler = self._device_compiler()
+        if compiler is None:
+            raise ToolchainError("compiler_missing", "nvcc was not found: set CUDA_HOME to the toolkit directory, "
+                                 "or put nvcc on PATH")
+        try:
+            major, minor = cuda_toolchain.parse_nvcc_version(_nvcc_version_text(compiler))
+        except ValueError as exc:
+            raise ToolchainError("compiler_missing", f"could not read the version of {compiler}: {exc}") from None
+        if torch.version.cuda:
+            cuda_toolchain.check_cuda_versions(f"{major}.{minor}", torch.version.cuda)
+        else:
+            logger.info("torch %s is a CPU-only build: building op %s for CUDA %d.%d without loading it",
+                        torch.__version__, self.NAME, major, minor)
+        env["NVCC"] = str(compiler)
+        env["CUDA_HOME"] = str(cuda_toolchain.find_cuda_home() or compiler.parent.parent)
+        env["PATH"] = f"{compiler.parent}{os.pathsep}{env.get('PATH') or os.environ.get('PATH', os.defpath)}"
+        return env
+
+    @override
+    def compile_steps(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path,
+                      build_dir: Path) -> list[nj.CompileStep]:
+        """``.cu`` sources through nvcc (host side by ``CXX``), ``.cpp`` through the host compiler."""
+        root = self.source_root()
+        host = tuple(self.host_compile_command(env, namespace, gen_dir))
+        host_flags = [f for flag in self.host_only_flags() if flag != "-std=c++17" for f in ("-Xcompiler", flag)]
+        device = (str(env["NVCC"]), "-ccbin", str(env["CXX"]), "-std=c++17", *host_flags, *self.nvcc_args(),
+                  *self.common_flags(namespace, gen_dir))
+        steps = []
+        for i, src in enumerate(self.sources()):
+            path = root / src
+            command = {".cu": device, ".cpp": host}.get(path.suffix)
+            if command is None:
+                raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the CUDA backend "
+                                     "compiles .cu and .cpp files")
+            steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o", command))
+        return steps
+
+    @override
+    def link_command(self, env: dict[str, Optional[str]]) -> list[str]:
+        """The core's link plus the CUDA runtime (``libcudart``, the toolkit's; same soname as torch's)."""
+        home = Path(str(env["CUDA_HOME"]))
+        lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
+        return [*super().link_command(env), f"-L{lib}", "-lcudart"]
+
+
+def _nvcc_version_text(compiler: Path) -> str:
+    """The output of ``nvcc --version`` ("... release 13.0, V13.0.88"), or the reason it could not run."""
+    import subprocess
+
+    try:
+        out = subprocess.run([str(compiler), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return out.stdout + out.stderr
+
+
+def _cuda_arch_list() -> list[str]:
+    explicit = os.environ.get(cuda_toolchain.ARCH_LIST_ENV, "").strip()
+    caps = [] if explicit else cuda_toolchain.visible_capabilities()
+    return cuda_toolchain.cuda_arch_list(caps)
+
+
+def _rocm_arch_list() -> list[str]:
+    raw = os.environ.get(cuda_flags.TOOLKITS["rocm"].arch_env, "").strip()
+    if raw:
+        return sorted(set(raw.replace(";", " ").split()))
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("no visible GPU to take the arch list from; set PYTORCH_ROCM_ARCH (e.g. 'gfx90a')")
+    return sorted({torch.cuda.get_device_properties(i).gcnArchName.split(":")[0]
+                   for i in range(torch.cuda.device_count())})
+
+
+def _find_hipcc() -> Optional[Path]:
+    import shutil
+
+    for root in (os.environ.get("ROCM_HOME"), os.environ.get("ROCM_PATH"), "/opt/rocm"):
+        if root and os.access(Path(root) / "bin" / "hipcc", os.X_OK):
+            return Path(root) / "bin" / "hipcc"
+    found = shutil.which("hipcc")
+    return Path(found) if found else None
+
+
+#: Toolkit flavour -> how its arch list and device compiler are found. Backend differences as data.
+_ARCH_RESOLVERS = {"cuda": _cuda_arch_list, "rocm": _rocm_arch_list}
+_COMPILER_FINDERS = {"cuda": cuda_toolchain.find_nvcc, "rocm": _find_hipcc}

@@ -1,0 +1,268 @@
+"""``SYCLOpBuilder``: the op-builder base for SYCL kernels on Intel GPUs (XPU), on the core load path.
+
+A SYCL builder is data (its ``.sycl`` sources and flags); this base plugs it into the core
+:class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
+publish, typed :class:`~anyaccel.op_builder.core.errors.BuildError`) through its hooks:
+
+- :meth:`extra_key_inputs`: the XPU arch list (``TORCH_XPU_ARCH_LIST``, else torch's own list), torch's
+  XPU runtime version and the SYCL compiler's identity (path, size, mtime; no process) join the key;
+- :meth:`preflight`: requires a torch built with XPU support, finds the SYCL compiler and RUNS it
+  (``icpx --version``, :func:`~anyaccel.op_builder.toolchains.sycl.require_sycl_compiler`), never trusting
+  ``ONEAPI_ROOT`` alone, and returns the variables the compile needs (``PATH`` with the compiler first,
+  ``TORCH_XPU_ARCH_LIST`` set to the key's list), which the core sets only while compiling;
+- :meth:`compile`: ``torch.utils.cpp_extension.load(..., with_sycl=True)`` (torch >= 2.7). torch routes
+  only files ending in ``.sycl`` to the SYCL compiler (``_is_sycl_file``), runs it by the name ``icpx``
+  from ``PATH``, and adds ``-fsycl``, ``-fsycl-targets=spir64_gen,spir64`` (AOT for the arch list plus a
+  JIT image) and the device link step itself; AOT builds use ``SyclExtension``
+  (https://pytorch.org/docs/stable/cpp_extension.html).
+
+Nothing here touches a device at import. Kernels register with ``TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE, m)``
+and ``TORCH_LIBRARY_IMPL(..., XPU, m)`` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Optional
+
+from typing_extensions import override
+
+from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
+from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
+from anyaccel.op_builder.core.environ import scoped_environ
+from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.toolchains import schema, torch_abi
+from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
+
+logger = logging.getLogger(__name__)
+
+
+class XPUArchError(OpBuilderError, ValueError):
+    """``TORCH_XPU_ARCH_LIST`` is malformed; the message names the entry and the variable."""
+
+
+class XPUSupportError(OpBuilderError, RuntimeError):
+    """An XPU op was asked to build with a torch that has no XPU support (``torch.xpu._is_compiled()`` is
+    False); the message names the torch version and the fix."""
+
+
+def torch_has_xpu() -> bool:
+    """Whether the running torch was built with XPU (SYCL) support. No device initialisation."""
+    import torch
+
+    compiled = getattr(getattr(torch, "xpu", None), "_is_compiled", None)
+    return bool(compiled()) if compiled is not None else False
+
+
+class SYCLOpBuilder(OpBuilder):
+    """Base of the SYCL op builders (``XPUFusedAdamBuilder``, ``XPUFusedLionBuilder``).
+
+    Subclasses set ``NAME``, ``BUILD_VAR`` and :meth:`sources` (``.sycl`` files relative to the package
+    directory); the shared SYCL headers live in ``csrc/includes/sycl`` and are part of the key.
+
+    Attributes:
+        BACKEND: ``"xpu"``.
+        DEVICE_TYPE: ``"xpu"``.
+        HEADER_SUFFIXES: C/C++ headers (``.hpp`` included).
+        BUILD_HOST_FIELDS: the host compiler and the SYCL compiler's identity describe the build machine;
+            a prebuilt artifact matches without them. The arch list and torch's XPU version stay: they are
+            the binary's runtime contract.
+    """
+
+    BACKEND: ClassVar[str] = "xpu"
+    DEVICE_TYPE: ClassVar[str] = "xpu"
+    BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._arch: Optional[list[str]] = None
+        self._compiler: Optional[sycl_toolchain.SyclCompiler] = None
+
+    # ----- data --------------------------------------------------------------------------------------------
+    def cxx_args(self) -> list[str]:
+        """Host-compiler flags: ``-O3`` (torch adds the C++ standard its headers need)."""
+        return ["-O3"]
+
+    def sycl_args(self) -> list[str]:
+        """SYCL-compiler flags: ``-O3``.
+
+        torch adds ``-fsycl``, ``-sycl-std=2020``, the targets and the host-compiler options; see the module
+        docstring.
+        """
+        return ["-O3"]
+
+    def arch_list(self) -> list[str]:
+        """The XPU archs of the build (empty: JIT only), resolved once per builder instance.
+
+        Raises:
+            XPUArchError: ``TORCH_XPU_ARCH_LIST`` is malformed.
+        """
+        if self._arch is None:
+            try:
+                self._arch = sycl_toolchain.xpu_arch_list()
+            except ValueError as exc:
+                raise XPUArchError(str(exc)) from None
+        return list(self._arch)
+
+    def _device_compiler(self) -> Optional[Path]:
+        """The SYCL compiler candidate (file-system lookups only; ``ANYACCEL_SYCL_CXX`` errors propagate)."""
+        return sycl_toolchain.find_sycl_compiler()
+
+    def extra_key_inputs(self) -> dict[str, Any]:
+        """``sycl_args``, the arch list, torch's XPU version and the SYCL compiler's identity. Spawns no process.
+
+        Raises:
+            XPUArchError: see :meth:`arch_list`.
+            ToolchainError: ``ANYACCEL_SYCL_CXX`` names nothing.
+        """
+        import torch
+
+        compiler = self._device_compiler()
+        return {
+            "sycl_args": self.sycl_args(),
+            "xpu_arch_list": self.arch_list(),
+            "torch_xpu": getattr(torch.version, "xpu", None),
+            "device_compiler": file_identity(compiler) if compiler else None,
+        }
+
+    # ----- compatibility -----------------------------------------------------------------------------------
+    def compatibility(self) -> tuple[bool, str]:
+        """Whether this op can be loaded here, and why not. Spawns no process.
+
+        Checks, in order: a torch built with XPU support; a visible XPU (``torch.xpu.is_available()``); a
+        matching prebuilt artifact; else a SYCL compiler candidate and a host C++ compiler.
+
+        Returns:
+            (True, "") or (False, reason naming what is missing).
+        """
+        import torch
+
+        if not torch_has_xpu():
+            return False, f"torch {torch.__version__} is not built with XPU support (torch.xpu._is_compiled() is False)"
+        if not torch.xpu.is_available():
+            return False, "no XPU device is visible"
+        try:
+            if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
+                return True, ""
+            if self._device_compiler() is None:
+                return False, (f"no SYCL compiler ({sycl_toolchain.TORCH_SYCL_COMPILER_NAME} not on PATH, "
+                               f"{sycl_toolchain.SYCL_CXX_ENV} unset) and no prebuilt artifact")
+            if find_cxx() is None:
+                return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
+        except OpBuilderError as exc:
+            return False, str(exc)
+        return True, ""
+
+    # ----- building ----------------------------------------------------------------------------------------
+    def preflight(self) -> dict[str, Optional[str]]:
+        """The host tools (see :meth:`OpBuilder.preflight`) plus the SYCL compiler, checked by running it.
+
+        Returns:
+            The core's variables plus ``PATH`` with the SYCL compiler's directory first and
+            ``TORCH_XPU_ARCH_LIST`` set to the key's arch list (comma-separated, torch's format).
+
+        Raises:
+            XPUSupportError: torch has no XPU support.
+            ToolchainError: ``sycl_compiler_missing`` (no SYCL compiler, one that does not run, or one that is
+                not DPC++; host compiler missing), ``ninja_missing``.
+
+        Side effects: runs ``<compiler> --version`` once.
+        """
+        import torch
+
+        if not torch_has_xpu():
+            raise XPUSupportError(
+                f"op {self.NAME} is a SYCL (XPU) op but torch {torch.__version__} is not built with XPU support; "
+                f"install an XPU build of torch (pip install torch --index-url https://download.pytorch.org/whl/xpu)")
+        env = super().preflight()
+        self._compiler = sycl_toolchain.require_sycl_compiler()
+        logger.info("SYCL compiler %s: %s", self._compiler.path, self._compiler.banner)
+        env["PATH"] = f"{self._compiler.path.parent}{os.pathsep}{env.get('PATH') or os.environ.get('PATH', os.defpath)}"
+        env[sycl_toolchain.ARCH_LIST_ENV] = ",".join(self.arch_list())
+        return env
+
+    @contextlib.contextmanager
+    def _torch_sees_compiler(self, build_dir: Path) -> Iterator[None]:
+        """Make torch's ``icpx`` (run by name from PATH) and its ``SYCL_HOME`` be our checked compiler.
+
+        torch computes ``SYCL_HOME`` once, when ``torch.utils.cpp_extension`` is first imported; when that
+        was None (icpx not on PATH then) it is set to the compiler's install root for the build and
+        restored afterwards. A compiler not named ``icpx`` (``ANYACCEL_SYCL_CXX=/x/clang++``) is reached
+        through a symlink named ``icpx`` in the private build directory.
+        """
+        import torch.utils.cpp_extension as cpp
+
+        compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
+        updates: dict[str, Optional[str]] = {}
+        if compiler.path.name != sycl_toolchain.TORCH_SYCL_COMPILER_NAME:
+            shim = build_dir / "sycl-bin"
+            shim.mkdir(exist_ok=True)
+            (shim / sycl_toolchain.TORCH_SYCL_COMPILER_NAME).symlink_to(compiler.path)
+            updates["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+        saved_home = getattr(cpp, "SYCL_HOME", None)
+        if saved_home is None:
+            cpp.SYCL_HOME = str(compiler.home)
+        try:
+            with scoped_environ(updates):
+                yield
+        finally:
+            if saved_home is None:
+                cpp.SYCL_HOME = None
+
+    @override
+    def compile(self, build_dir: Path, namespace: str, env: dict[str, Optional[str]], verbose: bool) -> Path:
+        """Build through ``torch.utils.cpp_extension.load(..., with_sycl=True)``: torch's SYCL rules add
+        the device-link step and the SYCL targets, which the plain ninja driver of the other backends lacks.
+        The sources still include only the stable ABI and the generated schema header.
+
+        Returns:
+            The built library (torch has also loaded it).
+
+        Raises:
+            RuntimeError: the build failed (the core turns it into a diagnosed ``BuildError``).
+        """
+        from torch.utils.cpp_extension import load as cpp_load
+
+        gen_dir = build_dir / "gen"
+        gen_dir.mkdir()
+        (gen_dir / schema.HEADER_NAME).write_text(self.schema_header())
+        root = self.source_root()
+        flags = [f for f in self.common_flags(namespace, gen_dir) if not f.startswith("-I") and f != "-isystem"
+                 and f != str(torch_abi.include_dir())]
+        with self._torch_sees_compiler(build_dir):
+            return Path(cpp_load(
+                name=f"{self.NAME}_{namespace[-10:]}",
+                sources=[str(root / src) for src in self.sources()],
+                extra_cflags=self.cxx_args() + flags,
+                extra_sycl_cflags=self.sycl_args() + flags,
+                extra_include_paths=[str(gen_dir), *(str(root / p) for p in self.include_paths())],
+                build_directory=str(build_dir),
+                verbose=verbose,
+                with_cuda=False,
+                with_sycl=True,
+                is_python_module=False,
+            ))
+
+    def builder(self) -> Any:
+        """A setuptools ``SyclExtension`` for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.
+
+        Build it with ``TORCH_XPU_ARCH_LIST`` set as for the key (``torch.utils.cpp_extension.BuildExtension``
+        reads it) and ``icpx`` on PATH.
+
+        Side effects: imports ``torch.utils.cpp_extension`` (whose ``SyclExtension`` needs an XPU torch).
+        """
+        from anyaccel.op_builder.core import manifest as mf
+        from torch.utils.cpp_extension import SyclExtension
+
+        root = self.source_root()
+        macro = f"-DANYACCEL_OP_NAMESPACE={self.namespace(mf.compute_key(self.key_inputs()))}"
+        return SyclExtension(
+            name=self.absolute_name(),
+            sources=[str(root / s) for s in self.sources()],
+            include_dirs=[str(root / p) for p in self.include_paths()],
+            extra_compile_args={"cxx": self.cxx_args() + [macro], "sycl": self.sycl_args() + [macro]},
+            extra_link_args=self.extra_ldflags(),
+        )

@@ -1,0 +1,607 @@
+"""``OpBuilder``: DeepSpeed's op-builder vocabulary on a crash-safe, content-addressed load path.
+
+One load path (``shared/design.md`` "Op-builder layer"):
+
+1. in-process table by cache key (a second ``load()`` costs a dict lookup; a failed build raises the same
+   :class:`BuildError` again);
+2. a prebuilt (AOT) artifact whose manifest matches (sources, flags, ISA, platform; its stable-ABI target
+   not newer than the running torch);
+3. the content-addressed disk cache, manifest checked;
+4. a build under an OS lock, in a private directory, published with one ``os.rename``.
+
+Steps 1-3 spawn no process and import nothing heavy: the key uses the compiler's path, size and mtime,
+never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.ops.spec.NativeBuild`:
+sources, functions, flags) plus its backend base (``backends/``: ``TorchCPUOpBuilder``, ``CUDAOpBuilder``,
+``SYCLOpBuilder``, ``NPUOpBuilder``), which overrides the hooks :meth:`preflight` (tools of the build),
+:meth:`compile_steps`/:meth:`link_command` (the commands) and :meth:`extra_key_inputs`.
+
+Sources are compiled against torch's stable ABI (:mod:`anyaccel.op_builder.toolchains.torch_abi`): the key
+carries the ABI target, not the torch version, so a torch upgrade reuses every artifact.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from anyaccel.op_builder.core import manifest as mf
+from anyaccel.op_builder.core.cache import Cache
+from anyaccel.op_builder.core.environ import scoped_environ
+from anyaccel.op_builder.core.errors import (
+    DIAGNOSES,
+    BuildError,
+    OpBuilderError,
+    ToolchainError,
+    diagnose,
+    first_error_lines,
+)
+from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.core.module import OpModule
+from anyaccel.op_builder.toolchains import ninja as nj
+from anyaccel.op_builder.toolchains import schema, torch_abi
+from anyaccel.op_builder.toolchains.host import (
+    build_jobs,
+    file_identity,
+    find_cxx,
+    require_cxx,
+    require_ninja,
+    tool_version,
+)
+from anyaccel.ops.spec import NativeBuild, OpSpec
+from anyaccel.version import __version__
+
+logger = logging.getLogger(__name__)
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent.parent
+PREBUILT_ENV = "ANYACCEL_PREBUILT_DIR"
+LIBRARY_NAME = "op.so"
+#: Manifest input fields compared by "not newer than" instead of equality.
+ABI_TARGET_FIELD = "abi_target"
+
+# Process-wide state, keyed by cache key (the namespace is derived from it, so one key = one library).
+_LOADED: dict[str, OpModule] = {}
+_FAILED: dict[str, BuildError] = {}
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+_STATE_LOCK = threading.Lock()
+_WARNED_PREBUILT: set[str] = set()
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _STATE_LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
+
+
+def prebuilt_root() -> Path:
+    """Where AOT-built ops are looked up: ``ANYACCEL_PREBUILT_DIR``, else ``anyaccel/_prebuilt``."""
+    return Path(os.environ.get(PREBUILT_ENV) or PACKAGE_DIR / "_prebuilt")
+
+
+def _ninja_command(log_text: str) -> str:
+    """The command ninja reports after ``FAILED:``, or ""."""
+    lines = log_text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("FAILED:") and i + 1 < len(lines):
+            return lines[i + 1].strip()
+    return ""
+
+
+class OpBuilder:
+    """Base of every op builder (DeepSpeed's ``OpBuilder`` vocabulary).
+
+    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.registry.builder_class`),
+    which set :attr:`SPEC` and :attr:`BUILD`; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
+    :meth:`sources` and :meth:`functions` instead.
+
+    Class attributes:
+        NAME: the op build's name, e.g. "cpu_adam"; the cache directory and namespace prefix.
+        BUILD_VAR: the variable that selects the op for AOT builds, e.g. "ANYACCEL_BUILD_CPU_ADAM".
+        BACKEND: the backend family, part of the key ("cpu", "cuda", ...).
+        DEVICE_TYPE: the torch device type the kernels serve (the fakes check it).
+        BUILD_HOST_FIELDS: key inputs that describe the build machine rather than the binary's runtime
+            contract; they are ignored when matching a prebuilt artifact (a user needs no compiler to use
+            one).
+        HEADER_SUFFIXES: which files under :meth:`include_paths` are part of the key.
+        SPEC, BUILD: the op spec and its build this builder was made from (None for hand-written ones).
+    """
+
+    NAME: ClassVar[str] = ""
+    BUILD_VAR: ClassVar[str] = ""
+    BACKEND: ClassVar[str] = "generic"
+    DEVICE_TYPE: ClassVar[str] = "cpu"
+    BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "built_with_torch")
+    HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = (".h", ".hpp", ".hh", ".inl")
+    SPEC: ClassVar[Optional[OpSpec]] = None
+    BUILD: ClassVar[Optional[NativeBuild]] = None
+
+    def __init__(self) -> None:
+        if not self.NAME or not self.NAME.isidentifier():
+            raise ValueError(f"{type(self).__name__}.NAME={self.NAME!r} must be a non-empty identifier")
+
+    # ----- DeepSpeed vocabulary: data -------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """DeepSpeed's builder attribute ``name``: the op build's ``NAME``."""
+        return self.NAME
+
+    def absolute_name(self) -> str:
+        """The dotted name DeepSpeed uses for AOT extensions, ``anyaccel.ops.<NAME>_op``."""
+        return f"anyaccel.ops.{self.NAME}_op"
+
+    def source_root(self) -> Path:
+        """The directory :meth:`sources` and :meth:`include_paths` are relative to (the package dir)."""
+        return PACKAGE_DIR
+
+    def sources(self) -> list[str]:
+        """Source files relative to :meth:`source_root` (the spec build's ``sources``)."""
+        if self.BUILD is None:
+            raise NotImplementedError(f"{type(self).__name__} must define sources()")
+        return list(self.BUILD.sources)
+
+    def include_paths(self) -> list[str]:
+        """Include directories relative to :meth:`source_root`; every header in them is part of the key."""
+        return ["csrc/includes"]
+
+    def cxx_args(self) -> list[str]:
+        """Extra C++ compiler flags (the spec build's ``cxx_args``; backends add theirs)."""
+        return list(self.BUILD.cxx_args) if self.BUILD else []
+
+    def nvcc_args(self) -> list[str]:
+        """Extra device-compiler flags (GPU builders)."""
+        return list(self.BUILD.nvcc_args) if self.BUILD else []
+
+    def extra_ldflags(self) -> list[str]:
+        """Extra linker flags."""
+        return []
+
+    def isa(self) -> Optional[str]:
+        """The CPU ISA level compiled in, or None for builders without one."""
+        return None
+
+    def extra_key_inputs(self) -> dict[str, Any]:
+        """Backend-specific key inputs (e.g. the nvcc identity and GPU arch list). Must not spawn processes."""
+        return {}
+
+    def schema_header(self) -> str:
+        """The generated schema header the sources include as ``anyaccel_op.h`` ("" without a spec)."""
+        if self.SPEC is None or self.BUILD is None:
+            return ""
+        return schema.generate(self.SPEC, self.BUILD)
+
+    def register_fakes(self, namespace: str) -> None:
+        """Register the spec's validating fake of every function in ``namespace`` (for ``torch.compile``,
+        ``opcheck`` and meta tensors); a hand-written builder overrides this.
+
+        Side effects: registers with the torch dispatcher.
+        """
+        if self.SPEC is None or self.BUILD is None:
+            return
+        import torch
+
+        for fn in self.SPEC.functions_of(self.BUILD):
+            fake = fn.load_fake()
+            if fake is not None:
+                torch.library.register_fake(f"{namespace}::{fn.name}")(functools.partial(fake, self.DEVICE_TYPE))
+
+    # ----- compatibility --------------------------------------------------------------------------------
+    def compatibility(self) -> tuple[bool, str]:
+        """Whether this op can be loaded here, and why not. Spawns no process.
+
+        Returns:
+            (True, "") or (False, reason), e.g. "no C++ compiler found ..." when neither a prebuilt artifact
+            nor a compiler is available.
+        """
+        try:
+            if self._find_prebuilt(self.key_inputs(), warn=False) is not None:
+                return True, ""
+            if find_cxx() is None:
+                return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
+        except OpBuilderError as exc:  # e.g. a bad ANYACCEL_CPU_ISA, a compiler named by CXX that is missing
+            return False, str(exc)
+        return True, ""
+
+    def buildability(self) -> tuple[bool, str]:
+        """Whether this op can be *built* here (for this machine or another), and why not. Spawns no process.
+
+        Unlike :meth:`compatibility` it asks for no device: AOT builds (wheels) run on machines without one.
+        """
+        try:
+            self.key_inputs()
+            if find_cxx() is None:
+                return False, "no C++ compiler found (set CXX or install g++)"
+        except OpBuilderError as exc:
+            return False, str(exc)
+        return True, ""
+
+    def is_compatible(self, verbose: bool = False) -> bool:
+        """DeepSpeed's check: True when :meth:`compatibility` finds no problem; logs the reason if ``verbose``."""
+        ok, reason = self.compatibility()
+        if not ok and verbose:
+            logger.warning("op %s is not compatible: %s", self.NAME, reason)
+        return ok
+
+    def is_built(self) -> bool:
+        """Whether a loadable artifact exists (loaded, prebuilt or in the cache) for the current inputs."""
+        try:
+            inputs = self.key_inputs()
+            key = mf.compute_key(inputs)
+            if key in _LOADED or self._find_prebuilt(inputs, warn=False) is not None:
+                return True
+            return self._valid_entry(Cache.open().entry(self.NAME, key), key, inputs) is not None
+        except OpBuilderError:
+            return False
+
+    # ----- key --------------------------------------------------------------------------------------------
+    def _files_in_key(self) -> list[Path]:
+        root = self.source_root()
+        files = [root / s for s in self.sources()]
+        for inc in self.include_paths():
+            files.extend(p for p in (root / inc).rglob("*") if p.suffix in self.HEADER_SUFFIXES and p.is_file())
+        return files
+
+    def key_inputs(self) -> dict[str, Any]:
+        """Every input that changes the binary (see :mod:`anyaccel.op_builder.core.manifest`). Spawns no process.
+
+        The torch version is not an input: the sources use only the stable ABI, so the stable-ABI target
+        (``abi_target``) stands for torch; ``built_with_torch`` is recorded for the report but ignored when
+        matching (a build-host field).
+
+        Raises:
+            OSError: a source file is missing.
+            ISAError: ``ANYACCEL_CPU_ISA`` is invalid or unsupported (CPU builders).
+            TorchABIError: ``ANYACCEL_TORCH_TARGET`` is invalid.
+        """
+        try:
+            cxx = find_cxx()
+        except ToolchainError:
+            cxx = None
+        header = self.schema_header()
+        return {
+            "op": self.NAME,
+            "backend": self.BACKEND,
+            "package_version": __version__,
+            "files": mf.hash_files(self._files_in_key(), self.source_root()),
+            "schema_header": mf.hash_text(header) if header else None,
+            "include_paths": list(self.include_paths()),
+            "cxx_args": self.cxx_args(),
+            "nvcc_args": self.nvcc_args(),
+            "ldflags": self.extra_ldflags(),
+            ABI_TARGET_FIELD: torch_abi.format_version(torch_abi.target()),
+            "built_with_torch": _torch_version(),
+            "platform": f"{sys.platform}-{platform.machine()}",
+            "compiler": file_identity(cxx) if cxx else None,
+            "isa": self.isa(),
+            **self.extra_key_inputs(),
+        }
+
+    def namespace(self, key: str) -> str:
+        """The torch op namespace of a build: ``anyaccel_<NAME>_<key[:10]>``."""
+        return f"anyaccel_{self.NAME}_{key[:10]}"
+
+    # ----- load path ----------------------------------------------------------------------------------------
+    def load(self, verbose: bool = False) -> OpModule:
+        """Load the op, building it if needed (the four steps in the module docstring).
+
+        Args:
+            verbose: log build progress and the compiler output at INFO.
+
+        Returns:
+            The :class:`OpModule`.
+
+        Raises:
+            BuildError: the build failed (the same object on every later attempt in this process).
+            CacheSecurityError: the cache root is not private to the current user.
+            LockTimeoutError: another process held the build lock longer than the timeout.
+            ISAError: a bad ``ANYACCEL_CPU_ISA``.
+
+        Side effects: may compile (seconds of CPU), writes to the cache, loads a shared library into the
+        process and registers its ops with the torch dispatcher.
+        """
+        return self._load(use_prebuilt=True, verbose=verbose)
+
+    def jit_load(self, verbose: bool = False) -> OpModule:
+        """Like :meth:`load` but ignores prebuilt artifacts (cache, else build)."""
+        return self._load(use_prebuilt=False, verbose=verbose)
+
+    def _load(self, use_prebuilt: bool, verbose: bool) -> OpModule:
+        inputs = self.key_inputs()
+        key = mf.compute_key(inputs)
+        with _key_lock(key):
+            if key in _LOADED:
+                return _LOADED[key]
+            if key in _FAILED:
+                raise _FAILED[key]
+            try:
+                module = self._find_prebuilt(inputs, warn=True) if use_prebuilt else None
+                if module is None:
+                    module = self._load_from_cache(Cache.open(), key, inputs, verbose)
+            except BuildError as exc:
+                _FAILED[key] = exc
+                raise
+            _LOADED[key] = module
+            return module
+
+    def _open_library(self, path: Path, namespace: str, isa: Optional[str], key: str, source: str) -> OpModule:
+        import torch
+
+        try:
+            torch.ops.load_library(str(path))
+        except (OSError, RuntimeError) as exc:
+            raise BuildError(self.NAME, DIAGNOSES["load_error"], detail=f"loading {path}: {exc}") from exc
+        self.register_fakes(namespace)
+        module = OpModule(self.NAME, namespace, path, isa, key, source, self._module_extras())
+        logger.debug("loaded %r from %s", module, source)
+        return module
+
+    def _module_extras(self) -> dict[str, Any]:
+        """Python attributes the loaded module offers besides the torch ops (the spec's DeepSpeed ABI)."""
+        if self.SPEC is None or self.SPEC.deepspeed is None:
+            return {}
+        from anyaccel.ops.spec import resolve
+
+        return {"_abi_factory": resolve(self.SPEC.deepspeed)}
+
+    def _matches(self, recorded: dict[str, Any], inputs: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
+        """The fields that keep a recorded build from serving ``inputs`` (empty: it serves them)."""
+        bad = mf.mismatches(recorded, inputs, ignore=(*ignore, ABI_TARGET_FIELD))
+        if not torch_abi.loadable(str(recorded.get(ABI_TARGET_FIELD))):
+            bad.append(ABI_TARGET_FIELD)
+        return bad
+
+    def _find_prebuilt(self, inputs: dict[str, Any], warn: bool) -> Optional[OpModule]:
+        op_dir = prebuilt_root() / self.NAME
+        if not op_dir.is_dir():
+            return None
+        reasons = []
+        for entry in sorted(p for p in op_dir.iterdir() if p.is_dir()):
+            man = mf.read_manifest(entry)
+            if man is None or not (entry / LIBRARY_NAME).is_file():
+                continue
+            bad = self._matches(man["inputs"], inputs, self.BUILD_HOST_FIELDS)
+            if not bad:
+                if not warn:
+                    return OpModule(self.NAME, man["namespace"], entry / LIBRARY_NAME, man.get("isa"), man["key"],
+                                    "prebuilt")
+                return self._open_library(entry / LIBRARY_NAME, man["namespace"], man.get("isa"), man["key"],
+                                          "prebuilt")
+            reasons.append(f"{entry.name[:10]}: " + ", ".join(
+                "sources differ" if f == "files" else
+                f"stable-ABI target {man['inputs'].get(f)} is newer than torch {_torch_version()}"
+                if f == ABI_TARGET_FIELD else f"{f} {man['inputs'].get(f)!r} != {inputs.get(f)!r}" for f in bad))
+        if warn and reasons and self.NAME not in _WARNED_PREBUILT:
+            _WARNED_PREBUILT.add(self.NAME)
+            logger.warning("prebuilt op %s does not match this environment (%s); building it just in time",
+                           self.NAME, "; ".join(reasons))
+        return None
+
+    def _valid_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """The manifest of a published entry if it is complete and matches ``inputs``, else None."""
+        if not entry.is_dir():
+            return None
+        man = mf.read_manifest(entry)
+        if man is None or man.get("key") != key or not (entry / LIBRARY_NAME).is_file():
+            logger.warning("cache entry %s is incomplete or damaged; rebuilding it", entry)
+            return None
+        bad = self._matches(man.get("inputs", {}), inputs, ("built_with_torch",))
+        if bad:
+            logger.warning("cache entry %s was built from other inputs (%s); rebuilding it", entry, ", ".join(bad))
+            return None
+        return man
+
+    def _load_from_cache(self, cache: Cache, key: str, inputs: dict[str, Any], verbose: bool) -> OpModule:
+        entry = cache.entry(self.NAME, key)
+        man = self._valid_entry(entry, key, inputs)
+        if man is None:
+            with BuildLock(cache.lock_path(self.NAME, key), what=f"op {self.NAME} ({key[:10]})"):
+                man = self._valid_entry(entry, key, inputs)  # another process may have built it meanwhile
+                if man is None:
+                    self._build_and_publish(cache.tmp, cache.logs, entry, key, inputs, verbose)
+                    man = mf.read_manifest(entry) or {}
+        return self._open_library(entry / LIBRARY_NAME, man.get("namespace", self.namespace(key)), man.get("isa"),
+                                  key, "cache")
+
+    # ----- building -----------------------------------------------------------------------------------------
+    def preflight(self) -> dict[str, Optional[str]]:
+        """Check the tools a build needs and return the environment the compile runs with.
+
+        Returns:
+            Variables to set (or remove, None) only for the duration of the compile: ``CXX`` (the resolved
+            compiler), ``MAX_JOBS`` (:func:`~anyaccel.op_builder.toolchains.host.build_jobs`) and ``PATH``
+            with ninja's directory first.
+
+        Raises:
+            ToolchainError: ``compiler_missing`` or ``ninja_missing``.
+        """
+        cxx = require_cxx()
+        ninja = require_ninja()
+        path = os.environ.get("PATH", os.defpath)
+        return {"CXX": str(cxx), "MAX_JOBS": str(build_jobs()), "PATH": f"{ninja.parent}{os.pathsep}{path}"}
+
+    def common_flags(self, namespace: str, gen_dir: Path) -> list[str]:
+        """Preprocessor flags every translation unit gets: the stable-ABI target, the namespace macro and
+        the include directories (the generated header's, the op's, torch's)."""
+        root = self.source_root()
+        return [torch_abi.target_macro(torch_abi.target()), f"-DANYACCEL_OP_NAMESPACE={namespace}",
+                f"-I{gen_dir}", *(f"-I{root / p}" for p in self.include_paths()), "-isystem", str(torch_abi.include_dir())]
+
+    def host_compile_command(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path) -> list[str]:
+        """The host C++ compiler command for ``.cpp`` sources (without ``-c``/``-o``)."""
+        return [str(env["CXX"]), *self.host_only_flags(), *self.cxx_args(), *self.common_flags(namespace, gen_dir)]
+
+    def host_only_flags(self) -> list[str]:
+        """Host-compiler flags every translation unit gets (nvcc passes them with ``-Xcompiler``).
+
+        ``-fvisibility=hidden`` keeps the header-only torch code compiled into the op (``c10::BFloat16``
+        conversions, the stable wrappers) private to the library, so it can never interpose on torch's own;
+        ``-fmacro-prefix-map`` makes ``__FILE__`` in check messages name sources relative to the package
+        ("anyaccel/csrc/..."), whatever the install path.
+        """
+        return ["-fPIC", "-std=c++17", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+                f"-fmacro-prefix-map={self.source_root().parent}/="]
+
+    def compile_steps(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path,
+                      build_dir: Path) -> list[nj.CompileStep]:
+        """One :class:`~anyaccel.op_builder.toolchains.ninja.CompileStep` per source (``.cpp`` here; the CUDA
+        backend adds ``.cu``)."""
+        root = self.source_root()
+        host = tuple(self.host_compile_command(env, namespace, gen_dir))
+        steps = []
+        for i, src in enumerate(self.sources()):
+            path = root / src
+            if path.suffix != ".cpp":
+                raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the "
+                                     f"{self.BACKEND} backend compiles .cpp files")
+            steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o", host))
+        return steps
+
+    def link_command(self, env: dict[str, Optional[str]]) -> list[str]:
+        """The link command (objects and ``-o`` are added by the driver): the host compiler, ``-shared``, and
+        only ``libtorch_cpu`` (the stable C shim) from torch."""
+        return [str(env["CXX"]), "-shared", *self.extra_ldflags(), f"-L{torch_abi.library_dir()}", "-ltorch_cpu"]
+
+    def compile(self, build_dir: Path, namespace: str, env: dict[str, Optional[str]], verbose: bool) -> Path:
+        """Write the schema header and the ninja file into ``build_dir`` and build the library there.
+
+        Returns:
+            The built shared library (not loaded).
+
+        Raises:
+            BuildError: the compiler or linker failed (diagnosed from its output), or the build timed out.
+        """
+        gen_dir = build_dir / "gen"
+        gen_dir.mkdir()
+        header = self.schema_header()
+        if header:
+            (gen_dir / schema.HEADER_NAME).write_text(header)
+        output = build_dir / LIBRARY_NAME
+        nj.write_build_file(build_dir, self.compile_steps(env, namespace, gen_dir, build_dir), self.link_command(env),
+                            output)
+        ninja = require_ninja()
+        run_env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+        try:
+            result = nj.run_ninja(ninja, build_dir, int(env.get("MAX_JOBS") or 1), run_env, nj.build_timeout_s())
+        except nj.BuildTimeoutError as exc:
+            raise BuildError(self.NAME, DIAGNOSES["timeout"], command=exc.command, detail=str(exc)) from None
+        if verbose:
+            logger.info("%s", result.output)
+        (build_dir / "ninja.log.txt").write_text(result.output)
+        if result.returncode != 0 or not output.is_file():
+            raise BuildError(self.NAME, diagnose(result.output, result.returncode),
+                             command=_ninja_command(result.output), returncode=result.returncode,
+                             error_lines=first_error_lines(result.output), detail="")
+        return output
+
+    def _build_and_publish(self, tmp_parent: Path, logs_dir: Path, entry: Path, key: str, inputs: dict[str, Any],
+                           verbose: bool) -> None:
+        """Build in a private directory under ``tmp_parent`` and rename the result to ``entry``."""
+        namespace = self.namespace(key)
+        tmp_parent.mkdir(parents=True, exist_ok=True)
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{self.NAME}-{key[:10]}-", dir=tmp_parent))
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        fail_log = logs_dir / f"{self.NAME}-{key[:10]}-{stamp}-{os.getpid()}.log"
+        header = f"op {self.NAME}\nkey {key}\nnamespace {namespace}\ninputs {inputs}\n"
+        try:
+            try:
+                env = self.preflight()
+            except ToolchainError as exc:
+                fail_log.write_text(header + f"\n{exc}\n")
+                raise BuildError(self.NAME, DIAGNOSES[exc.code], detail=str(exc), log_path=fail_log) from None
+            logger.info("building op %s (%s) with %s jobs", self.NAME, key[:10], env.get("MAX_JOBS", "?"))
+            t0 = time.monotonic()
+            (work / "build").mkdir()
+            try:
+                with scoped_environ(env):
+                    lib = self.compile(work / "build", namespace, env, verbose)
+            except BuildError as exc:
+                text = str(exc)
+                ninja_log = work / "build" / "ninja.log.txt"
+                if ninja_log.exists():
+                    text += "\n\n" + ninja_log.read_text()
+                fail_log.write_text(header + "\n" + text + "\n")
+                raise BuildError(self.NAME, exc.diagnosis, command=exc.command, returncode=exc.returncode,
+                                 error_lines=exc.error_lines, log_path=fail_log, detail=exc.detail) from None
+            except (RuntimeError, OSError) as exc:  # backends built on torch.utils.cpp_extension (SYCL)
+                text = str(exc)
+                rc = getattr(exc.__cause__, "returncode", None)
+                fail_log.write_text(header + "\n" + text + "\n")
+                raise BuildError(self.NAME, diagnose(text, rc), command=_ninja_command(text), returncode=rc,
+                                 error_lines=first_error_lines(text), log_path=fail_log) from None
+            seconds = time.monotonic() - t0
+            out = work / "out"
+            out.mkdir()
+            os.replace(lib, out / LIBRARY_NAME)
+            ninja_file = work / "build" / "build.ninja"
+            compiler = env.get("CXX")
+            compiler_version = tool_version(Path(compiler)) if compiler else None
+            (out / "build.log").write_text(
+                header + f"compiler {compiler}: {compiler_version or 'n/a'}\n"
+                f"seconds {seconds:.2f}\n\n" + (ninja_file.read_text() if ninja_file.exists() else ""))
+            mf.write_manifest(out, {"key": key, "namespace": namespace, "isa": self.isa(), "inputs": inputs,
+                                    "library": LIBRARY_NAME, "created": time.time(), "build_seconds": seconds,
+                                    "compiler_version": compiler_version})
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            if entry.exists():  # a damaged or stale entry: move it aside in one rename, then delete it
+                os.rename(entry, work / "old")
+            os.rename(out, entry)
+            logger.info("built op %s in %.1f s -> %s", self.NAME, seconds, entry)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def build_prebuilt(self, dest_root: Path, verbose: bool = False) -> Path:
+        """Build the op ahead of time into ``dest_root/<NAME>/<key>`` (setup.py and ``anyaccel build``).
+
+        Builds without loading, so an op can be built for another machine (a CUDA op on a CPU-only host).
+
+        Returns:
+            The entry directory (library, manifest, build log).
+
+        Raises:
+            BuildError: as :meth:`load`.
+        """
+        inputs = self.key_inputs()
+        key = mf.compute_key(inputs)
+        entry = Path(dest_root) / self.NAME / key
+        if self._valid_entry(entry, key, inputs) is None:
+            with _key_lock(key):
+                self._build_and_publish(Path(dest_root) / ".tmp", Path(dest_root) / ".logs", entry, key, inputs,
+                                        verbose)
+        return entry
+
+    def builder(self) -> Any:
+        """A setuptools extension for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.
+
+        Note: anyaccel's own AOT path (``ANYACCEL_BUILD_OPS=1``, :meth:`build_prebuilt`) does not use it; the
+        extension compiles the same sources with the same flags through setuptools.
+
+        Side effects: imports ``torch.utils.cpp_extension``; writes the schema header into a temporary dir.
+        """
+        from torch.utils.cpp_extension import CppExtension
+
+        root = self.source_root()
+        key = mf.compute_key(self.key_inputs())
+        gen_dir = Path(tempfile.mkdtemp(prefix=f"anyaccel-{self.NAME}-gen-"))
+        header = self.schema_header()
+        if header:
+            (gen_dir / schema.HEADER_NAME).write_text(header)
+        return CppExtension(
+            name=self.absolute_name(),
+            sources=[str(root / s) for s in self.sources()],
+            include_dirs=[str(gen_dir), *(str(root / p) for p in self.include_paths())],
+            extra_compile_args={"cxx": self.cxx_args() + self.common_flags(self.namespace(key), gen_dir)},
+            extra_link_args=self.extra_ldflags(),
+        )
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)

@@ -1,0 +1,176 @@
+"""CPU SIMD level ("ISA level") selection for CPU ops.
+
+The level decides exactly one preprocessor macro and the matching compiler flags (table in
+docs/architecture.md, "CPU ISA levels"), and it is part of the op's cache key, so an AVX-512 build is
+never loaded on a CPU without AVX-512 (user pain P8).
+
+Detection is instant: it reads ``torch.backends.cpu.get_cpu_capability()`` (PyTorch's own cpuinfo-based
+dispatch level). py-cpuinfo, which costs about 1.1 s per call because it starts a subprocess
+(``shared/reference/baselines.md``), is called at most once per process and only off the warm path: to
+double-check a level forced with ``ANYACCEL_CPU_ISA`` that torch does not report, and for the report.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from anyaccel.op_builder.core.errors import ISAError
+
+logger = logging.getLogger(__name__)
+
+ISA_ENV = "ANYACCEL_CPU_ISA"
+
+
+@dataclass(frozen=True)
+class ISALevel:
+    """One CPU SIMD level.
+
+    Attributes:
+        name: the level's name, as accepted by ``ANYACCEL_CPU_ISA``.
+        macro: the one preprocessor macro defined for it (None for ``portable``).
+        flags: the compiler flags that enable its instructions (GCC/Clang spelling).
+        machines: the ``platform.machine()`` values it exists on (empty: every machine).
+        cpuinfo_flags: the py-cpuinfo flags a CPU must report to run it.
+    """
+
+    name: str
+    macro: Optional[str]
+    flags: tuple[str, ...]
+    machines: frozenset[str]
+    cpuinfo_flags: tuple[str, ...]
+
+    def compile_args(self) -> list[str]:
+        """The macro definition (if any) followed by the flags, ready for the compiler command line."""
+        return ([f"-D{self.macro}"] if self.macro else []) + list(self.flags)
+
+
+_X86 = frozenset({"x86_64", "AMD64", "amd64", "i686", "i386"})
+_ARM64 = frozenset({"aarch64", "arm64", "ARM64"})
+
+# Source: docs/architecture.md "CPU ISA levels"; cpuinfo flag names as py-cpuinfo spells them.
+ISA_LEVELS: dict[str, ISALevel] = {
+    lvl.name: lvl
+    for lvl in (
+        ISALevel("avx512", "ANYACCEL_ISA_AVX512",
+                 ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"), _X86,
+                 ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c")),
+        ISALevel("avx2", "ANYACCEL_ISA_AVX2", ("-mavx2", "-mfma", "-mf16c"), _X86, ("avx2", "fma", "f16c")),
+        ISALevel("neon", "ANYACCEL_ISA_NEON", (), _ARM64, ()),
+        ISALevel("portable", None, (), frozenset(), ()),
+    )
+}
+
+# torch.backends.cpu.get_cpu_capability() -> the levels it implies (PyTorch's ATen CPU capability names).
+_CAPABILITY_LEVELS: dict[str, tuple[str, ...]] = {
+    "AVX512": ("avx512", "avx2", "portable"),
+    "AVX2": ("avx2", "portable"),
+}
+
+
+def torch_capability() -> str:
+    """Return ``torch.backends.cpu.get_cpu_capability()`` (e.g. "AVX512", "AVX2", "DEFAULT"); instant."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def supported_levels(capability: Optional[str] = None, machine: Optional[str] = None) -> tuple[str, ...]:
+    """The levels this CPU runs according to torch, best first.
+
+    Args:
+        capability: torch's CPU capability string; read from torch when None.
+        machine: ``platform.machine()``; read when None.
+
+    Returns:
+        Level names, best first, always ending with ``portable``.
+    """
+    machine = platform.machine() if machine is None else machine
+    if machine in _ARM64:
+        return ("neon", "portable")
+    if machine not in _X86:
+        return ("portable",)
+    capability = torch_capability() if capability is None else capability
+    return _CAPABILITY_LEVELS.get(capability.upper(), ("portable",))
+
+
+@functools.lru_cache(maxsize=1)
+def cpuinfo_flags() -> frozenset[str]:
+    """The CPU feature flags py-cpuinfo reports, computed once per process (about 1.1 s).
+
+    Side effects: py-cpuinfo starts a subprocess. Returns an empty set when py-cpuinfo is not installed
+    or fails.
+    """
+    try:
+        import cpuinfo
+    except ImportError:
+        logger.debug("py-cpuinfo is not installed; no CPU flag refinement")
+        return frozenset()
+    try:
+        return frozenset(cpuinfo.get_cpu_info().get("flags", ()))
+    except (OSError, ValueError, RuntimeError) as exc:  # py-cpuinfo's own failures
+        logger.debug("py-cpuinfo failed: %s", exc)
+        return frozenset()
+
+
+def level_supported_by_flags(level: ISALevel, flags: frozenset[str], machine: str) -> bool:
+    """Whether a CPU with py-cpuinfo ``flags`` on ``machine`` can run ``level``."""
+    if level.machines and machine not in level.machines:
+        return False
+    return all(f in flags for f in level.cpuinfo_flags)
+
+
+def resolve_isa(
+    env: Optional[Mapping[str, str]] = None,
+    capability: Optional[str] = None,
+    machine: Optional[str] = None,
+    implemented: Optional[Sequence[str]] = None,
+) -> ISALevel:
+    """Choose the CPU ISA level for a build.
+
+    ``ANYACCEL_CPU_ISA`` wins when set; otherwise the best level torch reports for this CPU among the levels
+    the op's sources implement (an op spec's ``isa_levels``; every level when None). This is the priority
+    order of a CPU op's ISA implementations: the first level both the CPU runs and the sources offer.
+
+    Args:
+        env: the environment to read ``ANYACCEL_CPU_ISA`` from; ``os.environ`` when None.
+        capability: torch's CPU capability (for tests); read from torch when None.
+        machine: ``platform.machine()`` (for tests); read when None.
+        implemented: the levels the sources implement, best first; ``portable`` is always accepted.
+
+    Returns:
+        The chosen :class:`ISALevel`.
+
+    Raises:
+        ISAError: the variable names no level (the message lists the valid ones), or names a level this
+            CPU cannot run (checked against torch, then once against py-cpuinfo before refusing).
+    """
+    env = os.environ if env is None else env
+    machine = platform.machine() if machine is None else machine
+    levels = supported_levels(capability, machine)
+    if implemented is not None:
+        levels = tuple(lv for lv in levels if lv in implemented or lv == "portable")
+    forced = env.get(ISA_ENV, "").strip().lower()
+    if not forced:
+        return ISA_LEVELS[levels[0]]
+    level = ISA_LEVELS.get(forced)
+    if level is None or (implemented is not None and forced not in implemented and forced != "portable"):
+        valid = [lv for lv in ISA_LEVELS if implemented is None or lv in implemented or lv == "portable"]
+        raise ISAError(
+            f"{ISA_ENV}={env[ISA_ENV]!r} is not a CPU ISA level of this op; valid levels: {', '.join(valid)}. "
+            f"Set it to one of these or unset it to use the best level of this CPU ({levels[0]})."
+        )
+    if level.name in levels:
+        return level
+    if level_supported_by_flags(level, cpuinfo_flags(), machine):
+        logger.info("%s=%s: torch does not report it but py-cpuinfo does; using it", ISA_ENV, level.name)
+        return level
+    raise ISAError(
+        f"{ISA_ENV}={level.name} is not supported by this CPU ({machine}, torch capability "
+        f"{capability or torch_capability()}); supported levels: {', '.join(levels)}. "
+        f"Choose one of these, or build on the machine that will run the op."
+    )

@@ -1,0 +1,131 @@
+"""Compiler flags for GPU op builders: ``-gencode`` per arch, the ROCm/hipify decision, common nvcc flags.
+
+Pure functions and data tables, no device access and no process: ``CUDAOpBuilder``
+(:mod:`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a GPU.
+
+Sources: nvcc's ``-gencode`` forms are from the CUDA Compiler Driver NVCC manual ("Options for Steering GPU
+Code Generation"); the ``a`` (arch-specific, e.g. ``sm_90a`` for wgmma) and ``f`` (family-specific, CUDA
+12.9+) suffixes are from the same manual; torch's own arch-list parsing is
+``torch.utils.cpp_extension._get_cuda_arch_flags``, which we bypass by passing explicit ``-gencode`` flags
+(torch adds none when any flag names an arch), so the list we hash into the cache key is exactly the list
+compiled. ROCm: ``--offload-arch=gfxNNN`` per entry of ``PYTORCH_ROCM_ARCH`` (torch's ROCm build docs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+_GFX = re.compile(r"^gfx[0-9a-f]+(:[a-z+-:]+)?$")
+
+
+@dataclass(frozen=True)
+class GPUToolkit:
+    """How one GPU toolkit flavour builds torch extensions.
+
+    Attributes:
+        name: ``"cuda"`` or ``"rocm"``.
+        compiler: the device compiler's name (``nvcc`` / ``hipcc``).
+        arch_env: the variable that lists target architectures.
+        hipify: whether CUDA sources must be translated to HIP first (torch.utils.hipify, which
+            ``torch.utils.cpp_extension`` runs itself for ROCm builds of torch).
+        base_flags: device-compiler flags every op gets. No ``-std=``: torch.utils.cpp_extension passes the
+            standard torch's headers require (C++20 for torch 2.13), and forcing an older one breaks them.
+    """
+
+    name: str
+    compiler: str
+    arch_env: str
+    hipify: bool
+    base_flags: tuple[str, ...]
+
+
+#: The toolkit flavours, keyed by name. Backend differences as data.
+TOOLKITS: dict[str, GPUToolkit] = {
+    "cuda": GPUToolkit(
+        name="cuda",
+        compiler="nvcc",
+        arch_env="TORCH_CUDA_ARCH_LIST",
+        hipify=False,
+        base_flags=("-O3", "--expt-relaxed-constexpr", "-lineinfo"),
+    ),
+    "rocm": GPUToolkit(
+        name="rocm",
+        compiler="hipcc",
+        arch_env="PYTORCH_ROCM_ARCH",
+        hipify=True,
+        base_flags=("-O3",),
+    ),
+}
+
+
+def toolkit_for(hip_version: Optional[str], cuda_version: Optional[str]) -> Optional[GPUToolkit]:
+    """The toolkit flavour of a torch build.
+
+    Args:
+        hip_version: ``torch.version.hip`` (None unless torch is a ROCm build).
+        cuda_version: ``torch.version.cuda`` (None unless torch is a CUDA build).
+
+    Returns:
+        ``TOOLKITS["rocm"]`` for a ROCm torch, ``TOOLKITS["cuda"]`` for a CUDA torch, None for a CPU-only
+        torch (no GPU op can be built).
+    """
+    if hip_version:
+        return TOOLKITS["rocm"]
+    if cuda_version:
+        return TOOLKITS["cuda"]
+    return None
+
+
+def gencode_flags(arch_list: Sequence[str]) -> list[str]:
+    """nvcc ``-gencode`` flags for a parsed ``TORCH_CUDA_ARCH_LIST``.
+
+    Args:
+        arch_list: entries ``major.minor[a|f][+PTX]``, e.g. ``["8.0", "9.0a", "9.0+PTX"]``.
+
+    Returns:
+        One ``-gencode=arch=compute_XY[s],code=sm_XY[s]`` per entry (machine code), plus
+        ``-gencode=arch=compute_XY[s],code=compute_XY[s]`` (PTX, JIT-compiled by the driver on newer GPUs)
+        for ``+PTX`` entries; de-duplicated, in input order. "9.0" gives ``sm_90``, "9.0a" ``sm_90a``.
+
+    Raises:
+        ValueError: an entry is malformed (the message names it and the accepted form), or the list is
+            empty.
+    """
+    if not arch_list:
+        raise ValueError("empty GPU arch list; set TORCH_CUDA_ARCH_LIST (e.g. '9.0') or make a GPU visible")
+    flags: list[str] = []
+    for entry in arch_list:
+        m = _ARCH.match(entry.strip())
+        if not m:
+            raise ValueError(
+                f"GPU arch {entry!r} is not of the form major.minor[a|f][+PTX] (e.g. '9.0', '9.0a', '8.6+PTX'); "
+                "fix TORCH_CUDA_ARCH_LIST"
+            )
+        num = f"{m.group(1)}{m.group(2)}{m.group(3)}"
+        wanted = [f"-gencode=arch=compute_{num},code=sm_{num}"]
+        if m.group(4):
+            wanted.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+        flags.extend(f for f in wanted if f not in flags)
+    return flags
+
+
+def rocm_arch_flags(arch_list: Sequence[str]) -> list[str]:
+    """hipcc ``--offload-arch`` flags for a ``PYTORCH_ROCM_ARCH`` list (``["gfx90a", "gfx942"]``).
+
+    Raises:
+        ValueError: an entry is not a ``gfx`` target name, or the list is empty.
+    """
+    if not arch_list:
+        raise ValueError("empty ROCm arch list; set PYTORCH_ROCM_ARCH (e.g. 'gfx90a;gfx942')")
+    for entry in arch_list:
+        if not _GFX.match(entry):
+            raise ValueError(f"ROCm arch {entry!r} is not a gfx target name (e.g. 'gfx90a'); fix PYTORCH_ROCM_ARCH")
+    return [f"--offload-arch={a}" for a in dict.fromkeys(arch_list)]
+
+
+def arch_flags(toolkit: GPUToolkit, arch_list: Sequence[str]) -> list[str]:
+    """The arch flags of ``toolkit`` for ``arch_list`` (:func:`gencode_flags` or :func:`rocm_arch_flags`)."""
+    return rocm_arch_flags(arch_list) if toolkit.hipify else gencode_flags(arch_list)

@@ -1,0 +1,72 @@
+"""The Adam / AdamW op family, described once (see :mod:`anyaccel.ops.spec`).
+
+Adam: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015; AdamW (decoupled weight decay):
+Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch's
+(``torch/optim/adam.py``; the fused CPU kernel ``aten/src/ATen/native/cpu/FusedAdamKernel.cpp``)::
+
+    g = grad (+ weight_decay * p                 if not adamw_mode)
+    p = p * (1 - lr * weight_decay)               if adamw_mode
+    m = m + (1 - beta1) * (g - m)                 (torch's lerp)
+    v = beta2 * v + (1 - beta2) * g * g
+    p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - beta_i**step (1 without bias correction)
+
+With ``model_copies``, ``params`` are fp32 master weights and the updated value is also written, rounded
+to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's.
+"""
+
+from anyaccel.ops.spec import DtypeCombo, Function, Implementation, NativeBuild, OpSpec
+
+_LISTS = ("Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+          "Tensor(d!)[] model_copies")
+
+SPEC = OpSpec(
+    family="adam",
+    summary="Adam / AdamW step over many tensors in one call (CPU SIMD, CUDA, Triton, SYCL, NPU)",
+    functions=(
+        Function(
+            "adam_step",
+            f"({_LISTS}, int step, float lr, float beta1, float beta2, float eps, float weight_decay, "
+            "bool bias_correction, bool adamw_mode) -> ()",
+            fake="anyaccel.ops.adam.fakes:adam_step",
+            ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"),
+                    ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
+            doc="one Adam/AdamW step of every tensor in the lists, in place",
+        ),
+        Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
+    ),
+    dtypes=(
+        DtypeCombo("float32", "float32", "float32"),
+        DtypeCombo("bfloat16", "bfloat16", "float32"),
+        DtypeCombo("float16", "float16", "float32"),
+        DtypeCombo("bfloat16", "bfloat16", "bfloat16"),
+        DtypeCombo("float16", "float16", "float16"),
+        DtypeCombo("float32", "float32", "float32", "bfloat16"),
+        DtypeCombo("float32", "float32", "float32", "float16"),
+        DtypeCombo("float32", "bfloat16", "float32", "bfloat16"),
+        DtypeCombo("float32", "float16", "float32", "float16"),
+    ),
+    builds=(
+        NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu", sources=("csrc/adam/cpu_adam.cpp",),
+                    functions=("adam_step", "isa"), accelerators=("*",),
+                    isa_levels=("avx512", "avx2", "neon", "portable")),
+        NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
+                    functions=("adam_step",), accelerators=("cuda",)),
+        NativeBuild("FusedAdamBuilder", "fused_adam_sycl", "xpu", sources=("csrc/adam/fused_adam_sycl.sycl",),
+                    functions=("adam_step",), accelerators=("xpu",)),
+        NativeBuild("FusedAdamBuilder", "fused_adam_npu", "npu", functions=("adam_step",), accelerators=("npu",),
+                    module="anyaccel.ops.adam.npu:load"),
+    ),
+    implementations=(
+        Implementation("cpu", 10, ("cpu",), build="cpu_adam",
+                       description="SIMD kernel on torch's CPU thread pool (csrc/adam/cpu_adam.cpp)"),
+        Implementation("cuda", 20, ("cuda",), build="fused_adam",
+                       description="CUDA C++ multi-tensor kernel (csrc/adam/fused_adam_cuda.cu)"),
+        Implementation("sycl", 20, ("xpu",), build="fused_adam_sycl",
+                       description="SYCL multi-tensor kernel (csrc/adam/fused_adam_sycl.sycl)"),
+        Implementation("npu", 20, ("npu",), build="fused_adam_npu",
+                       description="torch_npu.npu_apply_adam_w (Ascend ApplyAdamW), foreach otherwise"),
+        Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.adam.triton:load", requires=("triton",),
+                       description="Triton multi-tensor kernel (anyaccel/ops/adam/triton.py)"),
+    ),
+    benchmarks=("benchmarks/cpu_adam.py", "benchmarks/gpu_optimizers.py"),
+)

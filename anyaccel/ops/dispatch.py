@@ -1,0 +1,293 @@
+"""Several implementations of one op family, chosen by availability and priority.
+
+An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel,
+a SYCL kernel or torch_npu. Each is an :class:`Implementation`: a name, a priority, the device types it
+serves, a cheap availability probe (no compiler, no process, no device initialisation beyond asking whether
+one exists) and a loader. The built-in ones are derived from the op specs' ``implementations``
+(:mod:`anyaccel.ops.spec`); users add their own with :func:`register_implementation`. For a device type
+the loader picks:
+
+1. the implementation named by the caller (``name=``), else
+2. the one named by ``ANYACCEL_IMPL_<FAMILY>`` (e.g. ``ANYACCEL_IMPL_ADAM=triton``), else
+3. the available implementation of highest priority.
+
+A forced implementation that is unknown or unavailable raises, naming every candidate and its state; it
+never falls back silently. The model is ColossalAI's kernel loader (``colossalai/kernel/kernel_loader.py``:
+extensions with ``is_available`` and ``priority``, forced by name), here with an environment override and
+explainable choices for ``anyaccel report``.
+
+Every implementation of one family offers the spec's functions with the spec's schemas, as torch ops, so
+front ends call ``impl.adam_step(...)`` whichever was chosen.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from anyaccel.ops import spec as spec_mod
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "ANYACCEL_IMPL_"
+
+
+class ImplementationError(RuntimeError):
+    """Base of the loader's errors."""
+
+
+class UnknownImplementationError(ImplementationError, ValueError):
+    """An op or implementation name that is not registered; the message lists the registered ones."""
+
+
+class NoImplementationError(ImplementationError):
+    """No registered implementation of the op is available on the device type; the message says why
+    for each one."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of an op family, ready to probe and load.
+
+    Attributes:
+        op: the family's name (``"adam"``).
+        name: the implementation's name (``"cuda"``, ``"triton"``), unique per op.
+        priority: higher wins among available implementations.
+        device_types: torch device types it runs on (``("cuda",)``).
+        probe: cheap availability check returning ``(available, reason)``; it must not compile, start a
+            process or initialise a device.
+        loader: returns an object whose attributes are the op's functions; may compile (called once per
+            process, the result cached).
+        description: one line for ``anyaccel report``.
+    """
+
+    op: str
+    name: str
+    priority: int
+    device_types: tuple[str, ...]
+    probe: Callable[[], tuple[bool, str]]
+    loader: Callable[[], Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One line of :func:`explain`: an implementation and whether it was chosen."""
+
+    name: str
+    priority: int
+    available: bool
+    reason: str
+    chosen: bool
+
+
+_registry: dict[str, dict[str, Implementation]] = {}
+_loaded: dict[tuple[str, str], Any] = {}
+#: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
+#: probes run once); cleared when an implementation is registered.
+_chosen: dict[tuple[str, str, Optional[str]], Any] = {}
+_lock = threading.Lock()
+_builtins_done = False
+
+
+def register_implementation(impl: Implementation, override: bool = False) -> None:
+    """Adds an implementation.
+
+    Args:
+        impl: the implementation.
+        override: replace an existing one of the same op and name.
+
+    Raises:
+        ValueError: one of that op and name exists and ``override`` is False.
+    """
+    _register_builtins()
+    _add(impl, override)
+
+
+def _add(impl: Implementation, override: bool) -> None:
+    with _lock:
+        per_op = _registry.setdefault(impl.op, {})
+        if impl.name in per_op and not override:
+            raise ValueError(
+                f"implementation {impl.name!r} of op {impl.op!r} is already registered; pass override=True to "
+                "replace it"
+            )
+        per_op[impl.name] = impl
+        _loaded.pop((impl.op, impl.name), None)
+        _chosen.clear()
+
+
+def implementations(op: str) -> list[Implementation]:
+    """The registered implementations of ``op``, highest priority first.
+
+    Raises:
+        UnknownImplementationError: no implementation of ``op`` is registered.
+    """
+    _register_builtins()
+    per_op = _registry.get(op)
+    if not per_op:
+        raise UnknownImplementationError(f"no implementation of op {op!r} is registered; known ops: {sorted(_registry)}")
+    return sorted(per_op.values(), key=lambda i: (-i.priority, i.name))
+
+
+def _probe(impl: Implementation, device_type: str) -> tuple[bool, str]:
+    if device_type not in impl.device_types:
+        return False, f"serves {', '.join(impl.device_types)}, not {device_type}"
+    try:
+        return impl.probe()
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:  # a broken probe makes it unavailable
+        return False, f"probe failed: {exc}"
+
+
+def forced_name(op: str, name: Optional[str] = None) -> Optional[str]:
+    """The implementation name forced by the caller or by ``ANYACCEL_IMPL_<OP>`` (caller wins)."""
+    return name or os.environ.get(ENV_PREFIX + op.upper()) or None
+
+
+def explain(op: str, device_type: str, name: Optional[str] = None) -> list[Candidate]:
+    """Every implementation of ``op`` for ``device_type``, its availability, and which one is chosen.
+
+    Side effects: runs each implementation's cheap probe.
+    """
+    chosen: Optional[str]
+    try:
+        chosen = choose(op, device_type, name).name
+    except ImplementationError:
+        chosen = None
+    out = []
+    for impl in implementations(op):
+        ok, reason = _probe(impl, device_type)
+        out.append(Candidate(impl.name, impl.priority, ok, reason, impl.name == chosen))
+    return out
+
+
+def choose(op: str, device_type: str, name: Optional[str] = None) -> Implementation:
+    """The implementation of ``op`` to use on ``device_type`` (see the module docstring for the order).
+
+    Args:
+        op: the family's name.
+        device_type: a torch device type (``"cuda"``, ``"xpu"``, ``"cpu"``).
+        name: force this implementation; else ``ANYACCEL_IMPL_<OP>`` if set.
+
+    Raises:
+        UnknownImplementationError: the forced name is not registered for ``op`` (lists those that are).
+        NoImplementationError: the forced one is unavailable, or none is available (says why for each).
+    """
+    impls = implementations(op)
+    forced = forced_name(op, name)
+    if forced:
+        match = [i for i in impls if i.name == forced]
+        if not match:
+            raise UnknownImplementationError(
+                f"op {op!r} has no implementation {forced!r}; registered: {[i.name for i in impls]} (set by "
+                f"{'the caller' if name else ENV_PREFIX + op.upper()})"
+            )
+        ok, reason = _probe(match[0], device_type)
+        if not ok:
+            raise NoImplementationError(f"implementation {forced!r} of op {op!r} is unavailable on {device_type}: {reason}")
+        return match[0]
+    reasons = []
+    for impl in impls:
+        ok, reason = _probe(impl, device_type)
+        if ok:
+            return impl
+        reasons.append(f"{impl.name}: {reason}")
+    raise NoImplementationError(f"no implementation of op {op!r} is available on {device_type}: " + "; ".join(reasons))
+
+
+def load(op: str, device_type: str, name: Optional[str] = None) -> Any:
+    """Loads (once per process) and returns the chosen implementation's functions.
+
+    The choice for (op, device type, forced name) is made once: later calls, e.g. every optimizer step,
+    cost a dict lookup and an environment read (``ANYACCEL_IMPL_<OP>`` may change between calls).
+
+    Returns:
+        An object with the op's functions as attributes, and ``impl_name`` set to the chosen name.
+
+    Raises:
+        The errors of :func:`choose`, and whatever the implementation's loader raises (e.g. a build error).
+
+    Side effects: may compile the op (CPU: seconds; CUDA: nvcc, tens of seconds cold; Triton: at first call).
+    """
+    chosen_key = (op, device_type, forced_name(op, name))
+    hit = _chosen.get(chosen_key)
+    if hit is not None:
+        return hit
+    impl = choose(op, device_type, name)
+    key = (op, impl.name)
+    with _lock:
+        if key not in _loaded:
+            logger.info("op %s: using implementation %r (priority %d)", op, impl.name, impl.priority)
+            _loaded[key] = _Bound(impl.name, impl.loader())
+        _chosen[chosen_key] = _loaded[key]
+        return _loaded[key]
+
+
+class _Bound:
+    """A loaded implementation: forwards attributes to the loader's result and records its name."""
+
+    def __init__(self, impl_name: str, target: Any) -> None:
+        self.impl_name = impl_name
+        self._target = target
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self._target, attr)
+
+
+# ---- implementations derived from the op specs ---------------------------------------------------------
+
+
+def _requires_probe(packages: tuple[str, ...]) -> Callable[[], tuple[bool, str]]:
+    def probe() -> tuple[bool, str]:
+        missing = [p for p in packages if importlib.util.find_spec(p) is None]
+        if missing:
+            return False, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+        return True, f"{', '.join(packages)} installed" if packages else ""
+
+    return probe
+
+
+def _builder_probe(family: str, build: str) -> Callable[[], tuple[bool, str]]:
+    def probe() -> tuple[bool, str]:
+        from anyaccel.op_builder.registry import builder_class
+
+        return builder_class(family, build)().compatibility()
+
+    return probe
+
+
+def _builder_loader(family: str, build: str) -> Callable[[], Any]:
+    def loader() -> Any:
+        from anyaccel.op_builder.registry import builder_class
+
+        return builder_class(family, build)().load()
+
+    return loader
+
+
+def _from_spec(s: spec_mod.OpSpec, impl: spec_mod.Implementation) -> Implementation:
+    if impl.build is not None:
+        probe, loader = _builder_probe(s.family, impl.build), _builder_loader(s.family, impl.build)
+    else:
+        assert impl.module is not None  # OpSpec.validate: exactly one of build and module
+        target = impl.module
+        probe, loader = _requires_probe(impl.requires), (lambda: spec_mod.resolve(target)())
+    return Implementation(s.family, impl.name, impl.priority, impl.device_types, probe, loader, impl.description)
+
+
+def _register_builtins() -> None:
+    global _builtins_done
+    with _lock:
+        if _builtins_done:
+            return
+        _builtins_done = True
+    for s in spec_mod.all_specs():
+        for impl in s.implementations:
+            if impl.name not in _registry.get(s.family, {}):
+                _add(_from_spec(s, impl), override=False)

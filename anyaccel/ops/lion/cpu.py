@@ -1,0 +1,128 @@
+"""``CPULion``: the Lion optimizer on CPU tensors through anyaccel's vectorised ``cpu_lion`` kernel.
+
+The CPU counterpart of :class:`anyaccel.ops.lion.FusedLion` and a drop-in for DeepSpeed's
+``DeepSpeedCPULion`` (``deepspeed/ops/lion/cpu_lion.py``: arguments ``lr, betas, weight_decay,
+fp32_optimizer_states``). Algorithm: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023,
+Algorithm 2 (https://arxiv.org/abs/2302.06675).
+
+The native kernel (``anyaccel/csrc/lion/cpu_lion.cpp``) is built or loaded on the first ``step()`` that has
+gradients, through ``CPULionBuilder().load()``, never at import or construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import torch
+
+from anyaccel.ops.host_optimizer import GroupTensors, HostOptimizer, check_beta_pair, check_hyper_parameters
+
+__all__ = ["CPULion"]
+
+
+class CPULion(HostOptimizer):
+    """Lion for parameters that live in CPU memory (ZeRO-Offload style).
+
+    One ``step()`` makes one kernel call per parameter group, covering every parameter of the group that
+    has a gradient, whatever its dtype; the kernel reads ``p, g, m`` and writes ``p, m`` once, with all
+    threads of ``torch.get_num_threads()`` balanced across the group's tensors.
+
+    Per element (fp32 arithmetic, the order of anyaccel's CUDA ``FusedLion``)::
+
+        c = beta1 * m + (1 - beta1) * g
+        p = p * (1 - lr * weight_decay) - lr * sign(c)        sign as torch.sign: sign(0) = 0
+        m = beta2 * m + (1 - beta2) * g
+
+    Supported storage (computation is always fp32 in registers, one rounding per stored value):
+
+    * fp32 parameters: fp32 ``exp_avg``.
+    * bf16 or fp16 parameters: fp32 ``exp_avg`` (``fp32_optimizer_states=True``, the default) or
+      ``exp_avg`` in the parameter dtype (``fp32_optimizer_states=False``). Stores round to nearest even.
+
+    State per parameter: ``step`` (a Python ``int``, counted for checkpoints and schedulers; Lion itself
+    does not use it) and ``exp_avg`` (contiguous, shaped like the parameter). ``state_dict()`` /
+    ``load_state_dict()`` round-trip exactly, including an fp32 ``exp_avg`` of a 16-bit parameter (which
+    ``torch.optim.Optimizer`` alone would cast to the parameter dtype).
+
+    Args:
+        params: Parameters (CPU, contiguous, fp32/bf16/fp16 tensors) or parameter-group dicts, as for any
+            ``torch.optim.Optimizer``.
+        lr: Learning rate, finite and ``>= 0`` (Lion's is typically 3-10x smaller than AdamW's).
+        betas: ``(beta1, beta2)``, each in ``[0, 1]``: ``beta1`` interpolates the update direction,
+            ``beta2`` the momentum.
+        weight_decay: Decoupled weight decay, finite and ``>= 0`` (multiplies ``p`` by ``1 - lr * wd``).
+        fp32_optimizer_states: Keep ``exp_avg`` in fp32 for 16-bit parameters (DeepSpeed's default); if
+            False, keep it in the parameter dtype (halves its memory, loses precision).
+
+    Raises:
+        ValueError: A hyper-parameter is out of range or not a Python number (the message names it, its
+            value and the accepted range).
+
+    Side effects:
+        None at construction. The first ``step()`` with at least one gradient builds (cold cache: one
+        compiler run of a few seconds) or loads (warm cache) the ``cpu_lion`` op through
+        ``anyaccel.op_builder.cpu_lion.CPULionBuilder().load()``, which reads ``ANYACCEL_CPU_ISA`` and
+        ``ANYACCEL_CACHE_DIR``; the loaded op is cached on the class for the process.
+    """
+
+    _NAME: ClassVar[str] = "CPULion"
+    _FAMILY: ClassVar[str] = "lion"
+    _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg",)
+    _ACCELERATOR_ALTERNATIVE: ClassVar[str] = "anyaccel's FusedLion"
+    _SPARSE_FIX: ClassVar[str] = "Densify the gradient (grad.to_dense()) or use torch.optim.SparseAdam."
+    _NOT_CONTIGUOUS: ClassVar[str] = (
+        "{where} or its gradient is not contiguous (shape {shape}, strides {strides}, gradient strides "
+        "{grad_strides}); the kernel updates parameters in place, so make the parameter contiguous before "
+        "building the optimizer (p.data = p.data.contiguous()) and pass contiguous gradients."
+    )
+    _CHECK_GRAD_CONTIGUOUS: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        fp32_optimizer_states: bool = True,
+    ) -> None:
+        _check_hyper_parameters(lr=lr, betas=betas, weight_decay=weight_decay)
+        defaults = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+        super().__init__(params, defaults, fp32_optimizer_states)
+
+    def _check_group(self, group_index: int, group: dict[str, Any]) -> None:
+        """Rejects out-of-range hyper-parameters of ``param_groups[group_index]``.
+
+        Raises:
+            ValueError: A hyper-parameter is out of range (see :func:`_check_hyper_parameters`).
+        """
+        _check_hyper_parameters(lr=group["lr"], betas=group["betas"], weight_decay=group["weight_decay"])
+
+    def _step_group(self, kernel: Any, group: dict[str, Any], tensors: GroupTensors) -> None:
+        """One ``lion_step`` call for the whole group (Lion does not use the step count).
+
+        Args:
+            kernel: The ``cpu_lion`` op module (``kernel.lion_step``: schema in ``docs/architecture.md``).
+            group: ``lr``, ``betas``, ``weight_decay``.
+            tensors: Parameters, gradients and ``exp_avg`` tensors.
+        """
+        beta1, beta2 = group["betas"]
+        kernel.lion_step(tensors.params, tensors.grads, tensors.states["exp_avg"], [], float(group["lr"]),
+                         float(beta1), float(beta2), float(group["weight_decay"]))
+
+
+def _check_hyper_parameters(lr: float, betas: tuple[float, float], weight_decay: float) -> None:
+    """Validates Lion hyper-parameters.
+
+    Raises:
+        ValueError: naming the parameter, its value and the accepted range, when ``betas`` is not a pair,
+            ``lr < 0``, a beta is not in ``[0, 1]``, ``weight_decay < 0``, a value is not finite, or a value
+            is a tensor.
+    """
+    check_beta_pair("CPULion", betas)
+    check_hyper_parameters("CPULion", (
+        ("lr", lr, "a finite lr >= 0", lambda v: v >= 0),
+        ("betas[0]", betas[0], "0 <= beta1 <= 1", lambda v: 0 <= v <= 1),
+        ("betas[1]", betas[1], "0 <= beta2 <= 1", lambda v: 0 <= v <= 1),
+        ("weight_decay", weight_decay, "a finite weight_decay >= 0", lambda v: v >= 0),
+    ))

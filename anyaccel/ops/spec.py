@@ -1,0 +1,406 @@
+"""Op specs: every op family described once.
+
+An :class:`OpSpec` is the single source of truth for one op family (Adam, Lion, ...): its functions and
+their schemas, the dtype combinations its kernels accept, the native builds (sources and flags per
+backend, published under DeepSpeed's builder names), its implementations with their priorities, and what
+later layers attach to it (DeepSpeed's module ABI, benchmarks). Everything else is derived from the specs:
+
+- the builder registry (:mod:`anyaccel.op_builder.registry`): builder names, aliases and classes;
+- the schema header each native build compiles against (:mod:`anyaccel.op_builder.toolchains.schema`):
+  the ``m.def`` schema strings, the C++ signature every kernel must have, and the accepted dtypes;
+- the validating fakes registered for ``torch.compile`` and ``opcheck``;
+- the implementation loader (:mod:`anyaccel.ops.dispatch`), AOT selection, ``anyaccel report`` and
+  ``anyaccel build``;
+- the tests' parametrisation (``tests/ops/test_specs.py`` walks every spec).
+
+Specs live in ``anyaccel/ops/<family>/spec.py`` as a module-level ``SPEC``; :func:`all_specs` finds them by
+that convention (and through the ``anyaccel.ops`` entry-point group for plug-in op families), so adding an
+op family edits no table. Importing a spec module is cheap: it imports neither torch nor a builder; fakes
+and loaders are named as ``"module:attribute"`` strings and imported on first use.
+
+Schemas use torch's schema language (``torch/csrc/jit/frontend/function_schema_parser.cpp``; the subset
+accepted here is :data:`CXX_TYPES`), written without the function name:
+``"(Tensor(a!)[] params, Tensor[] grads, float lr) -> ()"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import logging
+import pkgutil
+import re
+from collections.abc import Callable
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+logger = logging.getLogger(__name__)
+
+#: Entry-point group through which other packages contribute op specs (``name = "module:SPEC"``).
+ENTRY_POINT_GROUP = "anyaccel.ops"
+
+#: Schema argument type -> the C++ parameter type a kernel declares for it (``csrc/includes/stable/boxing.h``).
+CXX_TYPES: dict[str, str] = {
+    "Tensor[]": "const ::anyaccel::stable::TensorList&",
+    "Tensor": "const ::anyaccel::stable::Tensor&",
+    "int": "int64_t",
+    "float": "double",
+    "bool": "bool",
+    "str": "std::string",
+}
+#: Schema return type -> the C++ return type.
+CXX_RETURNS: dict[str, str] = {"()": "void", "str": "std::string", "int": "int64_t", "Tensor": "::anyaccel::stable::Tensor"}
+
+#: torch dtype name -> ``c10::ScalarType`` enumerator name (what the C++ X-macros use).
+SCALAR_TYPES: dict[str, str] = {"float32": "Float", "bfloat16": "BFloat16", "float16": "Half", "none": "Undefined"}
+
+_ARG = re.compile(r"^(?P<type>Tensor|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?\s+(?P<name>[A-Za-z_]\w*)$")
+
+
+class SpecError(ValueError):
+    """An op spec is malformed (bad schema, unknown function or build); the message names the spec and field."""
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One parsed schema argument.
+
+    Attributes:
+        name: the argument name (``"params"``).
+        type: the base schema type with ``[]`` for lists (``"Tensor[]"``, ``"float"``).
+        mutable: whether the schema marks it written in place (``Tensor(a!)``).
+    """
+
+    name: str
+    type: str
+    mutable: bool
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function of an op family.
+
+    Attributes:
+        name: the function name, also the torch op name inside a build's namespace (``"adam_step"``).
+        schema: arguments and returns in torch's schema language, without the name.
+        fake: ``"module:function"`` of the validating fake (meta) implementation, or None for functions
+            without tensor arguments.
+        ranges: ``(argument, interval)`` pairs for scalar arguments, e.g. ``("beta1", "[0, 1)")``: checked
+            by the kernels (generated into the schema header), the fakes and the front ends
+            (:mod:`anyaccel.ops.validation`), so the range is written once.
+        doc: one line for the report and docs.
+    """
+
+    name: str
+    schema: str
+    fake: Optional[str] = None
+    ranges: tuple[tuple[str, str], ...] = ()
+    doc: str = ""
+
+    @property
+    def full_schema(self) -> str:
+        """``name + schema``, the string passed to ``torch.library.define`` / ``m.def``."""
+        return f"{self.name}{self.schema}"
+
+    @functools.cached_property
+    def arguments(self) -> tuple[Argument, ...]:
+        """The parsed arguments.
+
+        Raises:
+            SpecError: an argument is not of the form ``<type>[(x!)][[]] <name>`` with a type of :data:`CXX_TYPES`.
+        """
+        args_text = self._split()[0]
+        out = []
+        for raw in filter(None, (a.strip() for a in args_text.split(","))):
+            m = _ARG.match(raw)
+            if m is None:
+                raise SpecError(f"function {self.name!r}: argument {raw!r} is not '<type>[(a!)][[]] <name>' with a "
+                                f"type in {sorted(CXX_TYPES)}")
+            out.append(Argument(m["name"], m["type"] + (m["list"] or ""), bool(m["alias"] and "!" in m["alias"])))
+        return tuple(out)
+
+    @property
+    def returns(self) -> str:
+        """The return type text (``"()"``, ``"str"``)."""
+        return self._split()[1]
+
+    @property
+    def mutated(self) -> tuple[str, ...]:
+        """Names of the arguments written in place (``custom_op``'s ``mutates_args``)."""
+        return tuple(a.name for a in self.arguments if a.mutable)
+
+    def cxx_signature(self) -> str:
+        """The C++ function type every kernel of this function must have, e.g.
+        ``void(const ::anyaccel::stable::TensorList&, int64_t, double)``.
+
+        Raises:
+            SpecError: an argument or return type has no C++ mapping.
+        """
+        if self.returns not in CXX_RETURNS:
+            raise SpecError(f"function {self.name!r}: return type {self.returns!r} is not one of {sorted(CXX_RETURNS)}")
+        params = ", ".join(CXX_TYPES[a.type] for a in self.arguments)
+        return f"{CXX_RETURNS[self.returns]}({params})"
+
+    def load_fake(self) -> Optional[Callable[..., Any]]:
+        """The fake implementation, imported on first use (None when the function has none)."""
+        return resolve(self.fake) if self.fake else None
+
+    def _split(self) -> tuple[str, str]:
+        m = re.fullmatch(r"\s*\((?P<args>.*)\)\s*->\s*(?P<ret>.+?)\s*", self.schema)
+        if m is None:
+            raise SpecError(f"function {self.name!r}: schema {self.schema!r} is not '(<arguments>) -> <returns>'")
+        return m["args"], m["ret"]
+
+
+@dataclass(frozen=True)
+class DtypeCombo:
+    """One accepted dtype combination of an optimizer op's tensor lists.
+
+    Attributes:
+        param: dtype of ``params`` (the tensors the kernel updates).
+        grad: dtype of ``grads``.
+        state: dtype of every optimizer-state list.
+        copy: dtype of ``model_copies``, or ``"none"`` when the list must be empty.
+    """
+
+    param: str
+    grad: str
+    state: str
+    copy: str = "none"
+
+    def as_tuple(self) -> tuple[str, str, str, str]:
+        """``(param, grad, state, copy)``."""
+        return (self.param, self.grad, self.state, self.copy)
+
+
+@dataclass(frozen=True)
+class NativeBuild:
+    """One compiled build of an op family: sources and flags for one backend, under a DeepSpeed builder name.
+
+    Attributes:
+        builder: the builder class name DeepSpeed callers pass to ``create_op_builder`` (``"CPUAdamBuilder"``).
+        name: the build's ``NAME``: the cache directory, the namespace prefix and the AOT variable
+            (``ANYACCEL_BUILD_<NAME>``).
+        backend: ``"cpu"``, ``"cuda"``, ``"xpu"`` or ``"npu"``: which op-builder backend base compiles it.
+        sources: source files relative to the package directory.
+        functions: the spec functions the sources register (a subset of the spec's).
+        accelerators: the accelerators whose ``create_op_builder(builder)`` returns this build; ``("*",)``
+            for host ops, which serve every accelerator.
+        isa_levels: for CPU builds, the SIMD levels the sources implement (best first).
+        cxx_args: extra host-compiler flags.
+        nvcc_args: extra device-compiler flags.
+        module: for builds that compile nothing (NPU delegation), ``"module:load"`` returning the op module.
+    """
+
+    builder: str
+    name: str
+    backend: str
+    sources: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+    accelerators: tuple[str, ...] = ()
+    isa_levels: tuple[str, ...] = ()
+    cxx_args: tuple[str, ...] = ()
+    nvcc_args: tuple[str, ...] = ()
+    module: Optional[str] = None
+
+    @property
+    def build_var(self) -> str:
+        """The variable that selects this build for AOT builds (``ANYACCEL_BUILD_CPU_ADAM``)."""
+        return f"ANYACCEL_BUILD_{self.name.upper()}"
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One implementation of an op family on some device types, for the priority loader.
+
+    Attributes:
+        name: unique within the family (``"cuda"``, ``"triton"``, ``"cpu"``, ``"sycl"``, ``"npu"``).
+        priority: higher wins among the available ones.
+        device_types: torch device types it runs on.
+        build: the :attr:`NativeBuild.name` whose builder loads it (probe: the builder's ``compatibility()``).
+        module: for Python-level implementations (Triton), ``"module:load"`` returning the op module.
+        requires: Python packages that must be importable (checked with ``find_spec``, never imported).
+        description: one line for ``anyaccel report``.
+    """
+
+    name: str
+    priority: int
+    device_types: tuple[str, ...]
+    build: Optional[str] = None
+    module: Optional[str] = None
+    requires: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """An op family, described once.
+
+    Attributes:
+        family: the family's name (``"adam"``); the loader's op name and ``ANYACCEL_IMPL_<FAMILY>``.
+        summary: one line for the report and docs.
+        functions: every function any build or implementation offers.
+        dtypes: the dtype combinations the kernels accept (empty for ops without tensor-list dtypes).
+        builds: the native builds.
+        implementations: the implementations the loader chooses among, per device type.
+        deepspeed: ``"module:attribute"`` of the DeepSpeed module-ABI adapter attached to loaded modules,
+            or None.
+        benchmarks: benchmark scripts (``benchmarks/<file>``) that measure the family.
+        source: the module that defined the spec (set by :func:`all_specs`).
+    """
+
+    family: str
+    summary: str
+    functions: tuple[Function, ...]
+    dtypes: tuple[DtypeCombo, ...] = ()
+    builds: tuple[NativeBuild, ...] = ()
+    implementations: tuple[Implementation, ...] = ()
+    deepspeed: Optional[str] = None
+    benchmarks: tuple[str, ...] = ()
+    source: str = field(default="", compare=False)
+
+    def function(self, name: str) -> Function:
+        """The function called ``name``.
+
+        Raises:
+            SpecError: no such function (the message lists the spec's functions).
+        """
+        for fn in self.functions:
+            if fn.name == name:
+                return fn
+        raise SpecError(f"op {self.family!r} has no function {name!r}; it has {[f.name for f in self.functions]}")
+
+    def build(self, name: str) -> NativeBuild:
+        """The native build whose ``name`` (``NAME``) or ``builder`` is ``name``.
+
+        Raises:
+            SpecError: no such build.
+        """
+        for b in self.builds:
+            if name in (b.name, b.builder):
+                return b
+        raise SpecError(f"op {self.family!r} has no build {name!r}; it has {[b.name for b in self.builds]}")
+
+    def functions_of(self, build: NativeBuild) -> tuple[Function, ...]:
+        """The functions ``build`` registers, in spec order."""
+        return tuple(fn for fn in self.functions if fn.name in build.functions)
+
+    def accepted_dtypes_text(self) -> str:
+        """The accepted combinations in words, for error messages (``"(float32, float32, float32, none), ..."``)."""
+        return ", ".join("(" + ", ".join(c.as_tuple()) + ")" for c in self.dtypes)
+
+    def validate(self) -> None:
+        """Check the spec's internal consistency.
+
+        Raises:
+            SpecError: a schema does not parse, a build names an unknown function or backend, an
+                implementation names an unknown build, or names are not unique.
+        """
+        names = [f.name for f in self.functions]
+        if len(set(names)) != len(names):
+            raise SpecError(f"op {self.family!r}: function names repeat: {names}")
+        for fn in self.functions:
+            fn.cxx_signature()
+            arg_types = {a.name: a.type for a in fn.arguments}
+            for arg, interval in fn.ranges:
+                if arg_types.get(arg) not in ("int", "float"):
+                    raise SpecError(f"op {self.family!r}: function {fn.name!r} ranges {arg!r}, which is not an int "
+                                    "or float argument")
+                from anyaccel.ops.validation import Interval
+
+                Interval.parse(interval)
+        for c in self.dtypes:
+            bad = [d for d in c.as_tuple() if d not in SCALAR_TYPES]
+            if bad:
+                raise SpecError(f"op {self.family!r}: dtype {bad[0]!r} is not one of {sorted(SCALAR_TYPES)}")
+        for b in self.builds:
+            if b.backend not in BACKENDS:
+                raise SpecError(f"op {self.family!r}: build {b.name!r} has backend {b.backend!r}; accepted: {sorted(BACKENDS)}")
+            unknown = [f for f in b.functions if f not in names]
+            if unknown:
+                raise SpecError(f"op {self.family!r}: build {b.name!r} registers unknown functions {unknown}")
+            if not b.name.isidentifier():
+                raise SpecError(f"op {self.family!r}: build name {b.name!r} must be an identifier")
+        builds = {b.name for b in self.builds}
+        impl_names = [i.name for i in self.implementations]
+        if len(set(impl_names)) != len(impl_names):
+            raise SpecError(f"op {self.family!r}: implementation names repeat: {impl_names}")
+        for impl in self.implementations:
+            if (impl.build is None) == (impl.module is None):
+                raise SpecError(f"op {self.family!r}: implementation {impl.name!r} needs exactly one of build= and module=")
+            if impl.build is not None and impl.build not in builds:
+                raise SpecError(f"op {self.family!r}: implementation {impl.name!r} names unknown build {impl.build!r}")
+
+
+#: The op-builder backends a :class:`NativeBuild` may name.
+BACKENDS = frozenset({"cpu", "cuda", "xpu", "npu"})
+
+
+def resolve(target: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute.
+
+    Raises:
+        ImportError: the module is missing; AttributeError: the attribute is.
+    """
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@functools.lru_cache(maxsize=1)
+def all_specs() -> tuple[OpSpec, ...]:
+    """Every op spec: ``anyaccel/ops/<family>/spec.py`` modules, then the ``anyaccel.ops`` entry points.
+
+    Each spec is validated once. A plug-in spec that fails to import or validate is logged and skipped; a
+    built-in one raises.
+
+    Returns:
+        The specs, sorted by family.
+
+    Raises:
+        SpecError: a built-in spec is malformed, or two specs share a family name.
+
+    Side effects: imports the spec modules (cheap: no torch, no builders) on the first call; cached.
+    """
+    import anyaccel.ops as ops_pkg
+
+    found: dict[str, OpSpec] = {}
+
+    def add(spec: OpSpec, origin: str) -> None:
+        spec.validate()
+        if spec.family in found:
+            raise SpecError(f"op family {spec.family!r} is defined twice ({found[spec.family].source} and {origin})")
+        found[spec.family] = _with_source(spec, origin)
+
+    for info in sorted(pkgutil.iter_modules(ops_pkg.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        if not any((Path(p) / info.name / "spec.py").is_file() for p in ops_pkg.__path__):
+            continue
+        module_name = f"anyaccel.ops.{info.name}.spec"
+        add(importlib.import_module(module_name).SPEC, module_name)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            add(ep.load(), ep.value)
+        except (ImportError, AttributeError, SpecError) as exc:
+            logger.warning("op spec entry point %s (%s) skipped: %s", ep.name, ep.value, exc)
+    return tuple(found[k] for k in sorted(found))
+
+
+def spec(family: str) -> OpSpec:
+    """The spec of ``family``.
+
+    Raises:
+        SpecError: no such family (the message lists the known ones).
+    """
+    for s in all_specs():
+        if s.family == family:
+            return s
+    raise SpecError(f"unknown op family {family!r}; known: {[s.family for s in all_specs()]}")
+
+
+def _with_source(spec: OpSpec, origin: str) -> OpSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, source=origin)

@@ -1,0 +1,229 @@
+"""One validation vocabulary for anyaccel's ops: scalar ranges and optimizer tensor lists.
+
+The same rules run in three places, so a bad call fails the same way wherever it is caught:
+
+- the C++ kernels (``csrc/includes/stable/checks.h``; the scalar ranges are generated from the op spec
+  into each build's schema header, so the kernel and this module read one description);
+- the validating fakes (meta implementations) registered for ``torch.compile`` and ``opcheck``;
+- the Python front ends (``CPUAdam``, ``FusedAdam``, ...) before they mutate anything.
+
+Messages follow one form: ``"<owner>: <what> is invalid; accepted: <rule>"`` for scalars and
+``"<op>: <list>[<i>] <problem>; <fix>"`` for tensors. Scalar ranges are written as intervals
+(``"[0, 1)"``, ``"(0, inf)"``): :class:`Interval` parses them; every value must also be finite and, for
+``float`` arguments, representable in float32 (the kernels compute in fp32: ``lr=1e39`` would become inf).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+#: The largest finite float32 (``torch.finfo(torch.float32).max``).
+FLOAT32_MAX = 3.4028234663852886e38
+
+_INTERVAL = re.compile(r"^\s*([\[(])\s*(-?inf|[-+0-9.eE]+)\s*,\s*(-?inf|[-+0-9.eE]+)\s*([\])])\s*$")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A closed, open or half-open interval of accepted scalar values.
+
+    Attributes:
+        low, high: the bounds (``-inf``/``inf`` allowed).
+        low_closed, high_closed: whether each bound is included.
+    """
+
+    low: float
+    high: float
+    low_closed: bool
+    high_closed: bool
+
+    @classmethod
+    def parse(cls, text: str) -> "Interval":
+        """Parse ``"[0, 1)"``-style text.
+
+        Raises:
+            ValueError: the text is not an interval.
+        """
+        m = _INTERVAL.match(text)
+        if m is None:
+            raise ValueError(f"{text!r} is not an interval such as '[0, 1)' or '(0, inf)'")
+        return cls(float(m[2]), float(m[3]), m[1] == "[", m[4] == "]")
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies in the interval (NaN never does)."""
+        lo_ok = value >= self.low if self.low_closed else value > self.low
+        hi_ok = value <= self.high if self.high_closed else value < self.high
+        return lo_ok and hi_ok
+
+    def describe(self, name: str) -> str:
+        """The rule in words: ``"0 <= beta1 < 1"``, ``"eps > 0"``, ``"step >= 1"``."""
+        if not math.isfinite(self.high):
+            return f"{name} {'>=' if self.low_closed else '>'} {_num(self.low)}" if math.isfinite(self.low) else name
+        parts = []
+        if math.isfinite(self.low):
+            parts.append(f"{_num(self.low)} {'<=' if self.low_closed else '<'} ")
+        parts.append(name)
+        parts.append(f" {'<=' if self.high_closed else '<'} {_num(self.high)}")
+        return "".join(parts)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else repr(x)
+
+
+def scalar_problem(name: str, value: Any, interval: Interval, kind: str = "float") -> Optional[str]:
+    """Why ``value`` is not an acceptable ``name``, or None when it is.
+
+    Args:
+        name: the argument name used in the rule (``"beta1"``).
+        value: the value (a Python number; bools and tensors are refused).
+        interval: the accepted range.
+        kind: ``"float"`` (must also fit in float32) or ``"int"``.
+
+    Returns:
+        ``"accepted: a finite 0 <= beta1 < 1"``-style text, or None.
+    """
+    rule = f"a finite {interval.describe(name)}" + (" representable in float32" if kind == "float" else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"accepted: {rule} (a Python {kind}, got {type(value).__name__})"
+    if not math.isfinite(value) or not interval.contains(value) or (kind == "float" and abs(value) > FLOAT32_MAX):
+        return f"accepted: {rule}"
+    return None
+
+
+def check_scalar(owner: str, name: str, value: Any, interval: str | Interval, kind: str = "float",
+                 error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` unless ``value`` is an acceptable ``name``.
+
+    Args:
+        owner: the message prefix (``"adam_step"``, ``"CPUAdam"``).
+        name: the argument name (``"lr"``, ``"betas[0]"``).
+        value: the value.
+        interval: the accepted range (an :class:`Interval` or its text).
+        kind: ``"float"`` or ``"int"`` (see :func:`scalar_problem`).
+        error: the exception class (``ValueError`` for front ends, ``RuntimeError`` where the kernel's
+            ``STD_TORCH_CHECK`` would raise).
+
+    Raises:
+        error: ``"<owner>: <name>=<value> is invalid; accepted: ..."``.
+    """
+    iv = Interval.parse(interval) if isinstance(interval, str) else interval
+    problem = scalar_problem(name, value, iv, kind)
+    if problem is not None:
+        raise error(f"{owner}: {name}={value!r} is invalid; {problem}")
+
+
+def check_beta_pair(owner: str, betas: Any) -> None:
+    """Raise ``ValueError`` unless ``betas`` is a pair (tuple or list of two numbers).
+
+    Raises:
+        ValueError: ``"<owner>: betas=<value> is invalid; accepted: a pair (beta1, beta2)"``.
+    """
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"{owner}: betas={betas!r} is invalid; accepted: a pair (beta1, beta2) of Python floats")
+
+
+def check_scalars(function: Any, values: Mapping[str, Any], error: type[Exception] = RuntimeError) -> None:
+    """Check every ranged scalar of a spec function (:class:`anyaccel.ops.spec.Function`).
+
+    Args:
+        function: the spec function (its ``ranges`` and ``arguments``).
+        values: argument name -> value.
+        error: exception class.
+
+    Raises:
+        error: for the first value outside its range, in argument order.
+    """
+    kinds = {a.name: a.type for a in function.arguments}
+    for name, interval in function.ranges:
+        check_scalar(function.name, name, values[name], interval, "int" if kinds[name] == "int" else "float", error)
+
+
+#: The accelerator optimizer each host op points to when given device tensors (and vice versa).
+DEVICE_ALTERNATIVE = {"adam_step": "FusedAdam", "lion_step": "FusedLion", "adagrad_step": "FusedAdagrad",
+                      "lamb_step": "FusedLamb"}
+
+
+def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], states: Mapping[str, Sequence[Any]],
+                          model_copies: Sequence[Any], accepted: Sequence[tuple[str, str, str, str]],
+                          device_type: str | Sequence[str], error: type[Exception] = RuntimeError) -> None:
+    """Check the tensor lists of an element-wise optimizer op as its kernels do.
+
+    The rules, in the kernels' order (``csrc/includes/stable/checks.h``): the lists have one entry per
+    parameter (``model_copies`` none or one per parameter); then per parameter ``i``, for each list: the
+    tensor is on ``device_type`` (and, for accelerator kernels, on ``params[0]``'s device), dense, contiguous
+    and shaped like ``params[i]``; every state list has one dtype; and ``(params[i], grads[i], state,
+    model_copies[i] or none)`` is an accepted combination.
+
+    Args:
+        op: the op name for messages (``"adam_step"``).
+        params, grads: the parameter and gradient lists.
+        states: optimizer-state lists by name, in schema order (``{"exp_avgs": [...], ...}``).
+        model_copies: empty, or the 16-bit model copies written from fp32 masters.
+        accepted: the spec's dtype combinations as ``(param, grad, state, copy)`` dtype names.
+        device_type: ``"cpu"`` for host kernels, ``"cuda"``/``"xpu"``/... for accelerator kernels, or a tuple
+            of device types an implementation serves (Triton: ``("cuda", "xpu")``).
+        error: exception class (the kernels raise ``RuntimeError``).
+
+    Raises:
+        error: naming the list, the index, the bad value and what is accepted.
+    """
+    n = len(params)
+    lists: dict[str, Sequence[Any]] = {"params": params, "grads": grads, **states}
+    if any(len(v) != n for v in lists.values()) or len(model_copies) not in (0, n):
+        counts = ", ".join(f"{len(v)} {k}" for k, v in lists.items())
+        raise error(f"{op}: got {counts} and {len(model_copies)} model_copies; grads and every state list need one "
+                    "entry per parameter, model_copies none or one per parameter")
+    if model_copies:
+        lists["model_copies"] = model_copies
+    allowed = (device_type,) if isinstance(device_type, str) else tuple(device_type)
+    host = allowed == ("cpu",)
+    accepted_set = set(accepted)
+    first_device = params[0].device if n else None
+    for i, param in enumerate(params):
+        for list_name, values in lists.items():
+            t = values[i]
+            where = f"{op}: {list_name}[{i}]"
+            if t.device.type not in allowed or (not host and t.device != first_device):
+                fix = (f"the CPU kernel takes CPU tensors (use {DEVICE_ALTERNATIVE.get(op, 'the fused optimizer')} "
+                       "for accelerator tensors, or move the tensor to the CPU)") if host else (
+                       f"every tensor of one call must be on {first_device} (params[0]'s device)"
+                       if t.device.type in allowed else f"this kernel takes {' or '.join(allowed)} tensors")
+                raise error(f"{where} is on device {t.device}; {fix}")
+            if t.layout != _strided():
+                raise error(f"{where} has layout {t.layout}; only dense (strided) tensors are accepted, sparse "
+                            "gradients are not supported")
+            if not t.is_contiguous():
+                raise error(f"{where} is not contiguous (sizes {list(t.shape)}, strides {list(t.stride())}); pass "
+                            "contiguous tensors (the kernel updates tensors in place, so a .contiguous() copy "
+                            "would not be updated)")
+            if t.shape != param.shape:
+                raise error(f"{where} has shape {list(t.shape)} but params[{i}] has shape {list(param.shape)}; they "
+                            "must have the same shape")
+        state_dtypes = {name: values[i].dtype for name, values in states.items()}
+        if len(set(state_dtypes.values())) > 1:
+            detail = ", ".join(f"{k}[{i}] {_dtype(v)}" for k, v in state_dtypes.items())
+            raise error(f"{op}: the optimizer states of params[{i}] have different dtypes ({detail}); every state "
+                        "list must share one dtype")
+        combo = (_dtype(param.dtype), _dtype(grads[i].dtype),
+                 _dtype(next(iter(state_dtypes.values()))) if state_dtypes else "none",
+                 _dtype(model_copies[i].dtype) if model_copies else "none")
+        if combo not in accepted_set:
+            raise error(f"{op}: params[{i}] has the dtype combination (param, grad, state, model_copy) = "
+                        f"({', '.join(combo)}), which is not supported; accepted: "
+                        + ", ".join("(" + ", ".join(c) + ")" for c in accepted))
+
+
+def _strided() -> Any:
+    import torch
+
+    return torch.strided
+
+
+def _dtype(dtype: Any) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
