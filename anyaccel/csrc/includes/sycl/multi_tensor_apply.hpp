@@ -1,6 +1,7 @@
 // Multi-tensor apply for element-wise optimizer steps on Intel GPUs (SYCL): one kernel submission
 // updates every tensor of a parameter group. The SYCL counterpart of includes/cuda/multi_tensor_apply.cuh,
-// with the same table layout, dtype combinations, argument checks and error messages.
+// with the same table layout, dtype combinations (the op spec's, through the generated anyaccel_op.h),
+// argument checks (checks::check_optimizer_lists) and error messages, on torch's stable ABI.
 //
 // Layout of the work. Each tensor is cut into chunks of kChunk elements. The host writes one row of
 // kRowWords int64 words per tensor into a pinned buffer and copies it to the device asynchronously on
@@ -15,8 +16,12 @@
 //
 // The chunking of many tensors into one launch follows NVIDIA Apex's multi_tensor_apply
 // (apex/csrc/multi_tensor_apply.cuh); the SYCL API is the SYCL 2020 specification
-// (https://registry.khronos.org/SYCL/specs/sycl-2020/html/sycl-2020.html), the stream is torch's
-// c10::xpu::XPUStream (c10/xpu/XPUStream.h).
+// (https://registry.khronos.org/SYCL/specs/sycl-2020/html/sycl-2020.html); the queue is torch's current
+// XPU stream's, reached through the stable shim (aoti_torch_get_current_sycl_queue, looked up in the
+// libtorch_xpu.so torch has loaded).
+//
+// Status: written against the stable ABI like the CUDA header, but not compiled on this project's
+// machines (no icpx, no XPU); the SYCL build is exercised only up to its flags and sources.
 #pragma once
 
 #include <sycl/sycl.hpp>
@@ -26,11 +31,14 @@
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/core/DeviceGuard.h>
-#include <c10/util/Exception.h>
-#include <c10/xpu/XPUStream.h>
+#include <array>
+#include <cstring>
+
+#include <dlfcn.h>
+
+#include "anyaccel_op.h"  // generated from the op spec: kAcceptedCombos, ANYACCEL_DTYPE_COMBOS, ANYACCEL_IMPL
+#include "stable/checks.h"
+#include "stable/tensor.h"
 
 namespace anyaccel {
 namespace mta {
@@ -105,198 +113,131 @@ struct MultiTensorKernel {
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// The tensors of one optimizer step, as the op received them.
-struct TensorLists {
-  at::TensorList params, grads;
-  std::vector<at::TensorList> states;  // NS lists
-  at::TensorList copies;               // empty, or one model copy per parameter
-  const char* op_name;
+// torch's current XPU queue: aoti_torch_get_current_sycl_queue from the libtorch_xpu.so torch has loaded
+// (RTLD_NOLOAD: never a second copy), found once. It follows the current device (set by the guard).
+inline sycl::queue& current_queue() {
+  using Fn = AOTITorchError (*)(void**);
+  static const Fn fn = [] {
+    void* lib = dlopen("libtorch_xpu.so", RTLD_NOLOAD | RTLD_LAZY);
+    return lib == nullptr ? static_cast<Fn>(nullptr)
+                          : reinterpret_cast<Fn>(dlsym(lib, "aoti_torch_get_current_sycl_queue"));
+  }();
+  STD_TORCH_CHECK(fn != nullptr,
+                  "anyaccel: torch's XPU library (libtorch_xpu.so) is not loaded or lacks "
+                  "aoti_torch_get_current_sycl_queue; an XPU op needs an XPU build of torch");
+  void* queue = nullptr;
+  TORCH_ERROR_CODE_CHECK(fn(&queue));
+  return *static_cast<sycl::queue*>(queue);
+}
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int32_t index) { TORCH_ERROR_CODE_CHECK(aoti_torch_create_device_guard(index, &guard_)); }
+  ~DeviceGuard() { aoti_torch_delete_device_guard(guard_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  DeviceGuardHandle guard_ = nullptr;
 };
 
-inline std::string where(const char* list, size_t i) {
-  return std::string(list) + "[" + std::to_string(i) + "]";
+// A device copy of `rows` through a pinned host tensor, copied asynchronously by torch on the current
+// stream (its pinned-memory allocator keeps the host block alive until the copy has run).
+inline stable::Tensor upload_table(const std::vector<int64_t>& rows, int32_t device_index) {
+  const int64_t size = static_cast<int64_t>(rows.size());
+  const int64_t stride = 1;
+  const int32_t i64 = aoti_torch_dtype_int64();
+  AtenTensorHandle host = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided_pinned(1, &size, &stride, i64, aoti_torch_device_type_cpu(), 0, &host));
+  stable::Tensor host_t(host);
+  std::memcpy(host_t.data_ptr(), rows.data(), rows.size() * sizeof(int64_t));
+  AtenTensorHandle dev = nullptr;
+  TORCH_ERROR_CODE_CHECK(
+      aoti_torch_empty_strided(1, &size, &stride, i64, aoti_torch_device_type_xpu(), device_index, &dev));
+  stable::Tensor dev_t(dev);
+  TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(dev_t.handle(), host_t.handle(), /*non_blocking=*/1));
+  return dev_t;
 }
 
-// Python ValueError / TypeError, messages built by concatenation (as in the CUDA header).
-[[noreturn]] inline void value_error(const std::string& msg) {
-  throw c10::ValueError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
-}
-[[noreturn]] inline void type_error(const std::string& msg) {
-  throw c10::TypeError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
-}
-
-inline std::string dtype_name(c10::ScalarType t) {
-  return t == c10::ScalarType::Undefined ? std::string("none") : std::string(c10::toString(t));
-}
-
-// Checks one tensor of a list against its parameter `ref` (the parameter itself for the params list).
-inline void check_tensor(const at::Tensor& t, const char* list, size_t i, const at::Tensor& ref,
-                         c10::ScalarType dtype, const char* op) {
-  const std::string op_s(op);
-  if (!t.defined()) value_error(op_s + ": " + where(list, i) + " is undefined (None); pass a tensor");
-  if (t.device() != ref.device()) {
-    value_error(op_s + ": " + where(list, i) + " is on " + t.device().str() + " but params[" + std::to_string(i) +
-                "] is on " + ref.device().str() + "; move every tensor of a step to one XPU device");
-  }
-  if (t.scalar_type() != dtype) {
-    type_error(op_s + ": " + where(list, i) + " has dtype " + dtype_name(t.scalar_type()) + ", expected " +
-               dtype_name(dtype) + "; every tensor of one list must share a dtype (the Python front end "
-               "groups parameters by dtype)");
-  }
-  if (t.numel() != ref.numel()) {
-    value_error(op_s + ": " + where(list, i) + " has " + std::to_string(t.numel()) + " elements but params[" +
-                std::to_string(i) + "] has " + std::to_string(ref.numel()) + "; shapes must match");
-  }
-  if (!t.is_contiguous()) {
-    value_error(op_s + ": " + where(list, i) + " is not contiguous; call .contiguous() on it (the kernel walks "
-                "memory linearly)");
-  }
-}
-
-// Validates `lists` (counts, devices, dtypes, element counts, contiguity) and builds the device table.
-// Returns the table on the params' device and sets *num_chunks. Side effect: one pinned host allocation
-// and one asynchronous host-to-device copy on the current XPU stream.
-inline at::Tensor build_table(const TensorLists& lists, int64_t* num_chunks) {
-  const size_t n = lists.params.size();
-  const char* op = lists.op_name;
-  const std::string op_s(op);
-  const std::string count = std::to_string(n);
-  if (n == 0) value_error(op_s + ": params is empty; pass at least one tensor");
-  if (lists.grads.size() != n) {
-    value_error(op_s + ": got " + count + " params but " + std::to_string(lists.grads.size()) +
-                " grads; pass one gradient per parameter");
-  }
-  static const char* kStateNames[kMaxStates] = {"exp_avgs", "exp_avg_sqs"};
-  for (size_t s = 0; s < lists.states.size(); ++s) {
-    if (lists.states[s].size() != n) {
-      value_error(op_s + ": got " + count + " params but " + std::to_string(lists.states[s].size()) + " " +
-                  kStateNames[s] + "; pass one state tensor per parameter");
-    }
-  }
-  const bool has_copy = !lists.copies.empty();
-  if (has_copy && lists.copies.size() != n) {
-    value_error(op_s + ": got " + count + " params but " + std::to_string(lists.copies.size()) +
-                " model_copies; pass none or one per parameter");
-  }
-
-  const at::Tensor& p0 = lists.params[0];
-  const auto pdt = p0.scalar_type();
-  const auto gdt = lists.grads[0].defined() ? lists.grads[0].scalar_type() : pdt;
-  const auto odt = has_copy && lists.copies[0].defined() ? lists.copies[0].scalar_type() : pdt;
-  const auto sdt = !lists.states.empty() && !lists.states[0].empty() && lists.states[0][0].defined()
-                       ? lists.states[0][0].scalar_type()
-                       : at::kFloat;
-
-  at::Tensor host = at::empty({static_cast<int64_t>(n) * kRowWords},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  int64_t* row = host.data_ptr<int64_t>();
-  int64_t chunks = 0;
-  for (size_t i = 0; i < n; ++i, row += kRowWords) {
-    const at::Tensor& p = lists.params[i];
-    check_tensor(p, "params", i, p.defined() ? p : p0, pdt, op);
-    if (p.device() != p0.device()) {
-      value_error(op_s + ": params[" + std::to_string(i) + "] is on " + p.device().str() + " but params[0] is on " +
-                  p0.device().str() + "; move every tensor of a step to one XPU device");
-    }
-    check_tensor(lists.grads[i], "grads", i, p, gdt, op);
-    void* sp[kMaxStates] = {nullptr, nullptr};
-    for (size_t s = 0; s < lists.states.size(); ++s) {
-      const at::Tensor& st = lists.states[s][i];
-      check_tensor(st, kStateNames[s], i, p, sdt, op);
-      sp[s] = st.data_ptr();
-    }
-    void* cp = nullptr;
-    if (has_copy) {
-      check_tensor(lists.copies[i], "model_copies", i, p, odt, op);
-      cp = lists.copies[i].data_ptr();
-    }
-    const int64_t numel = p.numel();
-    row[0] = reinterpret_cast<int64_t>(p.data_ptr());
-    row[1] = reinterpret_cast<int64_t>(lists.grads[i].data_ptr());
-    row[2] = reinterpret_cast<int64_t>(sp[0]);
-    row[3] = reinterpret_cast<int64_t>(sp[1]);
-    row[4] = reinterpret_cast<int64_t>(cp);
-    row[5] = numel;
-    row[6] = chunks;
-    row[7] = 0;
-    chunks += (numel + kChunk - 1) / kChunk;
-  }
-  *num_chunks = chunks;
-  at::Tensor dev = at::empty({host.numel()}, at::TensorOptions().dtype(at::kLong).device(p0.device()));
-  dev.copy_(host, /*non_blocking=*/true);
-  return dev;
-}
-
-// Submits one instantiation to the current XPU stream's queue with a persistent nd-range.
+// Submits one instantiation to the current XPU queue with a persistent nd-range.
 template <typename P, typename G, typename S, typename O, int NS, bool HAS_COPY, class Op>
-void launch(const at::Tensor& table, int num_tensors, int64_t num_chunks, const Op& op) {
+void launch(const int64_t* table, int num_tensors, int64_t num_chunks, const Op& op) {
   if (num_chunks == 0) return;  // every tensor is empty
-  sycl::queue& queue = c10::xpu::getCurrentXPUStream().queue();
+  sycl::queue& queue = current_queue();
   const int64_t units = queue.get_device().get_info<sycl::info::device::max_compute_units>();
   const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(num_chunks, units * kGroupsPerUnit));
-  MultiTensorKernel<P, G, S, O, NS, HAS_COPY, Op> kernel{table.data_ptr<int64_t>(), num_tensors, num_chunks, op};
+  MultiTensorKernel<P, G, S, O, NS, HAS_COPY, Op> kernel{table, num_tensors, num_chunks, op};
   queue.parallel_for(sycl::nd_range<1>(sycl::range<1>(static_cast<size_t>(groups) * kGroup), sycl::range<1>(kGroup)),
                      kernel);
 }
 
-// One supported (param, grad, state, copy) dtype combination and its launcher (data, as in CUDA).
-template <class Op>
-struct Variant {
-  c10::ScalarType param, grad, state, copy;  // copy == Undefined: no model copy
-  void (*fn)(const at::Tensor&, int, int64_t, const Op&);
+// Storage types by c10::ScalarType enumerator (Undefined: no model copy).
+template <c10::ScalarType T>
+struct SyclType;
+template <>
+struct SyclType<c10::ScalarType::Float> {
+  using type = float;
+};
+template <>
+struct SyclType<c10::ScalarType::BFloat16> {
+  using type = bf16;
+};
+template <>
+struct SyclType<c10::ScalarType::Half> {
+  using type = half;
+};
+template <>
+struct SyclType<c10::ScalarType::Undefined> {
+  using type = float;  // unused: HAS_COPY is false
 };
 
-template <class Op, size_t N>
-void dispatch(const Variant<Op> (&variants)[N], const TensorLists& lists, const Op& op) {
-  const std::string op_s(lists.op_name);
-  if (lists.params.empty()) value_error(op_s + ": params is empty; pass at least one tensor");
-  const at::Tensor& p0 = lists.params[0];
-  if (!p0.defined() || !p0.is_xpu()) {
-    value_error(op_s + ": params[0] must be an XPU tensor, got " + (p0.defined() ? p0.device().str() : "None"));
-  }
-  const c10::DeviceGuard guard(p0.device());
-  int64_t num_chunks = 0;
-  at::Tensor table = build_table(lists, &num_chunks);
-  const auto pdt = p0.scalar_type();
-  const auto gdt = lists.grads[0].scalar_type();
-  const auto cdt = lists.copies.empty() ? c10::ScalarType::Undefined : lists.copies[0].scalar_type();
-  const auto sdt = lists.states[0][0].scalar_type();
-  std::string accepted;
-  for (const auto& v : variants) {
-    if (v.param == pdt && v.grad == gdt && v.state == sdt && v.copy == cdt) {
-      v.fn(table, static_cast<int>(lists.params.size()), num_chunks, op);
-      return;
-    }
-    accepted += " (" + dtype_name(v.param) + ", " + dtype_name(v.grad) + ", " + dtype_name(v.state) + ", " +
-                dtype_name(v.copy) + ")";
-  }
-  type_error(op_s + ": unsupported dtypes (params, grads, state, model_copies) = (" + dtype_name(pdt) + ", " +
-             dtype_name(gdt) + ", " + dtype_name(sdt) + ", " + dtype_name(cdt) + "); accepted:" + accepted +
-             ". Optimizer state is float32, or the parameters' 16-bit dtype when there are no model copies.");
+template <class Op>
+using LaunchFn = void (*)(const int64_t*, int, int64_t, const Op&);
+
+#define ANYACCEL_SYCL_LAUNCHER_(P, G, S, C)                                                                          \
+  &::anyaccel::mta::launch<typename SyclType<c10::ScalarType::P>::type, typename SyclType<c10::ScalarType::G>::type, \
+                           typename SyclType<c10::ScalarType::S>::type, typename SyclType<c10::ScalarType::C>::type,  \
+                           NS, c10::ScalarType::C != c10::ScalarType::Undefined, Op>,
+
+template <int NS, class Op>
+std::array<LaunchFn<Op>, ::anyaccel::op::kNumCombos> launchers() {
+  return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_SYCL_LAUNCHER_)}};
 }
 
-// The dtype combinations, the same as the CUDA ops': parameters and gradients of one dtype with fp32
-// state, or (16-bit parameters) state in the parameters' dtype; or fp32 master parameters with fp32 or
-// 16-bit gradients and fp32 state, writing a bf16/fp16 model copy in the same pass.
-#define ANYACCEL_SYCL_MTA_V(OP, NS, P, G, S, O, HAS_COPY, PT, GT, ST, OT)          \
-  {c10::ScalarType::P, c10::ScalarType::G, c10::ScalarType::S, c10::ScalarType::O, \
-   &::anyaccel::mta::launch<PT, GT, ST, OT, NS, HAS_COPY, OP>}
-#define ANYACCEL_SYCL_MTA_VARIANTS(OP, NS)                                                                   \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Float, Float, Float, Undefined, false, float, float, float, float),              \
-  ANYACCEL_SYCL_MTA_V(OP, NS, BFloat16, BFloat16, Float, Undefined, false, ::anyaccel::mta::bf16,              \
-                      ::anyaccel::mta::bf16, float, float),                                                    \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Half, Half, Float, Undefined, false, ::anyaccel::mta::half,                      \
-                      ::anyaccel::mta::half, float, float),                                                    \
-  ANYACCEL_SYCL_MTA_V(OP, NS, BFloat16, BFloat16, BFloat16, Undefined, false, ::anyaccel::mta::bf16,           \
-                      ::anyaccel::mta::bf16, ::anyaccel::mta::bf16, float),                                    \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Half, Half, Half, Undefined, false, ::anyaccel::mta::half,                       \
-                      ::anyaccel::mta::half, ::anyaccel::mta::half, float),                                    \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Float, Float, Float, BFloat16, true, float, float, float, ::anyaccel::mta::bf16), \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Float, Float, Float, Half, true, float, float, float, ::anyaccel::mta::half),     \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Float, BFloat16, Float, BFloat16, true, float, ::anyaccel::mta::bf16, float,     \
-                      ::anyaccel::mta::bf16),                                                                  \
-  ANYACCEL_SYCL_MTA_V(OP, NS, Float, Half, Float, Half, true, float, ::anyaccel::mta::half, float,             \
-                      ::anyaccel::mta::half)
+// Validates a step (the accelerator rules of checks::check_optimizer_lists), groups its tensors by dtype
+// combination and submits one kernel per group on torch's current XPU queue of params[0]'s device.
+template <int NS, class Op>
+void run_step(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
+              const std::array<const stable::TensorList*, NS>& states, const std::array<const char*, NS>& state_names,
+              const stable::TensorList& copies, const Op& op) {
+  STD_TORCH_CHECK(params.size() > 0, op_name, ": params is empty; pass at least one tensor");
+  const int32_t xpu = aoti_torch_device_type_xpu();
+  STD_TORCH_CHECK(params[0].device_type() == xpu, op_name, ": params[0] is on device ", params[0].device_text(),
+                  "; this is the XPU kernel (use the CPU optimizer for host tensors)");
+  const auto plan = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
+                                                  ::anyaccel::op::kAcceptedCombos, xpu, "");
+  DeviceGuard guard(plan.device_index);
+  static const auto table_launchers = launchers<NS, Op>();
+  const bool has_copy = !plan.copies.empty();
+  for (size_t combo = 0; combo < ::anyaccel::op::kNumCombos; ++combo) {
+    std::vector<int64_t> rows;
+    int64_t chunks = 0;
+    int count = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (plan.combo[i] != static_cast<int>(combo)) continue;
+      const int64_t numel = plan.numel[i];
+      rows.insert(rows.end(), {reinterpret_cast<int64_t>(plan.params[i]), reinterpret_cast<int64_t>(plan.grads[i]),
+                               reinterpret_cast<int64_t>(plan.states[0][i]),
+                               reinterpret_cast<int64_t>(NS > 1 ? plan.states[NS - 1][i] : nullptr),
+                               reinterpret_cast<int64_t>(has_copy ? plan.copies[i] : nullptr), numel, chunks, 0});
+      chunks += (numel + kChunk - 1) / kChunk;
+      ++count;
+    }
+    if (count == 0 || chunks == 0) continue;
+    const stable::Tensor table = upload_table(rows, plan.device_index);
+    table_launchers[combo](static_cast<const int64_t*>(table.const_data_ptr()), count, chunks, op);
+  }
+}
 
 }  // namespace mta
 }  // namespace anyaccel
