@@ -16,15 +16,28 @@ from anyaccel.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from anyaccel.accelerator import DeepSpeedAccelerator, get_accelerator, set_accelerator
+    from anyaccel.engine import EnvironmentTable, destroy_distributed, init_distributed
 
 #: public name -> the module defining it, imported on first access.
 _EXPORTS = {
     "DeepSpeedAccelerator": "anyaccel.accelerator",
     "get_accelerator": "anyaccel.accelerator",
     "set_accelerator": "anyaccel.accelerator",
+    "EnvironmentTable": "anyaccel.engine",
+    "init_distributed": "anyaccel.engine",
+    "destroy_distributed": "anyaccel.engine",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "__version__",
+    "DeepSpeedAccelerator",
+    "get_accelerator",
+    "set_accelerator",
+    "EnvironmentTable",
+    "init_distributed",
+    "destroy_distributed",
+]
+assert set(__all__) == {"__version__", *_EXPORTS}
 
 
 def __getattr__(name: str) -> Any:
