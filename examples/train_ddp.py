@@ -8,7 +8,7 @@ device. The same file runs:
     python examples/train_ddp.py                               # one process
     torchrun --nproc_per_node 2 examples/train_ddp.py          # two processes (CPU: gloo, GPUs: NCCL)
 
-It fits a fixed random regression target (each rank trains on its own shard of the samples, DDP averages
+It fits a fixed random regression target (each rank cycles through its own pool of samples, DDP averages
 the gradients), logs the loss averaged over the ranks every ``--log-every`` steps on rank 0, and at the end
 each rank prints one JSON line (``{"summary": ...}``) with its losses, a checksum of its parameters (equal on
 every rank when DDP kept them in sync) and the median step time and throughput. Options: ``--help``.
@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps (default 40)")
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step (default 64)")
+    parser.add_argument("--pool", type=int, default=16, help="batches of data per rank, cycled (default 16)")
     parser.add_argument("--features", type=int, default=32, help="input features (default 32)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden width of the MLP (default 64)")
     parser.add_argument("--lr", type=float, default=0.05, help="Adam learning rate (default 0.05)")
@@ -44,13 +45,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_data(args: argparse.Namespace, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``samples`` inputs (float32, ``(samples, features)``) and targets ``(samples, 1)`` of a fixed random MLP."""
-    g = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(samples, args.features, generator=g)
-    w1 = torch.randn(args.features, 16, generator=g) / args.features**0.5
-    w2 = torch.randn(16, 1, generator=g) / 4
-    y = torch.tanh(x @ w1) @ w2 + 0.01 * torch.randn(samples, 1, generator=g)
+def make_data(args: argparse.Namespace, rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's pool of ``--pool`` batches: inputs ``(pool * batch, features)`` and targets ``(pool * batch, 1)``.
+
+    The targets come from one fixed random teacher (the same on every rank); each rank draws its own inputs,
+    directly on ``device`` (no host copy of GPU-sized data).
+    """
+    teacher = torch.Generator().manual_seed(args.seed)
+    w1 = (torch.randn(args.features, 16, generator=teacher) / args.features**0.5).to(device)
+    w2 = (torch.randn(16, 1, generator=teacher) / 4).to(device)
+    inputs = torch.Generator(device=device).manual_seed(args.seed + 1 + rank)
+    x = torch.randn(args.pool * args.batch_size, args.features, generator=inputs, device=device)
+    y = torch.tanh(x @ w1) @ w2 + 0.01 * torch.randn(x.shape[0], 1, generator=inputs, device=device)
     return x, y
 
 
@@ -70,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ddp = DistributedDataParallel(model, device_ids=accel.device_ids)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
 
-    samples = args.steps * args.batch_size * env.world_size
-    x_all, y_all = make_data(args, samples)
-    x_all, y_all = x_all.to(env.device), y_all.to(env.device)
+    x_all, y_all = make_data(args, env.rank, env.device)
     # the reduced loss lives where the backend can reduce it (CPU for gloo on MPS)
     reduce_device = env.device if accel.supports_collectives else torch.device("cpu")
 
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     step_seconds: list[float] = []
     for step in range(args.steps):
         start = time.perf_counter()
-        first = (step * env.world_size + env.rank) * args.batch_size
+        first = (step % args.pool) * args.batch_size
         x, y = x_all[first:first + args.batch_size], y_all[first:first + args.batch_size]
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         optimizer.zero_grad(set_to_none=True)
