@@ -1,10 +1,60 @@
 """anyaccel: run PyTorch code unchanged on any accelerator, and build the native kernels it needs.
 
-Importing this package is cheap: it imports torch and nothing else heavy, probes no device, spawns no
-process and runs no compiler. Device detection happens on the first ``get_accelerator()`` call.
+Importing this package is cheap: it imports nothing but its version until a public name is used. The names
+below are loaded on first access (PEP 562), so ``import anyaccel`` imports no torch, and the ``anyaccel``
+command can set up its warning filters before torch is imported (see :mod:`anyaccel.cli`). Device detection
+happens on the first ``get_accelerator()`` call, never at import.
 """
 
-from anyaccel.version import __version__
-from anyaccel.accelerator import DeepSpeedAccelerator, get_accelerator, set_accelerator
+from __future__ import annotations
 
-__all__ = ["__version__", "DeepSpeedAccelerator", "get_accelerator", "set_accelerator"]
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from anyaccel.version import __version__
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from anyaccel.accelerator import DeepSpeedAccelerator, get_accelerator, set_accelerator
+    from anyaccel.engine import EnvironmentTable, destroy_distributed, init_distributed
+
+#: public name -> the module defining it, imported on first access.
+_EXPORTS = {
+    "DeepSpeedAccelerator": "anyaccel.accelerator",
+    "get_accelerator": "anyaccel.accelerator",
+    "set_accelerator": "anyaccel.accelerator",
+    "EnvironmentTable": "anyaccel.engine",
+    "init_distributed": "anyaccel.engine",
+    "destroy_distributed": "anyaccel.engine",
+}
+
+__all__ = [
+    "__version__",
+    "DeepSpeedAccelerator",
+    "get_accelerator",
+    "set_accelerator",
+    "EnvironmentTable",
+    "init_distributed",
+    "destroy_distributed",
+]
+assert set(__all__) == {"__version__", *_EXPORTS}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a subpackage such as ``anyaccel.accelerator``) on first access.
+
+    Raises:
+        AttributeError: ``name`` is neither a public name nor a submodule of anyaccel.
+    """
+    module_name = _EXPORTS.get(name)
+    if module_name is not None:
+        value = getattr(importlib.import_module(module_name), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

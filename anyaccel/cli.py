@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import warnings
 from typing import Optional, Sequence
 
 # subcommand -> (module, one-line help). Adding a command is one row here.
@@ -20,6 +21,20 @@ SUBCOMMANDS = {
     "cache": ("anyaccel.op_builder.cli.cache", "list or clean the op cache"),
     "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
 }
+
+#: Warnings that torch emits at import and that a user of this command cannot act on, as (message regex,
+#: category). torch warns "Failed to initialize NumPy: No module named 'numpy'" when numpy is absent;
+#: anyaccel needs no numpy, so on such a machine every command printed it for nothing.
+UNACTIONABLE_WARNINGS = ((r"Failed to initialize NumPy", UserWarning),)
+
+
+def ignore_unactionable_warnings() -> None:
+    """Filter out :data:`UNACTIONABLE_WARNINGS`, exactly those; must run before torch is first imported.
+
+    Side effects: adds entries to this process's ``warnings`` filters (not to child processes).
+    """
+    for message, category in UNACTIONABLE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         The process exit status: 0 on success, 2 for a usage error, 1 or a subcommand's own code otherwise.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    ignore_unactionable_warnings()  # before build_parser(): subcommand modules import torch
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -16,6 +16,7 @@ import argparse
 import difflib
 import logging
 import sys
+from collections import Counter
 from typing import List, Optional, TextIO
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optio
     report = out if mode == "check" else err
     failed = False
     remaining = 0
+    by_kind: Counter[str] = Counter()
     changed_files = 0
     for path in iter_python_files(args.paths):
         source = read_source(path)
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optio
             continue
         for finding in result.findings:
             report.write(finding.format() + "\n")
+            by_kind[finding.kind] += 1
         remaining += len(result.findings)
         if not result.changed:
             continue
@@ -107,6 +110,9 @@ def run(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optio
             out.write(f"{path}:0:0: rewritable: CUDA-specific code that 'anyaccel migrate --write' can rewrite\n")
     verb = {"diff": "would rewrite", "write": "rewrote", "check": "would rewrite"}[mode]
     logger.info("%s %d file(s); %d place(s) left for manual porting", verb, changed_files, remaining)
+    if by_kind:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(by_kind.items()))
+        logger.info("places that need a person, by kind: %s (each line above says why and what to do)", kinds)
     if mode == "check" and (changed_files or remaining):
         return 1
     return 1 if failed else 0

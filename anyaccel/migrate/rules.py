@@ -11,6 +11,7 @@ This module imports nothing heavy: no libcst, no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Dict, FrozenSet, Mapping, Optional, Tuple
 
@@ -151,16 +152,101 @@ TENSOR_PROPERTIES: Mapping[str, str] = {"is_cuda": "on_accelerator"}
 #: Keywords of ``Tensor.cuda``/``Module.cuda`` that ``.to(...)`` accepts unchanged.
 CUDA_METHOD_PASSTHROUGH: FrozenSet[str] = frozenset({"non_blocking", "memory_format"})
 
+#: argparse's method declaring an option: ``parser.add_argument(...)`` (also on argument groups).
+OPTION_METHOD = "add_argument"
+#: Keywords of ``add_argument`` that matter to the codemod: the default, the destination, the accepted values.
+OPTION_DEFAULT, OPTION_DEST, OPTION_CHOICES = "default", "dest", "choices"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """Why a place was left for a person, in three parts, so that every finding says *why*, not only what.
+
+    Attributes:
+        what: what was found and left as it is (a ``str.format`` template over the finding's fields).
+        why: why the codemod cannot decide it alone: what is unknown or what a rewrite would risk.
+        fix: what the person should do.
+    """
+
+    what: str
+    why: str
+    fix: str
+
+    def format(self, **fields: str) -> str:
+        """The finding's message: ``"<what>: <why>. Fix: <fix>"`` with ``fields`` substituted."""
+        return f"{self.what}: {self.why}. Fix: {self.fix}".format(**fields)
+
+
 #: Reasons given for code left alone, by kind (the kind is printed with each finding).
-REASONS: Dict[str, str] = {
-    "no-equivalent": "{name} has no equivalent in the accelerator interface; port it by hand",
-    "module-object": "the torch.cuda module is used as an object; port it by hand",
-    "cuda-string": "string {value!r} is not provably a device here; pass get_accelerator().device_name() "
-    "if it is one",
-    "nccl-string": "string {value!r} is not provably a communication backend here; use "
-    "get_accelerator().communication_backend_name() if it is one",
-    "cuda-call-args": ".cuda(...) with {detail}; rewrite as .to(get_accelerator().device_name(index)) by hand",
-    "cuda-method-ref": ".cuda is referenced without a call; port it by hand",
-    "tensor-method-args": ".{name}(...) with arguments has no accelerator equivalent; port it by hand",
-    "amp-call-args": "{name}(...) with {detail}; port it by hand",
+REASONS: Dict[str, Reason] = {
+    "no-equivalent": Reason(
+        "{name} is left as it is",
+        "the accelerator interface has no member that does the same on other devices",
+        "port it by hand (guard it with get_accelerator().device_name() == 'cuda' if it is CUDA-only), "
+        "or mark the line '# anyaccel: ignore'",
+    ),
+    "module-object": Reason(
+        "the torch.cuda module is used as an object",
+        "what is later looked up on the object cannot be followed, so no call through it can be rewritten safely",
+        "call get_accelerator().<member>(...) where the object is used",
+    ),
+    "cuda-string": Reason(
+        "string {value!r} is left as it is",
+        "nothing here proves it is a device (a device=/map_location= keyword, the argument of .to() or "
+        "torch.device(), a variable named *device, a 'cuda'/'cpu' pair); it may be a label, a key or a "
+        "comparison, which a rewrite would change",
+        "if it is a device, write get_accelerator().device_name()",
+    ),
+    "nccl-string": Reason(
+        "string {value!r} is left as it is",
+        "nothing here proves it is the communication backend (the backend of init_process_group/new_group/"
+        "deepspeed.init_distributed, a variable named *backend, a 'nccl'/'gloo' pair); it may be a label, a "
+        "key or a comparison, which a rewrite would change",
+        "if it is the backend, write get_accelerator().communication_backend_name() (NCCL runs only on "
+        "CUDA/ROCm GPUs)",
+    ),
+    "nccl-option-default": Reason(
+        "{value!r} is the default of command-line option {option}",
+        "{detail}",
+        "if the option is the torch.distributed backend, use default=get_accelerator()."
+        "communication_backend_name() (NCCL runs only on CUDA/ROCm GPUs; gloo, xccl, hccl elsewhere), and "
+        "accept those names in its choices= if it has any",
+    ),
+    "cuda-option-default": Reason(
+        "{value!r} is the default of command-line option {option}",
+        "{detail}",
+        "if the option is a device, use default=get_accelerator().device_name(), and accept the other "
+        "device types in its choices= if it has any",
+    ),
+    "cuda-call-args": Reason(
+        ".cuda(...) with {detail} is left as it is",
+        "only an index (or nothing) can be carried over to get_accelerator().device_name(index) unchanged",
+        "rewrite it as .to(get_accelerator().device_name(index)) by hand",
+    ),
+    "cuda-method-ref": Reason(
+        ".cuda is referenced without being called",
+        "the bound method may be stored or passed on and called later with arguments the codemod cannot see",
+        "use a function calling .to(get_accelerator().device_name()) instead",
+    ),
+    "tensor-method-args": Reason(
+        ".{name}(...) with arguments is left as it is",
+        "get_accelerator().{name}(tensor) takes only the tensor, so the arguments would be lost",
+        "port it by hand",
+    ),
+    "amp-call-args": Reason(
+        "{name}(...) with {detail} is left as it is",
+        "the replacement (torch.autocast, torch.amp.GradScaler, the accelerator member) takes its parameters "
+        "in another order, and these arguments cannot be passed on by keyword",
+        "pass the arguments by keyword, or port the call by hand",
+    ),
+}
+
+#: Why an option's ``default='nccl'``/``'cuda'`` was not rewritten (the ``detail`` of the finding), by case.
+OPTION_DEFAULT_WHY: Mapping[str, str] = {
+    "unused": "its value (.{dest} of the parsed arguments) is not passed, in this file, where a {role} is "
+    "expected, so nothing proves it is one: it may be read in another module, logged or compared with strings",
+    "choices": "its choices= list fixes the values a user may pass, and the accelerator's {role} may not be "
+    "one of them",
+    "no-dest": "its destination cannot be read from the call (a computed option name or dest=), so its "
+    "uses cannot be followed",
 }

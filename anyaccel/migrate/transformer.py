@@ -1,10 +1,11 @@
 """The libcst transformer that rewrites torch.cuda code to ``get_accelerator()`` calls.
 
-Two passes over one tree, as libcst runs them: on the way down (``visit_*``) the transformer marks the
-expressions that stand in a *device* or *communication-backend* position (a ``device=`` keyword, the first
-argument of ``torch.device``/``.to``, an assignment to ``device``, a ``"cuda" if ... else "cpu"`` pair,
-the backend of ``init_process_group``); on the way up (``leave_*``) it rewrites what ``rules`` maps and
-records a ``Finding`` for CUDA-specific code it leaves alone. Names are resolved with libcst's
+First a read-only pass (:class:`~anyaccel.migrate.contexts.ContextMarker`) marks the expressions that
+stand in a *device* or *communication-backend* position (a ``device=`` keyword, the first argument of
+``torch.device``/``.to``, an assignment to ``device``, a ``"cuda" if ... else "cpu"`` pair, the backend of
+``init_process_group``); then, on the way up the tree (``leave_*``), the transformer rewrites what
+``rules`` maps and records a ``Finding``, with the reason a person must look, for CUDA-specific code it
+leaves alone. Names are resolved with libcst's
 ``QualifiedNameProvider``, so ``import torch.cuda as tc``, ``from torch import cuda`` and
 ``from torch.cuda import synchronize`` are recognised like ``torch.cuda.synchronize``.
 
@@ -23,7 +24,9 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from anyaccel.migrate import rules
+from anyaccel.migrate.contexts import ContextMarker, last_name, string_value
 from anyaccel.migrate.findings import Finding
+from anyaccel.migrate.options import option_of_default, read_option
 
 logger = logging.getLogger(__name__)
 
@@ -31,34 +34,22 @@ _CUDA_MODULE = "torch.cuda"
 _CUDA_PREFIX = _CUDA_MODULE + "."
 
 
-def _last_name(expr: cst.BaseExpression) -> Optional[str]:
-    """Return the last identifier of a dotted expression (``dist.init_process_group`` -> the latter)."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return None
+def _is_dotted(node: cst.CSTNode) -> bool:
+    """True for a plain dotted name (``torch.cuda.synchronize``), False when a call or subscript is in the chain.
+
+    ``torch.nn.DataParallel(model).cuda`` resolves, for libcst, to the qualified name
+    ``torch.nn.DataParallel.cuda``; it is a method of a runtime object, not a module path, and must be
+    treated as one (``.cuda()`` on a call's result is rewritten like any other).
+    """
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
 
 
-def _target_name(target: cst.BaseExpression) -> Optional[str]:
-    """Return the identifier an assignment target binds (``device`` or ``self.device`` -> ``device``)."""
-    return _last_name(target)
-
-
-def _has_suffix(name: Optional[str], suffixes: Sequence[str]) -> bool:
-    """True when ``name`` equals one of ``suffixes`` or ends with ``_<suffix>``."""
-    if not name:
-        return False
-    lowered = name.lower()
-    return any(lowered == s or lowered.endswith("_" + s) for s in suffixes)
-
-
-def _string_value(node: cst.CSTNode) -> Optional[str]:
-    """The value of a plain (non-bytes) string literal, else None."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
+def _is_accelerator_member(node: cst.Attribute) -> bool:
+    """True for ``get_accelerator().<member>``: the accelerator's own members are the rewrite's target."""
+    receiver = node.value
+    return isinstance(receiver, cst.Call) and last_name(receiver.func) == rules.ACCELERATOR_FACTORY
 
 
 class CudaToAccelerator(VisitorBasedCodemodCommand):
@@ -85,8 +76,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         self.opted_out = opted_out
         self.findings: List[Finding] = []
         self.rewrites = 0
-        self._device_nodes: Set[int] = set()
-        self._backend_nodes: Set[int] = set()
+        self._contexts = ContextMarker(lambda node: {q.name for q in self._qualified(node)})
         self._needs_torch = False
         self._cuda_imports: List[Tuple[str, Optional[str], Optional[str]]] = []
         self._binds_get_accelerator = False
@@ -97,7 +87,13 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         return set(self.get_metadata(QualifiedNameProvider, node, set()) or set())
 
     def _cuda_suffix(self, node: cst.CSTNode) -> Optional[str]:
-        """``"synchronize"`` for a reference to ``torch.cuda.synchronize``, ``""`` for ``torch.cuda``, else None."""
+        """``"synchronize"`` for a reference to ``torch.cuda.synchronize``, ``""`` for ``torch.cuda``, else None.
+
+        Only plain dotted names count: ``torch.cuda.current_stream().synchronize`` is a method of the
+        stream a call returned, not ``torch.cuda.current_stream.synchronize``.
+        """
+        if not _is_dotted(node):
+            return None
         for qname in self._qualified(node):
             if qname.source != QualifiedNameSource.IMPORT:
                 continue
@@ -108,8 +104,12 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         return None
 
     def _is_module_path(self, node: cst.CSTNode) -> bool:
-        """True when ``node`` resolves to an imported name (``torch.backends.cuda``), not a runtime object."""
-        return any(q.source == QualifiedNameSource.IMPORT for q in self._qualified(node))
+        """True when ``node`` resolves to an imported name (``torch.backends.cuda``), not a runtime object.
+
+        A chain through a call (``torch.nn.DataParallel(model).cuda``) is a runtime object, whatever libcst's
+        qualified name for it says.
+        """
+        return _is_dotted(node) and any(q.source == QualifiedNameSource.IMPORT for q in self._qualified(node))
 
     def _parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         return self.get_metadata(ParentNodeProvider, node, None)
@@ -132,6 +132,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         return any(line in self.opted_out for line in range(start, end + 1))
 
     def _report(self, node: cst.CSTNode, kind: str, **fields: str) -> None:
+        """Record a finding of ``kind`` (a key of ``rules.REASONS``) at ``node``, unless its line opted out."""
         if self._opted_out(node):
             return
         line, _, column = self._lines(node)
@@ -146,14 +147,6 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     def _accel_call(self, member: str, args: Sequence[cst.BaseExpression] = ()) -> cst.Call:
         return cst.Call(func=self._accel(member), args=[cst.Arg(value=a) for a in args])
-
-    def _mark_device(self, node: Optional[cst.CSTNode]) -> None:
-        if node is not None:
-            self._device_nodes.add(id(node))
-
-    def _mark_backend(self, node: Optional[cst.CSTNode]) -> None:
-        if node is not None:
-            self._backend_nodes.add(id(node))
 
     # ------------------------------------------------------------------ imports
 
@@ -190,61 +183,12 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
                 RemoveImportsVisitor.remove_unused_import(self.context, module, name, asname)
         return updated_node
 
-    # ------------------------------------------------------------------ marking contexts (top-down)
+    # ------------------------------------------------------------------ marking contexts (one pass first)
 
-    def visit_Call(self, node: cst.Call) -> None:
-        positional = [a for a in node.args if a.keyword is None and not a.star]
-        for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value in rules.DEVICE_KEYWORDS:
-                self._mark_device(arg.value)
-        names = {q.name for q in self._qualified(node.func)}
-        method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
-        if positional and (names & rules.DEVICE_FIRST_ARG_CALLEES or method in rules.DEVICE_FIRST_ARG_METHODS):
-            self._mark_device(positional[0].value)
-        backend = rules.BACKEND_ARGUMENTS.get(_last_name(node.func) or "")
-        if backend is not None:
-            keyword, index = backend
-            for arg in node.args:
-                if arg.keyword is not None and arg.keyword.value == keyword:
-                    self._mark_backend(arg.value)
-            if index is not None and len(positional) > index:
-                self._mark_backend(positional[index].value)
-
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        body, orelse = _string_value(node.body), _string_value(node.orelse)
-        pair = {body, orelse}
-        is_device_pair = rules.HOST_DEVICE in pair and any(
-            v is not None and rules.CUDA_DEVICE_STRING.match(v) for v in pair
-        )
-        if id(node) in self._device_nodes or is_device_pair:
-            self._mark_device(node.body)
-            self._mark_device(node.orelse)
-        if id(node) in self._backend_nodes or pair == {rules.CUDA_BACKEND, rules.HOST_BACKEND}:
-            self._mark_backend(node.body)
-            self._mark_backend(node.orelse)
-
-    def _mark_by_name(self, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
-        if _has_suffix(name, rules.DEVICE_NAME_SUFFIXES):
-            self._mark_device(value)
-        if _has_suffix(name, rules.BACKEND_NAME_SUFFIXES):
-            self._mark_backend(value)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._mark_by_name(_target_name(target.target), node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._mark_by_name(_target_name(node.target), node.value)
-
-    def visit_Param(self, node: cst.Param) -> None:
-        self._mark_by_name(node.name.value, node.default)
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        # ``x.device.type == "cuda"``: a string compared with a ``.type`` attribute is a device type.
-        operands = [node.left] + [t.comparator for t in node.comparisons]
-        if any(isinstance(o, cst.Attribute) and o.attr.value == "type" for o in operands):
-            for operand in operands:
-                self._mark_device(operand)
+    def visit_Module(self, node: cst.Module) -> bool:
+        """Mark every device and backend position of the module before anything is rewritten."""
+        node.visit(self._contexts)
+        return True
 
     # ------------------------------------------------------------------ strings (bottom-up)
 
@@ -258,14 +202,21 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
     ) -> cst.BaseExpression:
-        value = _string_value(original_node)
+        value = string_value(original_node)
         if value is None:
             return updated_node
         is_device = rules.CUDA_DEVICE_STRING.match(value) is not None
         if not is_device and value != rules.CUDA_BACKEND:
             return updated_node
-        proven = self._device_nodes if is_device else self._backend_nodes
-        if id(original_node) not in proven or isinstance(self._parent(original_node), cst.ConcatenatedString):
+        proven = self._contexts.device_nodes if is_device else self._contexts.backend_nodes
+        parent = self._parent(original_node)
+        if id(original_node) not in proven:
+            option = option_of_default(original_node, parent, self._parent(parent) if parent else None)
+            if option is None or not self._option_default_proven(original_node, option, value, is_device):
+                if option is None:
+                    self._report(original_node, "cuda-string" if is_device else "nccl-string", value=value)
+                return updated_node
+        elif isinstance(parent, cst.ConcatenatedString):
             self._report(original_node, "cuda-string" if is_device else "nccl-string", value=value)
             return updated_node
         if self._opted_out(original_node):
@@ -275,6 +226,30 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             assert replacement is not None
             return replacement
         return self._accel_call(rules.BACKEND_MEMBER)
+
+    def _option_default_proven(self, node: cst.SimpleString, option: cst.Call, value: str, is_device: bool) -> bool:
+        """True when ``add_argument(..., default=<node>)`` is provably a device (backend) option.
+
+        Proven when the option's destination is read as ``<name>.<dest>`` where a device (backend) is expected
+        somewhere in the module, and the call has no ``choices=`` (which would have to accept the
+        accelerator's names too). Otherwise records a ``cuda-option-default``/``nccl-option-default``
+        finding saying which of these failed, and returns False.
+        """
+        read = read_option(option)
+        role = "device" if is_device else "communication backend"
+        uses = self._contexts.device_attributes if is_device else self._contexts.backend_attributes
+        if read.dest is None:
+            case = "no-dest"
+        elif read.has_choices:
+            case = "choices"
+        elif read.dest not in uses:
+            case = "unused"
+        else:
+            return True
+        detail = rules.OPTION_DEFAULT_WHY[case].format(dest=read.dest or "?", role=role)
+        kind = "cuda-option-default" if is_device else "nccl-option-default"
+        self._report(node, kind, value=value, option=read.label, detail=detail)
+        return False
 
     def leave_FormattedString(
         self, original_node: cst.FormattedString, updated_node: cst.FormattedString
@@ -292,7 +267,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             and parts[1].conversion is None
             and parts[1].format_spec is None
         )
-        if id(original_node) not in self._device_nodes or not simple_index:
+        if id(original_node) not in self._contexts.device_nodes or not simple_index:
             self._report(original_node, "cuda-string", value=cst.Module([]).code_for_node(original_node))
             return updated_node
         if self._opted_out(original_node):
@@ -323,7 +298,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             return updated
         if self._opted_out(original):
             return updated
-        if member == "current_device" and called and id(parent) in self._device_nodes:
+        if member == "current_device" and called and id(parent) in self._contexts.device_nodes:
             member = rules.CURRENT_DEVICE_AS_DEVICE
         return self._accel(member)
 
@@ -359,14 +334,17 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         suffix = self._cuda_suffix(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if suffix is not None:
             return self._rewrite_cuda_call(original_node, updated_node, suffix)
-        if not isinstance(func, cst.Attribute) or self._is_module_path(func):
+        if not isinstance(func, cst.Attribute) or self._is_module_path(func) or _is_accelerator_member(func):
             return updated_node
         assert isinstance(updated_node.func, cst.Attribute)
         method = func.attr.value
         if method == "cuda":
             return self._rewrite_cuda_method(original_node, updated_node)
-        if method in rules.TENSOR_METHODS and not original_node.args and not self._opted_out(original_node):
-            return self._accel_call(rules.TENSOR_METHODS[method], [updated_node.func.value])
+        if method in rules.TENSOR_METHODS:
+            if original_node.args:
+                self._report(original_node, "tensor-method-args", name=method)
+            elif not self._opted_out(original_node):
+                return self._accel_call(rules.TENSOR_METHODS[method], [updated_node.func.value])
         return updated_node
 
     def _rewrite_cuda_call(self, original: cst.Call, updated: cst.Call, suffix: str) -> cst.BaseExpression:

@@ -1,0 +1,134 @@
+"""``init_distributed()`` in this process: one-process groups, idempotency, adoption, errors, teardown.
+
+Multi-process jobs run in ``tests/examples/test_train_ddp.py`` (torchrun, two processes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from anyaccel.accelerator.cpu import CPU_Accelerator
+from anyaccel.engine import (
+    DEFAULT_TIMEOUT,
+    EnvironmentTable,
+    MissingMasterAddressError,
+    ProcessGroupMismatchError,
+    RankOutOfRangeError,
+    current_environment,
+    destroy_distributed,
+    init_distributed,
+)
+
+from .fakes import FakeGPU
+
+SetEnv = Callable[..., None]
+
+
+def test_single_process_group_on_cpu(launcher_env: SetEnv) -> None:
+    table = init_distributed(accelerator=CPU_Accelerator(), timeout=30)
+    assert table == EnvironmentTable(0, 1, 0, 1, torch.device("cpu"), "gloo", "cpu", "single")
+    assert dist.is_initialized() and dist.get_backend() == "gloo" and dist.get_world_size() == 1
+    assert table.is_main_process and not table.is_distributed
+    assert table.to_dict()["device"] == "cpu"
+    summed = torch.ones(3)
+    dist.all_reduce(summed)
+    assert summed.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_second_call_returns_the_same_record(launcher_env: SetEnv) -> None:
+    first = init_distributed(accelerator=CPU_Accelerator())
+    assert init_distributed() is first
+    assert init_distributed(backend="gloo") is first
+    assert current_environment() is first
+
+
+def test_second_call_with_another_backend_is_an_error(launcher_env: SetEnv) -> None:
+    init_distributed(accelerator=CPU_Accelerator())
+    with pytest.raises(ProcessGroupMismatchError) as caught:
+        init_distributed(backend="nccl")
+    assert "'gloo'" in str(caught.value) and "destroy_distributed()" in str(caught.value)
+
+
+def test_torchrun_world_of_one_binds_the_gpu_first(launcher_env: SetEnv) -> None:
+    launcher_env(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, TORCHELASTIC_RUN_ID="r")
+    gpu = FakeGPU(1, backend="gloo")  # gloo so that no GPU is needed; the device is only bound
+    table = init_distributed(accelerator=gpu)
+    assert gpu.set_device_calls == [0]
+    assert (table.source, table.device, table.backend, table.accelerator) == ("torchrun", torch.device("cuda", 0),
+                                                                              "gloo", "cuda")
+
+
+def test_an_existing_process_group_is_adopted(launcher_env: SetEnv) -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    table = init_distributed(accelerator=CPU_Accelerator())
+    assert (table.source, table.rank, table.world_size, table.backend) == ("process-group", 0, 1, "gloo")
+    assert init_distributed() is table
+
+
+def test_adopted_group_must_match_the_launcher(launcher_env: SetEnv) -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    launcher_env(RANK=1, WORLD_SIZE=2, TORCHELASTIC_RUN_ID="r", MASTER_ADDR="127.0.0.1")
+    with pytest.raises(ProcessGroupMismatchError) as caught:
+        init_distributed(accelerator=CPU_Accelerator())
+    assert "rank 0 of 1" in str(caught.value) and "RANK='1'" in str(caught.value)
+
+
+def test_adopted_group_must_have_the_backend_asked_for(launcher_env: SetEnv) -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    with pytest.raises(ProcessGroupMismatchError):
+        init_distributed(accelerator=CPU_Accelerator(), backend="nccl")
+
+
+def test_several_processes_without_master_addr_fail_before_connecting(launcher_env: SetEnv) -> None:
+    launcher_env(PMI_RANK=0, PMI_SIZE=2)
+    gpu = FakeGPU(1)
+    with pytest.raises(MissingMasterAddressError) as caught:
+        init_distributed(accelerator=gpu)
+    assert "PMI_SIZE='2'" in str(caught.value)
+    assert gpu.set_device_calls == [] and not dist.is_initialized()
+
+
+def test_inconsistent_environment_initialises_nothing(launcher_env: SetEnv) -> None:
+    launcher_env(RANK=2, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1")
+    with pytest.raises(RankOutOfRangeError):
+        init_distributed(accelerator=CPU_Accelerator())
+    assert not dist.is_initialized() and current_environment() is None
+
+
+def test_environ_argument_replaces_os_environ(launcher_env: SetEnv) -> None:
+    launcher_env(RANK=2, WORLD_SIZE=2)  # would be an error if it were read
+    table = init_distributed(accelerator=CPU_Accelerator(), environ={})
+    assert table.source == "single"
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, datetime.timedelta(0)])
+def test_timeout_must_be_positive(launcher_env: SetEnv, timeout: object) -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        init_distributed(accelerator=CPU_Accelerator(), timeout=timeout)  # type: ignore[arg-type]
+
+
+def test_default_timeout_is_bounded() -> None:
+    assert datetime.timedelta(0) < DEFAULT_TIMEOUT <= datetime.timedelta(minutes=30)
+
+
+def test_destroy_is_safe_twice_and_allows_a_fresh_start(launcher_env: SetEnv) -> None:
+    first = init_distributed(accelerator=CPU_Accelerator())
+    destroy_distributed()
+    destroy_distributed()
+    assert current_environment() is None and not dist.is_initialized()
+    second = init_distributed(accelerator=CPU_Accelerator())
+    assert second == first and second is not first
+
+
+def test_errors_survive_pickling(launcher_env: SetEnv) -> None:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    with pytest.raises(ProcessGroupMismatchError) as caught:
+        init_distributed(accelerator=CPU_Accelerator(), backend="nccl")
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is ProcessGroupMismatchError and str(again) == str(caught.value)
