@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Optional, Union
 
 from anyaccel.op_builder.core.errors import UnknownOpError
 from anyaccel.ops.spec import NativeBuild, OpSpec, all_specs, resolve
@@ -32,12 +31,12 @@ BACKEND_BASES: dict[str, str] = {
 #: Base of builds that compile nothing and load a Python module (``NativeBuild.module``).
 DELEGATING_BASE = "anyaccel.op_builder.backends.npu:NPUDelegatingBuilder"
 
-_EXTRA: dict[str, dict[str, Union[str, type]]] = {}
+_EXTRA: dict[str, dict[str, str | type]] = {}
 _EXTRA_ALIASES: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builder_class(family: str, build_name: str) -> type:
     """The builder class of build ``build_name`` (its ``NAME``) of op family ``family``, made once.
 
@@ -82,7 +81,7 @@ def _aliases() -> dict[str, str]:
     return out
 
 
-def register_builder(name: str, accelerator_name: str, cls: Union[str, type], override: bool = False) -> None:
+def register_builder(name: str, accelerator_name: str, cls: str | type, override: bool = False) -> None:
     """Add a hand-written builder for ``name`` on ``accelerator_name`` (``"*"`` for every accelerator).
 
     Args:
@@ -111,7 +110,7 @@ def all_builder_names() -> list[str]:
     return sorted(set(_spec_rows()) | set(_EXTRA))
 
 
-def _target(row_key: str, accelerator_name: str) -> Optional[Union[str, type]]:
+def _target(row_key: str, accelerator_name: str) -> str | type | None:
     extra = _EXTRA.get(row_key, {})
     if accelerator_name in extra:
         return extra[accelerator_name]
@@ -125,7 +124,7 @@ def _target(row_key: str, accelerator_name: str) -> Optional[Union[str, type]]:
     return builder_class(hit[0].family, hit[1].name) if hit is not None else None
 
 
-def get_builder_class(name: str, accelerator_name: str) -> Optional[type]:
+def get_builder_class(name: str, accelerator_name: str) -> type | None:
     """The builder class of ``name`` (``"CPUAdamBuilder"`` or ``"cpu_adam"``) for ``accelerator_name``.
 
     Returns:
@@ -146,7 +145,7 @@ def get_builder_class(name: str, accelerator_name: str) -> Optional[type]:
     return target
 
 
-def any_builder_class(name: str) -> Optional[type]:
+def any_builder_class(name: str) -> type | None:
     """A class serving ``name`` on some accelerator (the host row first, then CUDA's), for facts every row
     shares (AOT selection reads ``BUILD_VAR`` through this).
 

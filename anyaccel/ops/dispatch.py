@@ -26,8 +26,9 @@ import importlib.util
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from anyaccel.ops import spec as spec_mod
 
@@ -89,7 +90,7 @@ _registry: dict[str, dict[str, Implementation]] = {}
 _loaded: dict[tuple[str, str], Any] = {}
 #: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
 #: probes run once); cleared when an implementation is registered.
-_chosen: dict[tuple[str, str, Optional[str]], Any] = {}
+_chosen: dict[tuple[str, str, str | None], Any] = {}
 _lock = threading.Lock()
 _builtins_done = False
 
@@ -130,7 +131,8 @@ def implementations(op: str) -> list[Implementation]:
     _register_builtins()
     per_op = _registry.get(op)
     if not per_op:
-        raise UnknownImplementationError(f"no implementation of op {op!r} is registered; known ops: {sorted(_registry)}")
+        raise UnknownImplementationError(f"no implementation of op {op!r} is registered; known ops: "
+                                         f"{sorted(_registry)}")
     return sorted(per_op.values(), key=lambda i: (-i.priority, i.name))
 
 
@@ -143,17 +145,17 @@ def _probe(impl: Implementation, device_type: str) -> tuple[bool, str]:
         return False, f"probe failed: {exc}"
 
 
-def forced_name(op: str, name: Optional[str] = None) -> Optional[str]:
+def forced_name(op: str, name: str | None = None) -> str | None:
     """The implementation name forced by the caller or by ``ANYACCEL_IMPL_<OP>`` (caller wins)."""
     return name or os.environ.get(ENV_PREFIX + op.upper()) or None
 
 
-def explain(op: str, device_type: str, name: Optional[str] = None) -> list[Candidate]:
+def explain(op: str, device_type: str, name: str | None = None) -> list[Candidate]:
     """Every implementation of ``op`` for ``device_type``, its availability, and which one is chosen.
 
     Side effects: runs each implementation's cheap probe.
     """
-    chosen: Optional[str]
+    chosen: str | None
     try:
         chosen = choose(op, device_type, name).name
     except ImplementationError:
@@ -165,7 +167,7 @@ def explain(op: str, device_type: str, name: Optional[str] = None) -> list[Candi
     return out
 
 
-def choose(op: str, device_type: str, name: Optional[str] = None) -> Implementation:
+def choose(op: str, device_type: str, name: str | None = None) -> Implementation:
     """The implementation of ``op`` to use on ``device_type`` (see the module docstring for the order).
 
     Args:
@@ -188,7 +190,8 @@ def choose(op: str, device_type: str, name: Optional[str] = None) -> Implementat
             )
         ok, reason = _probe(match[0], device_type)
         if not ok:
-            raise NoImplementationError(f"implementation {forced!r} of op {op!r} is unavailable on {device_type}: {reason}")
+            raise NoImplementationError(f"implementation {forced!r} of op {op!r} is unavailable on {device_type}: "
+                                        f"{reason}")
         return match[0]
     reasons = []
     for impl in impls:
@@ -199,7 +202,7 @@ def choose(op: str, device_type: str, name: Optional[str] = None) -> Implementat
     raise NoImplementationError(f"no implementation of op {op!r} is available on {device_type}: " + "; ".join(reasons))
 
 
-def load(op: str, device_type: str, name: Optional[str] = None) -> Any:
+def load(op: str, device_type: str, name: str | None = None) -> Any:
     """Loads (once per process) and returns the chosen implementation's functions.
 
     The choice for (op, device type, forced name) is made once: later calls, e.g. every optimizer step,

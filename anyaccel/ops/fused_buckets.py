@@ -15,7 +15,7 @@ not repeated, which keeps ``optimizer.step()`` on hundreds of tensors close to t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ class Bucket:
     copies: list[torch.Tensor] = field(default_factory=list)
     owners: list[torch.Tensor] = field(default_factory=list)
     step_states: list[dict[str, Any]] = field(default_factory=list)
-    grad_dtype: Optional[torch.dtype] = None
+    grad_dtype: torch.dtype | None = None
 
     @property
     def step(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import torch
 
@@ -48,7 +48,7 @@ class FusedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any],
                  checks: Sequence[tuple[str, float, bool, str]], set_grad_none: bool, master_weights: bool,
-                 fp32_optimizer_states: bool, impl: Optional[str]) -> None:
+                 fp32_optimizer_states: bool, impl: str | None) -> None:
         for name, value, ok, accepted in checks:
             if not (ok and math.isfinite(value)):
                 need = accepted if math.isfinite(value) else f"finite and {accepted}"
@@ -66,12 +66,12 @@ class FusedOptimizer(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         self._planner.clear()
 
-    def zero_grad(self, set_to_none: Optional[bool] = None) -> None:
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
         """Clears gradients; to None when ``set_grad_none`` (or ``set_to_none``) is True."""
         super().zero_grad(set_to_none=self.set_grad_none if set_to_none is None else set_to_none)
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One optimizer step over every parameter with a gradient: one launch per bucket.
 
         Args:

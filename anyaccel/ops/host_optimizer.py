@@ -16,10 +16,7 @@ hyper-parameter checks) and ``_step_group`` (its kernel call).
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import logging
 import math
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -192,7 +189,7 @@ class HostOptimizer(torch.optim.Optimizer):
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
         saved_state = state_dict["state"]
-        for saved_id, param in zip(saved_ids, params):
+        for saved_id, param in zip(saved_ids, params, strict=False):
             if saved_id not in saved_state:
                 continue
             saved = saved_state[saved_id]

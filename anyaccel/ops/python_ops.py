@@ -26,7 +26,7 @@ _DEFINED: dict[str, Any] = {}
 
 
 def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], device_types: Sequence[str],
-           fake_device_type: str) -> SimpleNamespace:
+           fake_device_type: str | Sequence[str]) -> SimpleNamespace:
     """Register ``impls`` (function name -> Python implementation) as ``<namespace>::<name>`` torch ops.
 
     Each op gets the spec function's schema, ``mutates_args`` from its ``(a!)`` annotations, a kernel for
@@ -38,7 +38,7 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], d
         namespace: the torch namespace (``"anyaccel_triton_adam"``).
         impls: function name -> implementation with the schema's parameters.
         device_types: torch device types the kernel is registered for (``("cuda", "xpu")``).
-        fake_device_type: the device type the fake requires of the tensors.
+        fake_device_type: the device type(s) the fake requires of the tensors.
 
     Returns:
         An object whose attributes are the torch ops (``ns.adam_step``), plus ``namespace``.

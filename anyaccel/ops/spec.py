@@ -32,9 +32,9 @@ import logging
 import pkgutil
 import re
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +51,14 @@ CXX_TYPES: dict[str, str] = {
     "str": "std::string",
 }
 #: Schema return type -> the C++ return type.
-CXX_RETURNS: dict[str, str] = {"()": "void", "str": "std::string", "int": "int64_t", "Tensor": "::anyaccel::stable::Tensor"}
+CXX_RETURNS: dict[str, str] = {"()": "void", "str": "std::string", "int": "int64_t",
+                               "Tensor": "::anyaccel::stable::Tensor"}
 
 #: torch dtype name -> ``c10::ScalarType`` enumerator name (what the C++ X-macros use).
 SCALAR_TYPES: dict[str, str] = {"float32": "Float", "bfloat16": "BFloat16", "float16": "Half", "none": "Undefined"}
 
-_ARG = re.compile(r"^(?P<type>Tensor|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?\s+(?P<name>[A-Za-z_]\w*)$")
+_ARG = re.compile(r"^(?P<type>Tensor|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?"
+                  r"\s+(?P<name>[A-Za-z_]\w*)$")
 
 
 class SpecError(ValueError):
@@ -95,7 +97,7 @@ class Function:
 
     name: str
     schema: str
-    fake: Optional[str] = None
+    fake: str | None = None
     ranges: tuple[tuple[str, str], ...] = ()
     doc: str = ""
 
@@ -143,7 +145,7 @@ class Function:
         params = ", ".join(CXX_TYPES[a.type] for a in self.arguments)
         return f"{CXX_RETURNS[self.returns]}({params})"
 
-    def load_fake(self) -> Optional[Callable[..., Any]]:
+    def load_fake(self) -> Callable[..., Any] | None:
         """The fake implementation, imported on first use (None when the function has none)."""
         return resolve(self.fake) if self.fake else None
 
@@ -203,7 +205,7 @@ class NativeBuild:
     isa_levels: tuple[str, ...] = ()
     cxx_args: tuple[str, ...] = ()
     nvcc_args: tuple[str, ...] = ()
-    module: Optional[str] = None
+    module: str | None = None
 
     @property
     def build_var(self) -> str:
@@ -228,8 +230,8 @@ class Implementation:
     name: str
     priority: int
     device_types: tuple[str, ...]
-    build: Optional[str] = None
-    module: Optional[str] = None
+    build: str | None = None
+    module: str | None = None
     requires: tuple[str, ...] = ()
     description: str = ""
 
@@ -257,7 +259,7 @@ class OpSpec:
     dtypes: tuple[DtypeCombo, ...] = ()
     builds: tuple[NativeBuild, ...] = ()
     implementations: tuple[Implementation, ...] = ()
-    deepspeed: Optional[str] = None
+    deepspeed: str | None = None
     benchmarks: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -317,7 +319,8 @@ class OpSpec:
                 raise SpecError(f"op {self.family!r}: dtype {bad[0]!r} is not one of {sorted(SCALAR_TYPES)}")
         for b in self.builds:
             if b.backend not in BACKENDS:
-                raise SpecError(f"op {self.family!r}: build {b.name!r} has backend {b.backend!r}; accepted: {sorted(BACKENDS)}")
+                raise SpecError(f"op {self.family!r}: build {b.name!r} has backend {b.backend!r}; accepted: "
+                                f"{sorted(BACKENDS)}")
             unknown = [f for f in b.functions if f not in names]
             if unknown:
                 raise SpecError(f"op {self.family!r}: build {b.name!r} registers unknown functions {unknown}")
@@ -329,7 +332,8 @@ class OpSpec:
             raise SpecError(f"op {self.family!r}: implementation names repeat: {impl_names}")
         for impl in self.implementations:
             if (impl.build is None) == (impl.module is None):
-                raise SpecError(f"op {self.family!r}: implementation {impl.name!r} needs exactly one of build= and module=")
+                raise SpecError(f"op {self.family!r}: implementation {impl.name!r} needs exactly one of build= "
+                                "and module=")
             if impl.build is not None and impl.build not in builds:
                 raise SpecError(f"op {self.family!r}: implementation {impl.name!r} names unknown build {impl.build!r}")
 

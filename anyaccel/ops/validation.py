@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 #: The largest finite float32 (``torch.finfo(torch.float32).max``).
 FLOAT32_MAX = 3.4028234663852886e38
@@ -42,7 +42,7 @@ class Interval:
     high_closed: bool
 
     @classmethod
-    def parse(cls, text: str) -> "Interval":
+    def parse(cls, text: str) -> Interval:
         """Parse ``"[0, 1)"``-style text.
 
         Raises:
@@ -75,7 +75,7 @@ def _num(x: float) -> str:
     return str(int(x)) if x == int(x) else repr(x)
 
 
-def scalar_problem(name: str, value: Any, interval: Interval, kind: str = "float") -> Optional[str]:
+def scalar_problem(name: str, value: Any, interval: Interval, kind: str = "float") -> str | None:
     """Why ``value`` is not an acceptable ``name``, or None when it is.
 
     Args:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from typing_extensions import override
 
@@ -28,7 +28,7 @@ class TorchCPUOpBuilder(OpBuilder):
     DEVICE_TYPE: ClassVar[str] = "cpu"
     COMMON_CXX_ARGS: ClassVar[tuple[str, ...]] = ("-O3",)
 
-    def __init__(self, isa: Optional[str] = None) -> None:
+    def __init__(self, isa: str | None = None) -> None:
         """Args:
             isa: build this SIMD level whatever the CPU runs (AOT builds of a wheel that carries every
                 level); None: ``ANYACCEL_CPU_ISA`` or the best level of this CPU.
@@ -37,7 +37,7 @@ class TorchCPUOpBuilder(OpBuilder):
             ISAError: ``isa`` is not a level this op implements.
         """
         super().__init__()
-        self._isa: Optional[ISALevel] = None
+        self._isa: ISALevel | None = None
         if isa is not None:
             from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 
@@ -58,7 +58,7 @@ class TorchCPUOpBuilder(OpBuilder):
         return self._isa
 
     @override
-    def isa(self) -> Optional[str]:
+    def isa(self) -> str | None:
         """The chosen level's name: "avx512", "avx2", "neon" or "portable"."""
         return self.isa_level().name
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from typing_extensions import override
 
@@ -69,10 +69,10 @@ class CUDAOpBuilder(OpBuilder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._arch: Optional[list[str]] = None
+        self._arch: list[str] | None = None
 
     # ----- data --------------------------------------------------------------------------------------------
-    def toolkit(self) -> Optional[cuda_flags.GPUToolkit]:
+    def toolkit(self) -> cuda_flags.GPUToolkit | None:
         """The toolkit flavour of the running torch: ``TOOLKITS["cuda"]``, ``TOOLKITS["rocm"]`` or None (CPU torch).
 
         Side effects: imports torch (no device initialisation).
@@ -123,7 +123,7 @@ class CUDAOpBuilder(OpBuilder):
         except ValueError as exc:
             raise GPUArchError(str(exc)) from None
 
-    def cuda_major(self) -> Optional[int]:
+    def cuda_major(self) -> int | None:
         """The CUDA major version the binary's runtime is: torch's CUDA when torch is a CUDA build (the
         preflight makes nvcc agree), else the toolkit's (read from its header; no process)."""
         import torch
@@ -149,7 +149,7 @@ class CUDAOpBuilder(OpBuilder):
             "device_compiler": file_identity(compiler) if compiler else None,
         }
 
-    def _device_compiler(self) -> Optional[Path]:
+    def _device_compiler(self) -> Path | None:
         """nvcc (CUDA) or hipcc (ROCm) if found, else None. File-system lookups only."""
         tk = self._toolkit_or_cuda()
         return _COMPILER_FINDERS[tk.name]()
@@ -159,8 +159,8 @@ class CUDAOpBuilder(OpBuilder):
     def compatibility(self) -> tuple[bool, str]:
         """Whether this op can be loaded here, and why not. Spawns no process.
 
-        Checks, in order: a CUDA/ROCm build of torch; a visible device (``torch.cuda.is_available()`` asks
-        the driver for a count and initialises no context); a matching prebuilt artifact (looked for only
+        Checks, in order: a CUDA/ROCm build of torch; a visible device (the CUDA device module's ``is_available()``
+        asks the driver for a count and initialises no context); a matching prebuilt artifact (looked for only
         when ``<prebuilt root>/<NAME>`` exists); else a device compiler and a host C++ compiler.
 
         Returns:
@@ -171,7 +171,7 @@ class CUDAOpBuilder(OpBuilder):
         tk = self.toolkit()
         if tk is None:
             return False, "this torch is a CPU-only build (torch.version.cuda and torch.version.hip are None)"
-        if not torch.cuda.is_available():
+        if not torch.get_device_module("cuda").is_available():
             return False, "no CUDA/ROCm device is visible"
         try:
             if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
@@ -195,7 +195,7 @@ class CUDAOpBuilder(OpBuilder):
 
     # ----- building ----------------------------------------------------------------------------------------
     @override
-    def preflight(self) -> dict[str, Optional[str]]:
+    def preflight(self) -> dict[str, str | None]:
         """The host tools (see :meth:`OpBuilder.preflight`) plus the device toolkit and its policy.
 
         Returns:
@@ -236,7 +236,7 @@ class CUDAOpBuilder(OpBuilder):
         return env
 
     @override
-    def compile_steps(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path,
+    def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
         """``.cu`` sources through nvcc (host side by ``CXX``), ``.cpp`` through the host compiler."""
         root = self.source_root()
@@ -255,7 +255,7 @@ class CUDAOpBuilder(OpBuilder):
         return steps
 
     @override
-    def link_command(self, env: dict[str, Optional[str]]) -> list[str]:
+    def link_command(self, env: dict[str, str | None]) -> list[str]:
         """The core's link plus the CUDA runtime (``libcudart``, the toolkit's; same soname as torch's)."""
         home = Path(str(env["CUDA_HOME"]))
         lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
@@ -285,13 +285,13 @@ def _rocm_arch_list() -> list[str]:
         return sorted(set(raw.replace(";", " ").split()))
     import torch
 
-    if not torch.cuda.is_available():
+    cuda = torch.get_device_module("cuda")
+    if not cuda.is_available():
         raise ValueError("no visible GPU to take the arch list from; set PYTORCH_ROCM_ARCH (e.g. 'gfx90a')")
-    return sorted({torch.cuda.get_device_properties(i).gcnArchName.split(":")[0]
-                   for i in range(torch.cuda.device_count())})
+    return sorted({cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in range(cuda.device_count())})
 
 
-def _find_hipcc() -> Optional[Path]:
+def _find_hipcc() -> Path | None:
     import shutil
 
     for root in (os.environ.get("ROCM_HOME"), os.environ.get("ROCM_PATH"), "/opt/rocm"):

@@ -24,9 +24,10 @@ import importlib.util
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar
 
 from typing_extensions import override
 
@@ -59,7 +60,7 @@ class AscendToolkit:
 
     home: Path
     source: str
-    version: Optional[str]
+    version: str | None
 
     @property
     def include_dir(self) -> Path:
@@ -77,14 +78,14 @@ class AscendToolkit:
                 "libascendcl": file_identity(self.lib_dir / "libascendcl.so")}
 
 
-def _missing(home: Path) -> Optional[tuple[str, str]]:
+def _missing(home: Path) -> tuple[str, str] | None:
     for rel, code in REQUIRED_FILES.items():
         if not (home / rel).is_file():
             return rel, code
     return None
 
 
-def toolkit_version(home: Path) -> Optional[str]:
+def toolkit_version(home: Path) -> str | None:
     """The ``version=`` of ``ascend_toolkit_install.info`` at ``home`` or in ``home/<arch>-linux/``, or None."""
     for info in [home / _INSTALL_INFO, *sorted(home.glob(f"*-linux/{_INSTALL_INFO}"))]:
         if info.is_file():
@@ -94,8 +95,8 @@ def toolkit_version(home: Path) -> Optional[str]:
     return None
 
 
-def find_ascend_toolkit(env: Optional[Mapping[str, str]] = None,
-                        default: Path = DEFAULT_TOOLKIT) -> Optional[AscendToolkit]:
+def find_ascend_toolkit(env: Mapping[str, str] | None = None,
+                        default: Path = DEFAULT_TOOLKIT) -> AscendToolkit | None:
     """The CANN toolkit, by the order of the module docstring (file-system lookups only).
 
     Args:
@@ -135,7 +136,7 @@ class TorchNPU:
     """
 
     root: Path
-    version: Optional[str]
+    version: str | None
 
     @property
     def include_dir(self) -> Path:
@@ -148,13 +149,13 @@ class TorchNPU:
         return self.root / "lib"
 
 
-def find_torch_npu() -> Optional[TorchNPU]:
+def find_torch_npu() -> TorchNPU | None:
     """torch_npu's package directory and version via ``importlib.util.find_spec`` (no import), or None."""
     spec = importlib.util.find_spec(VENDOR_PACKAGE)
     if spec is None or spec.origin is None:
         return None
     try:
-        version: Optional[str] = importlib.metadata.version(VENDOR_PACKAGE)
+        version: str | None = importlib.metadata.version(VENDOR_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         version = None
     return TorchNPU(Path(spec.origin).parent, version)
@@ -174,7 +175,7 @@ class NPUOpBuilder(OpBuilder):
     DEVICE_TYPE: ClassVar[str] = "npu"
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "built_with_torch")
 
-    def toolkit(self) -> Optional[AscendToolkit]:
+    def toolkit(self) -> AscendToolkit | None:
         """The CANN toolkit (see :func:`find_ascend_toolkit`)."""
         return find_ascend_toolkit()
 
@@ -217,7 +218,7 @@ class NPUOpBuilder(OpBuilder):
             return False, str(exc)
         return True, ""
 
-    def preflight(self) -> dict[str, Optional[str]]:
+    def preflight(self) -> dict[str, str | None]:
         """The host tools plus the device stack; ``ASCEND_HOME_PATH`` is set to the toolkit for the compile.
 
         Raises:
@@ -229,14 +230,14 @@ class NPUOpBuilder(OpBuilder):
         return env
 
     @override
-    def host_compile_command(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path) -> list[str]:
+    def host_compile_command(self, env: dict[str, str | None], namespace: str, gen_dir: Path) -> list[str]:
         """The core's host command plus the toolkit's include directory (identified in the key by the
         toolkit's version, not hashed file by file)."""
         tk, _ = self._device_paths()
         return [*super().host_compile_command(env, namespace, gen_dir), f"-I{tk.include_dir}"]
 
     @override
-    def link_command(self, env: dict[str, Optional[str]]) -> list[str]:
+    def link_command(self, env: dict[str, str | None]) -> list[str]:
         """The core's link plus ``libascendcl``."""
         tk, _ = self._device_paths()
         return [*super().link_command(env), f"-L{tk.lib_dir}", "-lascendcl"]

@@ -25,16 +25,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Optional
+from typing import Any, ClassVar
 
 from typing_extensions import override
 
-from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import schema, torch_abi
+from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ class SYCLOpBuilder(OpBuilder):
 
     def __init__(self) -> None:
         super().__init__()
-        self._arch: Optional[list[str]] = None
-        self._compiler: Optional[sycl_toolchain.SyclCompiler] = None
+        self._arch: list[str] | None = None
+        self._compiler: sycl_toolchain.SyclCompiler | None = None
 
     # ----- data --------------------------------------------------------------------------------------------
     def cxx_args(self) -> list[str]:
@@ -107,7 +108,7 @@ class SYCLOpBuilder(OpBuilder):
                 raise XPUArchError(str(exc)) from None
         return list(self._arch)
 
-    def _device_compiler(self) -> Optional[Path]:
+    def _device_compiler(self) -> Path | None:
         """The SYCL compiler candidate (file-system lookups only; ``ANYACCEL_SYCL_CXX`` errors propagate)."""
         return sycl_toolchain.find_sycl_compiler()
 
@@ -157,7 +158,7 @@ class SYCLOpBuilder(OpBuilder):
         return True, ""
 
     # ----- building ----------------------------------------------------------------------------------------
-    def preflight(self) -> dict[str, Optional[str]]:
+    def preflight(self) -> dict[str, str | None]:
         """The host tools (see :meth:`OpBuilder.preflight`) plus the SYCL compiler, checked by running it.
 
         Returns:
@@ -196,7 +197,7 @@ class SYCLOpBuilder(OpBuilder):
         import torch.utils.cpp_extension as cpp
 
         compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
-        updates: dict[str, Optional[str]] = {}
+        updates: dict[str, str | None] = {}
         if compiler.path.name != sycl_toolchain.TORCH_SYCL_COMPILER_NAME:
             shim = build_dir / "sycl-bin"
             shim.mkdir(exist_ok=True)
@@ -213,7 +214,7 @@ class SYCLOpBuilder(OpBuilder):
                 cpp.SYCL_HOME = None
 
     @override
-    def compile(self, build_dir: Path, namespace: str, env: dict[str, Optional[str]], verbose: bool) -> Path:
+    def compile(self, build_dir: Path, namespace: str, env: dict[str, str | None], verbose: bool) -> Path:
         """Build through ``torch.utils.cpp_extension.load(..., with_sycl=True)``: torch's SYCL rules add
         the device-link step and the SYCL targets, which the plain ninja driver of the other backends lacks.
         The sources still include only the stable ABI and the generated schema header.
@@ -254,8 +255,9 @@ class SYCLOpBuilder(OpBuilder):
 
         Side effects: imports ``torch.utils.cpp_extension`` (whose ``SyclExtension`` needs an XPU torch).
         """
-        from anyaccel.op_builder.core import manifest as mf
         from torch.utils.cpp_extension import SyclExtension
+
+        from anyaccel.op_builder.core import manifest as mf
 
         root = self.source_root()
         macro = f"-DANYACCEL_OP_NAMESPACE={self.namespace(mf.compute_key(self.key_inputs()))}"

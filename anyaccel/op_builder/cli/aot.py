@@ -10,13 +10,14 @@ CPU and the loader picks the level the CPU reports.
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from anyaccel.op_builder.core.errors import OpBuilderError
 
@@ -64,7 +65,7 @@ def selected_builds(env: Mapping[str, str]) -> list[Any]:
     return chosen
 
 
-def isa_variants(machine: Optional[str] = None) -> tuple[str, ...]:
+def isa_variants(machine: str | None = None) -> tuple[str, ...]:
     """The SIMD levels a wheel built on ``machine`` carries (``platform.machine()`` when None)."""
     from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 
@@ -72,14 +73,14 @@ def isa_variants(machine: Optional[str] = None) -> tuple[str, ...]:
     return tuple(name for name, lvl in ISA_LEVELS.items() if not lvl.machines or machine in lvl.machines)
 
 
-def variants(cls: type) -> list[tuple[str, Callable[[], Any]]]:
+def variants(cls: Any) -> list[tuple[str, Callable[[], Any]]]:
     """``(label, make_builder)`` per variant of a builder class: one per ISA level for CPU builds (those its
     spec implements), one otherwise."""
     build = getattr(cls, "BUILD", None)
     if getattr(cls, "BACKEND", "") == "cpu" and build is not None and build.isa_levels:
         levels = [lv for lv in isa_variants() if lv in build.isa_levels or lv == "portable"]
-        return [(f"{cls.NAME}[{lv}]", lambda lv=lv: cls(isa=lv)) for lv in levels]
-    return [(cls.NAME, cls)]
+        return [(f"{cls.NAME}[{lv}]", functools.partial(cls, isa=lv)) for lv in levels]
+    return [(str(cls.NAME), cls)]
 
 
 def build_all(classes: Iterable[type], build: Callable[[Any], str],

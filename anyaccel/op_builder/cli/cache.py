@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def runtime_fields() -> dict[str, Any]:
     return {"package_version": __version__, "platform": f"{sys.platform}-{platform.machine()}"}
 
 
-def stale_reason(manifest: Optional[dict[str, Any]], runtime: dict[str, Any]) -> str:
+def stale_reason(manifest: dict[str, Any] | None, runtime: dict[str, Any]) -> str:
     """Why an entry with ``manifest`` cannot be loaded here ("" when it can)."""
     if manifest is None:
         return "no valid manifest"

@@ -9,10 +9,11 @@ import os
 import subprocess
 from typing import Any
 
-from anyaccel.op_builder.toolchains import cpu_isa, host as toolchain
-from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
 from anyaccel.op_builder.core.cache import default_cache_root
 from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.toolchains import cpu_isa
+from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
+from anyaccel.op_builder.toolchains import host as toolchain
 
 
 def describe() -> dict[str, Any]:
@@ -34,24 +35,27 @@ def describe() -> dict[str, Any]:
     except OpBuilderError as exc:
         facts["cxx"] = {"path": None, "version": None, "error": str(exc)}
     ninja = toolchain.find_ninja()
-    facts["ninja"] = {"path": str(ninja) if ninja else None, "version": toolchain.tool_version(ninja) if ninja else None}
+    facts["ninja"] = {"path": str(ninja) if ninja else None,
+                      "version": toolchain.tool_version(ninja) if ninja else None}
     nvcc = cuda_toolchain.find_nvcc()
     facts["nvcc"] = {"path": str(nvcc) if nvcc else None, "version": None}
     if nvcc:
         try:
-            facts["nvcc"]["version"] = "%d.%d" % cuda_toolchain.parse_nvcc_version(_nvcc_text(nvcc))
+            major, minor = cuda_toolchain.parse_nvcc_version(_nvcc_text(nvcc))
+            facts["nvcc"]["version"] = f"{major}.{minor}"
         except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
             facts["nvcc"]["version"] = f"unknown ({exc})"
     facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
                       "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
     facts["python_tag"] = toolchain.python_tag()
-    isa: dict[str, Any] = {"torch_capability": cpu_isa.torch_capability(), "supported": list(cpu_isa.supported_levels()),
-                           "env": os.environ.get(cpu_isa.ISA_ENV)}
+    isa: dict[str, Any] = {"torch_capability": cpu_isa.torch_capability(),
+                           "supported": list(cpu_isa.supported_levels()), "env": os.environ.get(cpu_isa.ISA_ENV)}
     try:
         isa["chosen"] = cpu_isa.resolve_isa().name
     except OpBuilderError as exc:
         isa["error"] = str(exc)
-    isa["cpuinfo_flags"] = sorted(f for f in cpu_isa.cpuinfo_flags() if f.startswith(("avx", "fma", "f16c", "sve", "asimd")))
+    simd_prefixes = ("avx", "fma", "f16c", "sve", "asimd")
+    isa["cpuinfo_flags"] = sorted(f for f in cpu_isa.cpuinfo_flags() if f.startswith(simd_prefixes))
     facts["cpu_isa"] = isa
     try:
         facts["build_jobs"] = toolchain.build_jobs()

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import Cache
@@ -119,8 +119,8 @@ class OpBuilder:
     DEVICE_TYPE: ClassVar[str] = "cpu"
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "built_with_torch")
     HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = (".h", ".hpp", ".hh", ".inl")
-    SPEC: ClassVar[Optional[OpSpec]] = None
-    BUILD: ClassVar[Optional[NativeBuild]] = None
+    SPEC: ClassVar[OpSpec | None] = None
+    BUILD: ClassVar[NativeBuild | None] = None
 
     def __init__(self) -> None:
         if not self.NAME or not self.NAME.isidentifier():
@@ -162,7 +162,7 @@ class OpBuilder:
         """Extra linker flags."""
         return []
 
-    def isa(self) -> Optional[str]:
+    def isa(self) -> str | None:
         """The CPU ISA level compiled in, or None for builders without one."""
         return None
 
@@ -329,7 +329,7 @@ class OpBuilder:
             _LOADED[key] = module
             return module
 
-    def _open_library(self, path: Path, namespace: str, isa: Optional[str], key: str, source: str) -> OpModule:
+    def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str) -> OpModule:
         import torch
 
         try:
@@ -356,7 +356,7 @@ class OpBuilder:
             bad.append(ABI_TARGET_FIELD)
         return bad
 
-    def _find_prebuilt(self, inputs: dict[str, Any], warn: bool) -> Optional[OpModule]:
+    def _find_prebuilt(self, inputs: dict[str, Any], warn: bool) -> OpModule | None:
         op_dir = prebuilt_root() / self.NAME
         if not op_dir.is_dir():
             return None
@@ -382,7 +382,7 @@ class OpBuilder:
                            self.NAME, "; ".join(reasons))
         return None
 
-    def _valid_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    def _valid_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
         """The manifest of a published entry if it is complete and matches ``inputs``, else None."""
         if not entry.is_dir():
             return None
@@ -409,7 +409,7 @@ class OpBuilder:
                                   key, "cache")
 
     # ----- building -----------------------------------------------------------------------------------------
-    def preflight(self) -> dict[str, Optional[str]]:
+    def preflight(self) -> dict[str, str | None]:
         """Check the tools a build needs and return the environment the compile runs with.
 
         Returns:
@@ -430,9 +430,10 @@ class OpBuilder:
         the include directories (the generated header's, the op's, torch's)."""
         root = self.source_root()
         return [torch_abi.target_macro(torch_abi.target()), f"-DANYACCEL_OP_NAMESPACE={namespace}",
-                f"-I{gen_dir}", *(f"-I{root / p}" for p in self.include_paths()), "-isystem", str(torch_abi.include_dir())]
+                f"-I{gen_dir}", *(f"-I{root / p}" for p in self.include_paths()),
+                "-isystem", str(torch_abi.include_dir())]
 
-    def host_compile_command(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path) -> list[str]:
+    def host_compile_command(self, env: dict[str, str | None], namespace: str, gen_dir: Path) -> list[str]:
         """The host C++ compiler command for ``.cpp`` sources (without ``-c``/``-o``)."""
         return [str(env["CXX"]), *self.host_only_flags(), *self.cxx_args(), *self.common_flags(namespace, gen_dir)]
 
@@ -447,7 +448,7 @@ class OpBuilder:
         return ["-fPIC", "-std=c++17", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
                 f"-fmacro-prefix-map={self.source_root().parent}/="]
 
-    def compile_steps(self, env: dict[str, Optional[str]], namespace: str, gen_dir: Path,
+    def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
         """One :class:`~anyaccel.op_builder.toolchains.ninja.CompileStep` per source (``.cpp`` here; the CUDA
         backend adds ``.cu``)."""
@@ -462,12 +463,12 @@ class OpBuilder:
             steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o", host))
         return steps
 
-    def link_command(self, env: dict[str, Optional[str]]) -> list[str]:
+    def link_command(self, env: dict[str, str | None]) -> list[str]:
         """The link command (objects and ``-o`` are added by the driver): the host compiler, ``-shared``, and
         only ``libtorch_cpu`` (the stable C shim) from torch."""
         return [str(env["CXX"]), "-shared", *self.extra_ldflags(), f"-L{torch_abi.library_dir()}", "-ltorch_cpu"]
 
-    def compile(self, build_dir: Path, namespace: str, env: dict[str, Optional[str]], verbose: bool) -> Path:
+    def compile(self, build_dir: Path, namespace: str, env: dict[str, str | None], verbose: bool) -> Path:
         """Write the schema header and the ninja file into ``build_dir`` and build the library there.
 
         Returns:

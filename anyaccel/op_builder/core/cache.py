@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
 
 from anyaccel.op_builder.core.errors import CacheSecurityError
 
@@ -27,7 +27,7 @@ CACHE_ENV = "ANYACCEL_CACHE_DIR"
 SUBDIRS = ("ops", "tmp", "locks", "logs")
 
 
-def default_cache_root(env: Optional[Mapping[str, str]] = None) -> Path:
+def default_cache_root(env: Mapping[str, str] | None = None) -> Path:
     """The cache root from the environment (no file-system access).
 
     Args:
@@ -76,7 +76,7 @@ class Cache:
     root: Path
 
     @classmethod
-    def open(cls, root: Optional[Path] = None) -> "Cache":
+    def open(cls, root: Path | None = None) -> Cache:
         """Create (mode 0700) and check the root and its subdirectories.
 
         Args:

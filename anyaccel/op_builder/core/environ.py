@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Iterator, Mapping, Optional
+from collections.abc import Iterator, Mapping
 
 # os.environ is process-wide: serialise the builds that change it, so two threads cannot interleave.
 _ENV_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
-def scoped_environ(updates: Mapping[str, Optional[str]]) -> Iterator[None]:
+def scoped_environ(updates: Mapping[str, str | None]) -> Iterator[None]:
     """Set (value) or remove (None) the given variables, and restore them on exit.
 
     Args:

@@ -12,9 +12,9 @@ The diagnosis is data: :data:`DIAGNOSES` maps each code to its explanation and f
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ KILLED_RETURNCODES = frozenset({-9, 137})
 _ERROR_LINE = re.compile(r"\berror\b|fatal|undefined reference|cannot find|killed", re.IGNORECASE)
 
 
-def diagnose(log_text: str, returncode: Optional[int] = None) -> Diagnosis:
+def diagnose(log_text: str, returncode: int | None = None) -> Diagnosis:
     """Classify a failed build from its log and return code.
 
     Args:
@@ -213,9 +213,9 @@ class BuildError(OpBuilderError, RuntimeError):
         diagnosis: Diagnosis,
         *,
         command: str = "",
-        returncode: Optional[int] = None,
+        returncode: int | None = None,
         error_lines: Sequence[str] = (),
-        log_path: Optional[Path] = None,
+        log_path: Path | None = None,
         detail: str = "",
     ) -> None:
         self.op = op

@@ -20,7 +20,6 @@ import socket
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Optional
 
 from anyaccel.op_builder.core.errors import LockTimeoutError
 
@@ -63,14 +62,14 @@ class BuildLock:
             message names the holder and how long it has held the lock.
     """
 
-    def __init__(self, path: Path, what: str, timeout_s: Optional[float] = None, poll_s: float = 0.1,
+    def __init__(self, path: Path, what: str, timeout_s: float | None = None, poll_s: float = 0.1,
                  log_every_s: float = 10.0) -> None:
         self.path = Path(path)
         self.what = what
         self.timeout_s = default_timeout_s() if timeout_s is None else timeout_s
         self.poll_s = poll_s
         self.log_every_s = log_every_s
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
 
     def holder(self) -> str:
         """A description of the current holder from the lock file ("pid 12 on host h for 3.2 s")."""
@@ -140,14 +139,15 @@ class BuildLock:
         if not self.try_acquire():
             return True
         fd, self._fd = self._fd, None
+        assert fd is not None  # try_acquire succeeded
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
         return False
 
-    def __enter__(self) -> "BuildLock":
+    def __enter__(self) -> BuildLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.release()

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA = 1
@@ -53,7 +54,7 @@ def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
     os.replace(tmp, directory / MANIFEST_NAME)
 
 
-def read_manifest(directory: Path) -> Optional[dict[str, Any]]:
+def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of an entry, or None when it is missing, unreadable or of another schema."""
     try:
         data = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))

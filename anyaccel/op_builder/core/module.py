@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 
 class OpModule:
@@ -23,8 +24,8 @@ class OpModule:
         source: where it was found: "prebuilt", "cache" or "built".
     """
 
-    def __init__(self, op: str, namespace: str, path: Path, isa: Optional[str], key: str, source: str,
-                 extras: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, op: str, namespace: str, path: Path, isa: str | None, key: str, source: str,
+                 extras: dict[str, Any] | None = None) -> None:
         self.op = op
         self.namespace = namespace
         self.path = Path(path)

@@ -16,8 +16,8 @@ import functools
 import logging
 import os
 import platform
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
 
 from anyaccel.op_builder.core.errors import ISAError
 
@@ -39,7 +39,7 @@ class ISALevel:
     """
 
     name: str
-    macro: Optional[str]
+    macro: str | None
     flags: tuple[str, ...]
     machines: frozenset[str]
     cpuinfo_flags: tuple[str, ...]
@@ -79,7 +79,7 @@ def torch_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-def supported_levels(capability: Optional[str] = None, machine: Optional[str] = None) -> tuple[str, ...]:
+def supported_levels(capability: str | None = None, machine: str | None = None) -> tuple[str, ...]:
     """The levels this CPU runs according to torch, best first.
 
     Args:
@@ -125,10 +125,10 @@ def level_supported_by_flags(level: ISALevel, flags: frozenset[str], machine: st
 
 
 def resolve_isa(
-    env: Optional[Mapping[str, str]] = None,
-    capability: Optional[str] = None,
-    machine: Optional[str] = None,
-    implemented: Optional[Sequence[str]] = None,
+    env: Mapping[str, str] | None = None,
+    capability: str | None = None,
+    machine: str | None = None,
+    implemented: Sequence[str] | None = None,
 ) -> ISALevel:
     """Choose the CPU ISA level for a build.
 

@@ -18,8 +18,8 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 from anyaccel.op_builder.core.errors import ToolchainError
 
@@ -32,7 +32,7 @@ _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 
 
-def find_cuda_home(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+def find_cuda_home(env: Mapping[str, str] | None = None) -> Path | None:
     """The CUDA toolkit root: ``CUDA_HOME``, else ``CUDA_PATH``, else the toolkit of the nvcc on PATH, else
     /usr/local/cuda.
 
@@ -58,7 +58,7 @@ def find_cuda_home(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     return None
 
 
-def find_nvcc(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+def find_nvcc(env: Mapping[str, str] | None = None) -> Path | None:
     """``<cuda home>/bin/nvcc`` if it exists, else None (see :func:`find_cuda_home`)."""
     home = find_cuda_home(env)
     if home is None:
@@ -67,7 +67,7 @@ def find_nvcc(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     return nvcc if os.access(nvcc, os.X_OK) else None
 
 
-def header_cuda_version(cuda_home: Path) -> Optional[tuple[int, int]]:
+def header_cuda_version(cuda_home: Path) -> tuple[int, int] | None:
     """The toolkit's version from ``<cuda_home>/include/cuda_runtime_api.h`` (``#define CUDART_VERSION 13000``).
 
     A file read, no process, so the cache key may use it. Returns None when the header is missing or has
@@ -97,7 +97,7 @@ def parse_nvcc_version(text: str) -> tuple[int, int]:
 
 
 def check_cuda_versions(
-    toolkit: str, torch_cuda: Optional[str], env: Optional[Mapping[str, str]] = None
+    toolkit: str, torch_cuda: str | None, env: Mapping[str, str] | None = None
 ) -> None:
     """Apply the toolkit policy to a toolkit version and torch's CUDA version.
 
@@ -147,11 +147,16 @@ def parse_arch_list(text: str) -> list[str]:
                 f"{ARCH_LIST_ENV} entry {e!r} is not of the form major.minor[a|f][+PTX] (e.g. '9.0', "
                 f"'9.0a', '8.6+PTX'); fix {ARCH_LIST_ENV}"
             )
-    return sorted(set(entries), key=lambda e: (int(_ARCH.match(e).group(1)), int(_ARCH.match(e).group(2)), e))
+    def order(e: str) -> tuple[int, int, str]:
+        m = _ARCH.match(e)
+        assert m is not None  # checked above
+        return int(m.group(1)), int(m.group(2)), e
+
+    return sorted(set(entries), key=order)
 
 
 def cuda_arch_list(
-    capabilities: Sequence[tuple[int, int]] = (), env: Optional[Mapping[str, str]] = None
+    capabilities: Sequence[tuple[int, int]] = (), env: Mapping[str, str] | None = None
 ) -> list[str]:
     """The GPU architectures to compile for.
 
@@ -185,6 +190,8 @@ def visible_capabilities() -> list[tuple[int, int]]:
     """
     import torch
 
-    if not torch.cuda.is_available():
+    cuda = torch.get_device_module("cuda")
+    if not cuda.is_available():
         return []
-    return [tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+    caps = [cuda.get_device_capability(i) for i in range(cuda.device_count())]
+    return [(int(major), int(minor)) for major, minor in caps]

@@ -14,8 +14,8 @@ compiled. ROCm: ``--offload-arch=gfxNNN`` per entry of ``PYTORCH_ROCM_ARCH`` (to
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 _GFX = re.compile(r"^gfx[0-9a-f]+(:[a-z+-:]+)?$")
@@ -61,7 +61,7 @@ TOOLKITS: dict[str, GPUToolkit] = {
 }
 
 
-def toolkit_for(hip_version: Optional[str], cuda_version: Optional[str]) -> Optional[GPUToolkit]:
+def toolkit_for(hip_version: str | None, cuda_version: str | None) -> GPUToolkit | None:
     """The toolkit flavour of a torch build.
 
     Args:

@@ -16,8 +16,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 from anyaccel.op_builder.core.errors import ToolchainError
 
@@ -30,8 +30,8 @@ CXX_CANDIDATES: tuple[str, ...] = ("c++", "g++", "clang++")
 BYTES_PER_JOB: int = 3 * 2**29
 
 
-def find_tool(env: Optional[Mapping[str, str]], override_var: str, candidates: Sequence[str],
-              missing_code: str, fix: str) -> Optional[Path]:
+def find_tool(env: Mapping[str, str] | None, override_var: str, candidates: Sequence[str],
+              missing_code: str, fix: str) -> Path | None:
     """Resolve a tool: ``$<override_var>`` (its first word, a name or a path) else the first of ``candidates``
     on ``PATH``. File-system lookups only: no process is started, so the cache key may call this.
 
@@ -65,7 +65,7 @@ def find_tool(env: Optional[Mapping[str, str]], override_var: str, candidates: S
     return None
 
 
-def find_cxx(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+def find_cxx(env: Mapping[str, str] | None = None) -> Path | None:
     """Resolve the C++ compiler: ``$CXX`` else :data:`CXX_CANDIDATES` on ``PATH`` (see :func:`find_tool`).
 
     Raises:
@@ -75,7 +75,7 @@ def find_cxx(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
                      f"set CXX to an installed C++ compiler or unset it to use one of {', '.join(CXX_CANDIDATES)}")
 
 
-def require_cxx(env: Optional[Mapping[str, str]] = None) -> Path:
+def require_cxx(env: Mapping[str, str] | None = None) -> Path:
     """Like :func:`find_cxx` but raises ``ToolchainError("compiler_missing")`` when none is found."""
     found = find_cxx(env)
     if found is None:
@@ -86,7 +86,7 @@ def require_cxx(env: Optional[Mapping[str, str]] = None) -> Path:
     return found
 
 
-def find_ninja(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+def find_ninja(env: Mapping[str, str] | None = None) -> Path | None:
     """Find ninja: the ``ninja`` Python package's binary first, then ``PATH`` (user pain P11).
 
     Returns:
@@ -105,7 +105,7 @@ def find_ninja(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
     return Path(found) if found else None
 
 
-def require_ninja(env: Optional[Mapping[str, str]] = None) -> Path:
+def require_ninja(env: Mapping[str, str] | None = None) -> Path:
     """Like :func:`find_ninja` but raises ``ToolchainError("ninja_missing")`` when none is found."""
     found = find_ninja(env)
     if found is None:
@@ -136,7 +136,7 @@ def tool_version(path: Path, args: tuple[str, ...] = ("--version",), timeout_s: 
     return text.splitlines()[0] if text else f"unknown (exit {out.returncode})"
 
 
-def available_memory_bytes() -> Optional[int]:
+def available_memory_bytes() -> int | None:
     """``MemAvailable`` from /proc/meminfo in bytes, or None where that file does not exist."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
@@ -149,9 +149,9 @@ def available_memory_bytes() -> Optional[int]:
 
 
 def build_jobs(
-    env: Optional[Mapping[str, str]] = None,
-    cpu_count: Optional[int] = None,
-    mem_available: Optional[int] = None,
+    env: Mapping[str, str] | None = None,
+    cpu_count: int | None = None,
+    mem_available: int | None = None,
     bytes_per_job: int = BYTES_PER_JOB,
 ) -> int:
     """How many compiler processes a build may run at once.

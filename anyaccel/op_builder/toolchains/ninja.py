@@ -23,7 +23,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from anyaccel.op_builder.core.errors import OpBuilderError
 
@@ -67,7 +66,7 @@ def positive_seconds(name: str, raw: str, default: float) -> float:
     return value
 
 
-def build_timeout_s(env: Optional[Mapping[str, str]] = None) -> float:
+def build_timeout_s(env: Mapping[str, str] | None = None) -> float:
     """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S` (see :func:`positive_seconds`)."""
     env = os.environ if env is None else env
     return positive_seconds(TIMEOUT_ENV, env.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
@@ -108,7 +107,8 @@ def write_build_file(build_dir: Path, steps: Sequence[CompileStep], link: Sequen
     lines = ["ninja_required_version = 1.3", ""]
     for i, step in enumerate(steps):
         cmd = shlex.join([*step.command, "-c", str(step.source), "-o", str(step.obj)])
-        lines += [f"rule compile_{i}", f"  command = {cmd.replace('$', '$$')}", f"  description = compile {step.source.name}", ""]
+        lines += [f"rule compile_{i}", f"  command = {cmd.replace('$', '$$')}",
+                  f"  description = compile {step.source.name}", ""]
         lines.append(f"build {_ninja_escape(str(step.obj))}: compile_{i} {_ninja_escape(str(step.source))}")
         lines.append("")
     tool, *flags = link

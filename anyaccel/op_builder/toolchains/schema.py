@@ -44,7 +44,7 @@ def _scalar_checks(fn: Function) -> list[str]:
 
 
 def _function_block(fn: Function) -> str:
-    params = [f"{t} {a.name}" for t, a in zip(_cxx_types(fn), fn.arguments)]
+    params = [f"{t} {a.name}" for t, a in zip(_cxx_types(fn), fn.arguments, strict=True)]
     names = ", ".join(a.name for a in fn.arguments)
     sig = fn.cxx_signature()
     ret = sig.split("(", 1)[0]
@@ -69,9 +69,8 @@ def generate(spec: OpSpec, build: NativeBuild) -> str:
         SpecError: a function's schema does not map to C++.
     """
     fns = spec.functions_of(build)
-    combos = ",\n".join(
-        "    {" + ", ".join(f"::anyaccel::stable::dtype_of(c10::ScalarType::{SCALAR_TYPES[d]})" for d in c.as_tuple()) + "}"
-        for c in spec.dtypes)
+    dtype = "::anyaccel::stable::dtype_of(c10::ScalarType::{})".format
+    combos = ",\n".join("    {" + ", ".join(dtype(SCALAR_TYPES[d]) for d in c.as_tuple()) + "}" for c in spec.dtypes)
     xmacro = " ".join("X(" + ", ".join(SCALAR_TYPES[d] for d in c.as_tuple()) + ")" for c in spec.dtypes)
     defs = " ".join(f"m.def(::anyaccel::op::kSchema_{fn.name});" for fn in fns)
     parts = [
@@ -98,7 +97,8 @@ def generate(spec: OpSpec, build: NativeBuild) -> str:
         f"#define ANYACCEL_DEFINE_OPS(m) {defs}\n\n"
         "#define ANYACCEL_IMPL(m, fn, kernel)                                                              \\\n"
         "  static_assert(std::is_same_v<decltype(kernel), ::anyaccel::op::fn##_fn>,                         \\\n"
-        "                \"kernel \" #kernel \" does not have the C++ signature of \" #fn \"'s schema in the op spec\"); \\\n"
+        "                \"kernel \" #kernel \" does not have the C++ signature of \" #fn                 \\\n"
+        "                \"'s schema in the op spec\");                                                  \\\n"
         "  m.impl(#fn, &::anyaccel::stable::Boxed<::anyaccel::op::fn##_fn>::template call<                 \\\n"
         "                  &::anyaccel::op::fn##_checked<&kernel>>)\n")
     return "".join(parts)

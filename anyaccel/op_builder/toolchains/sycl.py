@@ -27,9 +27,9 @@ import logging
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional
 
 from anyaccel.op_builder.core.errors import ToolchainError
 from anyaccel.op_builder.toolchains.host import find_tool
@@ -80,7 +80,7 @@ class SyclCompiler:
         return int(f"{major}{minor:02}{patch:02}")
 
 
-def find_sycl_compiler(env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+def find_sycl_compiler(env: Mapping[str, str] | None = None) -> Path | None:
     """The SYCL compiler candidate, by file-system lookups only (no process; used by the cache key).
 
     Args:
@@ -152,7 +152,7 @@ def probe_sycl_compiler(path: Path, timeout: float = VERSION_TIMEOUT_S) -> SyclC
     return SyclCompiler(path=path, version=version, banner=banner, home=Path(os.path.realpath(path)).parent.parent)
 
 
-def require_sycl_compiler(env: Optional[Mapping[str, str]] = None) -> SyclCompiler:
+def require_sycl_compiler(env: Mapping[str, str] | None = None) -> SyclCompiler:
     """Find the SYCL compiler and check it by running it (build time only).
 
     Raises:
@@ -186,7 +186,7 @@ def parse_arch_list(text: str) -> list[str]:
     return sorted(set(entries))
 
 
-def xpu_arch_list(env: Optional[Mapping[str, str]] = None) -> list[str]:
+def xpu_arch_list(env: Mapping[str, str] | None = None) -> list[str]:
     """The XPU device architectures to compile ahead of time for (empty: JIT ``spir64`` only).
 
     Args:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Optional
 
 from anyaccel.op_builder.core.errors import OpBuilderError
 
@@ -56,7 +55,7 @@ def running_torch() -> tuple[int, int]:
     return parse_version(torch.__version__)
 
 
-def target(env: Optional[dict[str, str]] = None) -> tuple[int, int]:
+def target(env: dict[str, str] | None = None) -> tuple[int, int]:
     """The stable-ABI target of new builds: ``ANYACCEL_TORCH_TARGET`` or :data:`DEFAULT_TARGET`.
 
     Raises:
@@ -95,7 +94,7 @@ def target_macro(v: tuple[int, int]) -> str:
     return f"-DTORCH_TARGET_VERSION=0x{v[0]:02x}{v[1]:02x}000000000000"
 
 
-def loadable(artifact_target: str, running: Optional[tuple[int, int]] = None) -> bool:
+def loadable(artifact_target: str, running: tuple[int, int] | None = None) -> bool:
     """Whether an artifact built for stable-ABI target ``artifact_target`` (``"2.10"``) runs on this torch."""
     try:
         wanted = parse_version(artifact_target)

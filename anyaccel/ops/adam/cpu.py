@@ -20,7 +20,7 @@ import torch
 
 from anyaccel.ops.host_optimizer import GroupTensors, HostOptimizer, check_beta_pair, check_hyper_parameters
 
-__all__ = ["CPUAdam", "FusedAdam"]
+__all__ = ["CPUAdam"]
 
 
 class CPUAdam(HostOptimizer):

@@ -23,8 +23,8 @@ import importlib
 import importlib.util
 import logging
 import math
-from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -39,7 +39,7 @@ VENDOR_PACKAGE = "torch_npu"
 KERNEL_NAME = "npu_apply_adam_w"
 
 
-def ascend_kernel() -> Optional[Callable[..., Any]]:
+def ascend_kernel() -> Callable[..., Any] | None:
     """``torch_npu.npu_apply_adam_w`` when torch_npu is installed and has it, else None.
 
     Side effects: imports torch_npu (registers ``torch.npu``) when it is installed; never when absent.
@@ -79,14 +79,21 @@ def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
     validation.check_optimizer_lists("adam_step", params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs},
                                      model_copies, [c.as_tuple() for c in SPEC.dtypes], params[0].device.type)
     kernel = ascend_kernel()
-    fused = [i for i, (p, m) in enumerate(zip(params, exp_avgs)) if kernel is not None and m.dtype == p.dtype]
+    fused = [i for i, (p, m) in enumerate(zip(params, exp_avgs, strict=True))
+             if kernel is not None and m.dtype == p.dtype]
     rest = [i for i in range(len(params)) if i not in set(fused)]
-    for indices, run in ((fused, lambda *a: _ascend_step(kernel, *a)), (rest, _foreach_step)):
-        if indices:
-            run(*([lst[i] for i in indices] for lst in (params, grads, exp_avgs, exp_avg_sqs)), step, lr, beta1,
-                beta2, eps, weight_decay, bias_correction, adamw_mode)
+    if fused and kernel is not None:
+        p, g, m, v = _pick(fused, params, grads, exp_avgs, exp_avg_sqs)
+        _ascend_step(kernel, p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode)
+    if rest:
+        p, g, m, v = _pick(rest, params, grads, exp_avgs, exp_avg_sqs)
+        _foreach_step(p, g, m, v, step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode)
     if model_copies:
         write_back(model_copies, as_fp32(params))
+
+
+def _pick(indices: list[int], *lists: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
+    return [[lst[i] for i in indices] for lst in lists]
 
 
 def _ascend_step(kernel: Callable[..., Any], params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
@@ -96,7 +103,7 @@ def _ascend_step(kernel: Callable[..., Any], params: Sequence[torch.Tensor], gra
     beta1_power = beta1 ** (step - 1) if bias_correction else 0.0
     beta2_power = beta2 ** (step - 1) if bias_correction else 0.0
     decay = weight_decay if adamw_mode else 0.0
-    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs, strict=True):
         g = g if g.dtype == p.dtype else g.to(p.dtype)
         if not adamw_mode and weight_decay != 0.0:
             g = g.add(p, alpha=weight_decay)
@@ -113,7 +120,7 @@ def _foreach_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
         if adamw_mode:
             torch._foreach_mul_(ps, 1.0 - lr * weight_decay)
         else:
-            gs = torch._foreach_add(gs, ps, alpha=weight_decay)
+            gs = list(torch._foreach_add(gs, ps, alpha=weight_decay))
     torch._foreach_lerp_(ms, gs, 1.0 - beta1)
     torch._foreach_mul_(vs, beta2)
     torch._foreach_addcmul_(vs, gs, gs, value=1.0 - beta2)

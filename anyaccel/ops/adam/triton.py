@@ -11,7 +11,8 @@ implementation loader, :mod:`anyaccel.ops.dispatch`, does so).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import triton

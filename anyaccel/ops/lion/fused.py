@@ -8,7 +8,7 @@ implementations (CUDA C++, Triton) by :mod:`anyaccel.ops.dispatch`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from anyaccel.ops.fused_buckets import Bucket
 from anyaccel.ops.fused_optimizer import FusedOptimizer
@@ -60,7 +60,7 @@ class FusedLion(FusedOptimizer):
         weight_decay: float = 0.0,
         set_grad_none: bool = True,
         master_weights: bool = False,
-        impl: Optional[str] = None,
+        impl: str | None = None,
         fp32_optimizer_states: bool = True,
     ) -> None:
         checks = (

@@ -6,7 +6,8 @@ Same op, signature and math as the CUDA kernel (``anyaccel/csrc/lion/fused_lion_
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import triton

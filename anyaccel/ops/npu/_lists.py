@@ -19,6 +19,6 @@ def as_fp32(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
     """Copy fp32 ``values`` into ``targets`` (rounding to nearest even for 16-bit targets), skipping aliases."""
-    for t, v in zip(targets, values):
+    for t, v in zip(targets, values, strict=True):
         if t.data_ptr() != v.data_ptr() or t.dtype != v.dtype:
             t.view(-1).copy_(v)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -47,7 +48,7 @@ class WorkTable:
     aligned: bool
 
 
-_cache: "collections.OrderedDict[tuple, WorkTable]" = collections.OrderedDict()
+_cache: collections.OrderedDict[tuple, WorkTable] = collections.OrderedDict()
 _cache_lock = threading.Lock()
 
 
