@@ -312,7 +312,10 @@ class OpSpec:
                                     "or float argument")
                 from anyaccel.ops.validation import Interval
 
-                Interval.parse(interval)
+                try:
+                    Interval.parse(interval)
+                except ValueError as exc:
+                    raise SpecError(f"op {self.family!r}: function {fn.name!r} range of {arg!r}: {exc}") from None
         for c in self.dtypes:
             bad = [d for d in c.as_tuple() if d not in SCALAR_TYPES]
             if bad:

@@ -1,7 +1,8 @@
 // CPU Adam / AdamW step as a torch op, on torch's stable ABI.
 //
 // The schema, the scalar ranges and the accepted dtypes are the op spec's (anyaccel/ops/adam/spec.py),
-// compiled in through the generated anyaccel_op.h; this file keeps the math and the registration.
+// compiled in through the generated anyaccel_op.h. This file is the registration unit (constants,
+// validation, threading); the math is the kernel unit, cpu_adam_kernel.cpp.
 //
 // Algorithm: Adam (Kingma & Ba, ICLR 2015) with L2 weight decay added to the gradient (adamw_mode=false,
 // as torch.optim.Adam), or with decoupled weight decay (Loshchilov & Hutter, ICLR 2019; adamw_mode=true,
@@ -23,6 +24,7 @@
 // the copy), so the step is memory-bandwidth bound: 28 bytes per element for fp32, 22 for 16-bit params
 // with fp32 state, 14 for 16-bit params and state.
 #include "../includes/host_optimizer.h"
+#include "cpu_adam.h"
 
 #include <cmath>
 #include <cstdint>
@@ -30,76 +32,6 @@
 namespace anyaccel {
 namespace adam {
 namespace {
-
-using simd::ScalarF;
-using simd::VecF;
-
-// Per-step constants, computed once in double precision and rounded to fp32.
-struct AdamConsts {
-  float beta1;             // 1 - lerp weight, for the weight >= 0.5 form
-  float beta1_complement;  // 1 - beta1, the lerp weight for exp_avg
-  bool lerp_from_grad;     // torch.lerp's form for weights >= 0.5: g - (g - m) * (1 - w)
-  float beta2;
-  float beta2_complement;  // 1 - beta2
-  float eps;
-  float step_size;         // lr / bc1
-  float inv_bc2_sqrt;      // 1 / sqrt(bc2)
-  float weight_decay;      // used by the L2 (adamw_mode=false) variant
-  float decay;             // 1 - lr * weight_decay for adamw_mode, else exactly 1
-  bool l2;                 // !adamw_mode && weight_decay != 0
-};
-
-// Updates elements [0, n) with lanes of type V and returns how many were done (a multiple of V::kWidth).
-template <typename V, typename P, typename G, typename S, typename C>
-inline int64_t adam_lanes(P* p, const G* g, S* m, S* v, void* copy, int64_t n, const AdamConsts& c) {
-  const V w1 = V::set1(c.beta1_complement);
-  const V b1 = V::set1(c.beta1);
-  const V b2 = V::set1(c.beta2);
-  const V w2 = V::set1(c.beta2_complement);
-  const V eps = V::set1(c.eps);
-  const V step_size = V::set1(c.step_size);
-  const V inv_bc2_sqrt = V::set1(c.inv_bc2_sqrt);
-  const V wd = V::set1(c.weight_decay);
-  const V decay = V::set1(c.decay);
-  int64_t i = 0;
-  for (; i + V::kWidth <= n; i += V::kWidth) {
-    V grad = V::load(g + i);
-    V param = V::load(p + i);
-    V exp_avg = V::load(m + i);
-    V exp_avg_sq = V::load(v + i);
-    if (c.l2) grad = V::fma(param, wd, grad);
-    param = param * decay;
-    const V diff = grad - exp_avg;
-    exp_avg = c.lerp_from_grad ? V::fnma(diff, b1, grad) : V::fma(w1, diff, exp_avg);
-    exp_avg_sq = V::fma(grad * w2, grad, exp_avg_sq * b2);
-    // torch divides sqrt(v) by sqrt(bc2); multiplying by the reciprocal saves a division per lane and
-    // differs by at most one rounding of the denominator.
-    const V denom = V::fma(V::sqrt(exp_avg_sq), inv_bc2_sqrt, eps);
-    param = V::fnma(step_size, exp_avg / denom, param);
-    param.store(p + i);
-    exp_avg.store(m + i);
-    exp_avg_sq.store(v + i);
-    host::store_copy<C>(copy, i, param);
-  }
-  return i;
-}
-
-struct AdamKernel {
-  using Consts = AdamConsts;
-
-  // Updates elements [begin, begin + n) of one tensor: vector lanes, then a scalar tail with the same math.
-  template <typename P, typename G, typename S, typename C>
-  static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const AdamConsts& c) {
-    P* p = static_cast<P*>(t.p) + begin;
-    const G* g = static_cast<const G*>(t.g) + begin;
-    S* m = static_cast<S*>(t.s0) + begin;
-    S* v = static_cast<S*>(t.s1) + begin;
-    void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = adam_lanes<VecF, P, G, S, C>(p, g, m, v, copy, n, c);
-    adam_lanes<ScalarF, P, G, S, C>(p + done, g + done, m + done, v + done, host::offset_copy<C>(copy, done),
-                                    n - done, c);
-  }
-};
 
 constexpr std::array<const char*, 2> kStateNames = {"exp_avgs", "exp_avg_sqs"};
 
@@ -121,8 +53,8 @@ void adam_step_cpu(const stable::TensorList& params, const stable::TensorList& g
   c.weight_decay = static_cast<float>(weight_decay);
   c.decay = adamw_mode ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
   c.l2 = !adamw_mode && weight_decay != 0.0;
-  host::run_step<AdamKernel, 2>("adam_step", params, grads, {&exp_avgs, &exp_avg_sqs}, kStateNames, model_copies,
-                                "FusedAdam", c);
+  host::run_step<AdamConsts, 2>("adam_step", params, grads, {&exp_avgs, &exp_avg_sqs}, kStateNames, model_copies,
+                                "FusedAdam", segments(), c);
 }
 
 }  // namespace

@@ -1,13 +1,10 @@
-// What anyaccel's host (CPU) optimizer ops share: the dtype table, the threading scheme and the
-// registration glue, on torch's stable ABI. Each kernel file (csrc/adam/cpu_adam.cpp,
-// csrc/lion/cpu_lion.cpp) keeps only its math and its registration.
+// The registration side of anyaccel's host (CPU) optimizer ops: validation, threading and the registration
+// glue, on torch's stable ABI. Each op's registration unit (csrc/adam/cpu_adam.cpp, csrc/lion/cpu_lion.cpp)
+// keeps only its constants and its registration; its math lives in the kernel unit (host_kernels.h), which
+// hands over one segment function per dtype combination (host_segments.h).
 //
 // Validation is checks::check_optimizer_lists (stable/checks.h), the same rules as the Python fakes; the
 // scalar ranges are checked by the generated schema header before the kernel runs.
-//
-// Dtypes: the op spec's accepted combinations (param, grad, state, model copy) arrive as the X-macro
-// ANYACCEL_DTYPE_COMBOS of the generated header; segment_table<Kernel>() instantiates one segment function
-// per combination, in the spec's order, so the table and the checks' accepted list cannot disagree.
 //
 // Threading: elements [0, total) of the concatenation of all tensors are split into equal ranges aligned to
 // kAlignElements that cross tensor boundaries, so 200 small tensors balance as well as one big one. The
@@ -18,19 +15,18 @@
 #pragma once
 
 #include <torch/csrc/stable/c/shim.h>
-#include <torch/headeronly/util/BFloat16.h>
-#include <torch/headeronly/util/Half.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "anyaccel_op.h"  // generated from the op spec: ANYACCEL_DTYPE_COMBOS, kAcceptedCombos, ANYACCEL_IMPL
-#include "simd.h"
+#include "anyaccel_op.h"  // generated from the op spec: kAcceptedCombos, ANYACCEL_IMPL
+#include "host_segments.h"
 #include "stable/checks.h"
 #include "stable/tensor.h"
 
@@ -50,67 +46,6 @@ namespace host {
 constexpr int64_t kGrainElements = 1 << 14;
 // Thread ranges start on multiples of this many elements (a 64-byte line of 16 fp32 lanes, times 4).
 constexpr int64_t kAlignElements = 64;
-
-// c10::ScalarType enumerator -> C++ storage type (void for "no model copy").
-template <c10::ScalarType T>
-struct CType;
-template <>
-struct CType<c10::ScalarType::Float> {
-  using type = float;
-};
-template <>
-struct CType<c10::ScalarType::BFloat16> {
-  using type = c10::BFloat16;
-};
-template <>
-struct CType<c10::ScalarType::Half> {
-  using type = c10::Half;
-};
-template <>
-struct CType<c10::ScalarType::Undefined> {
-  using type = void;
-};
-
-// The pointers of one tensor's piece of a step: params P, grads G, up to two states S, model copy C.
-struct SegmentPtrs {
-  void* p;
-  const void* g;
-  void* s0;
-  void* s1;
-  void* copy;
-};
-
-// Kernel provides `using Consts = ...;` and
-// `template <typename P, typename G, typename S, typename C> static void segment(const SegmentPtrs&, int64_t
-// begin, int64_t n, const Consts&)`, where C is void when the combination has no model copy.
-template <typename Kernel>
-using SegmentFn = void (*)(const SegmentPtrs&, int64_t, int64_t, const typename Kernel::Consts&);
-
-#define ANYACCEL_HOST_SEGMENT_(P, G, S, C)                                                                        \
-  &Kernel::template segment<typename CType<c10::ScalarType::P>::type, typename CType<c10::ScalarType::G>::type, \
-                            typename CType<c10::ScalarType::S>::type, typename CType<c10::ScalarType::C>::type>,
-
-// One segment function per accepted dtype combination, in the op spec's order (kAcceptedCombos' order).
-template <typename Kernel>
-std::array<SegmentFn<Kernel>, ::anyaccel::op::kNumCombos> segment_table() {
-  return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_HOST_SEGMENT_)}};
-}
-
-// The model copy pointer advanced by `n` elements of C (nullptr stays nullptr; C is void without a copy).
-template <typename C>
-inline void* offset_copy(void* copy, int64_t n) {
-  if constexpr (std::is_void_v<C>) {
-    return nullptr;
-  } else {
-    return copy == nullptr ? nullptr : static_cast<void*>(static_cast<C*>(copy) + n);
-  }
-}
-
-// Stores `v` into the model copy, or nothing when the combination has none (C is void).
-template <typename C, typename V>
-inline void store_copy(void* copy, int64_t i, const V& v) {
-  if constexpr (!std::is_void_v<C>) v.store(static_cast<C*>(copy) + i);
-}
 
 // Splits the plan's elements into one aligned range per worker and calls `segment(t, begin, count)` for
 // each piece of tensor t (begin relative to tensor t). `segment` runs concurrently on disjoint ranges and
@@ -152,28 +87,28 @@ void parallel_segments(const std::vector<int64_t>& numel, int64_t total, const S
   TORCH_ERROR_CODE_CHECK(torch_parallel_for(0, workers, 1, callback, const_cast<void*>(static_cast<const void*>(&run_range))));
 }
 
-// Validates a host optimizer step (checks::check_optimizer_lists, CPU rules) and runs Kernel over it.
-template <typename Kernel, size_t kStates>
+// Validates a host optimizer step (checks::check_optimizer_lists, CPU rules) and runs the kernel unit's
+// segment functions over it.
+template <typename Consts, size_t kStates>
 void run_step(const char* op, const stable::TensorList& params, const stable::TensorList& grads,
               const std::array<const stable::TensorList*, kStates>& states,
               const std::array<const char*, kStates>& state_names, const stable::TensorList& copies,
-              const char* device_alternative, const typename Kernel::Consts& consts) {
+              const char* device_alternative, const SegmentTable<Consts>& table, const Consts& consts) {
   static_assert(kStates >= 1 && kStates <= 2, "host optimizers have one or two state lists");
   const auto plan = checks::check_optimizer_lists(op, params, grads, states, state_names, copies,
                                                   ::anyaccel::op::kAcceptedCombos, aoti_torch_device_type_cpu(),
                                                   device_alternative);
-  static const auto table = segment_table<Kernel>();
   const bool has_copy = !plan.copies.empty();
   parallel_segments(plan.numel, plan.total, [&](size_t t, int64_t begin, int64_t n) {
-    const SegmentPtrs ptrs{plan.params[t], plan.grads[t], plan.states[0][t], kStates > 1 ? plan.states[kStates - 1][t] : nullptr,
-                           has_copy ? plan.copies[t] : nullptr};
+    const SegmentPtrs ptrs{plan.params[t], plan.grads[t], plan.states[0][t],
+                           kStates > 1 ? plan.states[kStates - 1][t] : nullptr, has_copy ? plan.copies[t] : nullptr};
     table[plan.combo[t]](ptrs, begin, n, consts);
   });
 }
 
-// The ISA level compiled in ("avx512", "avx2", "neon" or "portable"), the `isa() -> str` op of every host
-// optimizer.
-inline std::string isa() { return simd::kIsaName; }
+// The ISA level compiled in ("avx512", "avx2", "neon" or "portable"): the `isa() -> str` op of every host
+// optimizer, defined by each op's kernel unit (where simd.h is compiled).
+std::string isa();
 
 }  // namespace host
 }  // namespace anyaccel

@@ -34,7 +34,7 @@ from typing_extensions import override
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.errors import OpBuilderError
-from anyaccel.op_builder.toolchains import schema, torch_abi
+from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 
@@ -229,7 +229,7 @@ class SYCLOpBuilder(OpBuilder):
 
         gen_dir = build_dir / "gen"
         gen_dir.mkdir()
-        (gen_dir / schema.HEADER_NAME).write_text(self.schema_header())
+        self.write_generated_headers(gen_dir)
         root = self.source_root()
         flags = [f for f in self.common_flags(namespace, gen_dir) if not f.startswith("-I") and f != "-isystem"
                  and f != str(torch_abi.include_dir())]

@@ -46,7 +46,8 @@ SPEC = OpSpec(
         DtypeCombo("float32", "float16", "float32", "float16"),
     ),
     builds=(
-        NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu", sources=("csrc/adam/cpu_adam.cpp",),
+        NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu",
+                    sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
                     functions=("adam_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),

@@ -30,7 +30,8 @@ SPEC = OpSpec(
     ),
     dtypes=_ADAM.dtypes,  # the element-wise optimizers share their storage combinations
     builds=(
-        NativeBuild("CPULionBuilder", "cpu_lion", "cpu", sources=("csrc/lion/cpu_lion.cpp",),
+        NativeBuild("CPULionBuilder", "cpu_lion", "cpu",
+                    sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_kernel.cpp"),
                     functions=("lion_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedLionBuilder", "fused_lion", "cuda", sources=("csrc/lion/fused_lion_cuda.cu",),

@@ -1,0 +1,114 @@
+// The math side of anyaccel's host (CPU) optimizer ops: what a kernel-only translation unit needs.
+//
+// A CPU op is two translation units compiled in parallel: the kernel unit (csrc/<family>/cpu_<family>_kernel.cpp)
+// includes only this header, simd.h and the generated anyaccel_dtypes.h (no torch header beyond the
+// header-only BFloat16/Half types), and the registration unit (csrc/<family>/cpu_<family>.cpp) includes
+// host_optimizer.h and torch's stable ABI. torch's stable headers and the SIMD code generation each cost
+// about 1.5 s of compile time; split, they overlap on two cores (the cold build of CPU Adam is the sum of
+// the two otherwise).
+//
+// Dtypes: the op spec's accepted combinations (param, grad, state, model copy) arrive as the X-macro
+// ANYACCEL_DTYPE_COMBOS; segment_table<Kernel>() instantiates one segment function per combination, in the
+// spec's order, the order of the registration unit's checks (kAcceptedCombos).
+#pragma once
+
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "anyaccel_dtypes.h"  // generated from the op spec: ANYACCEL_DTYPE_COMBOS, kNumCombos
+#include "host_segments.h"
+#include "simd.h"
+
+namespace anyaccel {
+namespace host {
+
+// The X-macro's dtype names (c10::ScalarType enumerator names) -> C++ storage types (void: no model copy).
+// Tag types rather than c10::ScalarType itself, so this unit needs no torch header beyond BFloat16/Half.
+struct DType_Float {
+  using type = float;
+};
+struct DType_BFloat16 {
+  using type = c10::BFloat16;
+};
+struct DType_Half {
+  using type = c10::Half;
+};
+struct DType_Undefined {
+  using type = void;
+};
+
+#define ANYACCEL_HOST_SEGMENT_(P, G, S, C)                                                                  \
+  &Kernel::template segment<typename DType_##P::type, typename DType_##G::type, typename DType_##S::type, \
+                            typename DType_##C::type>,
+
+// One segment function per accepted dtype combination, in the op spec's order. Kernel provides
+// `template <typename P, typename G, typename S, typename C> static void segment(const SegmentPtrs&, int64_t
+// begin, int64_t n, const Consts&)`, where C is void when the combination has no model copy.
+template <typename Kernel, typename Consts>
+SegmentTable<Consts> segment_table() {
+  return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_HOST_SEGMENT_)}};
+}
+
+// The model copy pointer advanced by `n` elements of C (nullptr stays nullptr; C is void without a copy).
+template <typename C>
+inline void* offset_copy(void* copy, int64_t n) {
+  if constexpr (std::is_void_v<C>) {
+    return nullptr;
+  } else {
+    return copy == nullptr ? nullptr : static_cast<void*>(static_cast<C*>(copy) + n);
+  }
+}
+
+// Stores `v` into the model copy, or nothing when the combination has none (C is void).
+template <typename C, typename V>
+inline void store_copy(void* copy, int64_t i, const V& v) {
+  if constexpr (!std::is_void_v<C>) v.store(static_cast<C*>(copy) + i);
+}
+
+// A vector-width stack copy of the last n < kWidth elements of one array, so a kernel's tail runs through
+// the same vector code as its body (one instantiation per dtype combination instead of two; padding lanes
+// are zero and their results are dropped). `write_back` copies the n real elements back.
+template <typename T>
+struct TailBuffer {
+  static constexpr int64_t kWidth = simd::VecF::kWidth;
+  alignas(64) T buf[kWidth];
+  T* src;
+  int64_t n;
+
+  TailBuffer(T* s, int64_t count) : src(s), n(count) {
+    std::memset(static_cast<void*>(buf), 0, sizeof(buf));
+    if (s != nullptr) {
+      std::memcpy(static_cast<void*>(buf), static_cast<const void*>(s), static_cast<size_t>(count) * sizeof(T));
+    }
+  }
+  T* data() { return buf; }
+  void write_back() {
+    if (src != nullptr) {
+      std::memcpy(static_cast<void*>(src), static_cast<const void*>(buf), static_cast<size_t>(n) * sizeof(T));
+    }
+  }
+};
+
+// The tail buffer of a model copy of storage C (nothing when C is void: no copy).
+template <typename C>
+struct CopyTail {
+  TailBuffer<C> t;
+  CopyTail(void* copy, int64_t n) : t(static_cast<C*>(copy), n) {}
+  void* data() { return t.src == nullptr ? nullptr : static_cast<void*>(t.data()); }
+  void write_back() { t.write_back(); }
+};
+template <>
+struct CopyTail<void> {
+  CopyTail(void*, int64_t) {}
+  void* data() { return nullptr; }
+  void write_back() {}
+};
+
+}  // namespace host
+}  // namespace anyaccel
