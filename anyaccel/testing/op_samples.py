@@ -3,8 +3,9 @@
 The tests' parametrisation comes from the specs: every function, every accepted dtype combination, every
 implementation. :func:`sample_args` builds one valid call of a spec function from its schema: ``Tensor[]``
 arguments become lists of random tensors of odd sizes whose dtypes follow the spec's dtype combination
-(the lists in schema order are params, grads, the state lists, and ``model_copies``), and ranged scalars get
-a value inside their interval (:func:`in_range`).
+(the lists in schema order are params, grads, the state lists, and ``model_copies``), a single ``Tensor``
+argument is a per-parameter float32 output (one entry per tensor of the lists), and ranged scalars get a
+value inside their interval (:func:`in_range`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from anyaccel.ops.validation import Interval
 SIZES: tuple[int, ...] = (37, 1, 0, 1029)
 
 #: Typical values for the ranged scalars of the optimizer families (inside every range the specs use).
-TYPICAL: dict[str, float] = {"step": 3, "lr": 1e-2, "beta1": 0.9, "beta2": 0.99, "eps": 1e-8, "weight_decay": 0.01}
+TYPICAL: dict[str, float] = {"step": 3, "lr": 1e-2, "beta1": 0.9, "beta2": 0.99, "eps": 1e-8, "weight_decay": 0.01,
+                             "grad_scale": 1.0, "max_coeff": 10.0, "min_coeff": 0.01}
 
 
 def in_range(name: str, interval: str) -> float:
@@ -74,6 +76,8 @@ def sample_args(fn: Function, combo: DtypeCombo, device: str = "cpu", sizes: tup
             if role == "state" and a.name.endswith("sqs"):
                 tensors = [t.abs() for t in tensors]
             args.append([t.to(device) for t in tensors])
+        elif a.type == "Tensor":  # a per-parameter output (LAMB's trust ratios): float32, one entry each
+            args.append(torch.zeros(len(sizes), dtype=torch.float32, device=device))
         elif a.name in ranges:
             value = in_range(a.name, ranges[a.name])
             args.append(int(value) if a.type == "int" else float(value))

@@ -134,7 +134,8 @@ def test_fake_and_kernel_reject_bad_calls_with_the_same_message(s: OpSpec, b: An
             with pytest.raises(RuntimeError) as kernel_error:
                 op(*args)
             with FakeTensorMode() as mode:
-                fake_args = [[mode.from_tensor(t) for t in a] if isinstance(a, list) else a for a in args]
+                fake_args = [[mode.from_tensor(t) for t in a] if isinstance(a, list) else
+                             mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
                 with pytest.raises(RuntimeError) as fake_error:
                     op(*fake_args)
             assert str(kernel_error.value) == str(fake_error.value), what

@@ -47,44 +47,68 @@ constexpr int64_t kGrainElements = 1 << 14;
 // Thread ranges start on multiples of this many elements (a 64-byte line of 16 fp32 lanes, times 4).
 constexpr int64_t kAlignElements = 64;
 
-// Splits the plan's elements into one aligned range per worker and calls `segment(t, begin, count)` for
-// each piece of tensor t (begin relative to tensor t). `segment` runs concurrently on disjoint ranges and
-// must not throw.
-template <typename Segment>
-void parallel_segments(const std::vector<int64_t>& numel, int64_t total, const Segment& segment) {
-  if (total == 0) return;
-  const size_t n = numel.size();
-  std::vector<int64_t> offsets(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) offsets[i + 1] = offsets[i] + numel[i];
-  uint32_t max_threads = 1;
-  TORCH_ERROR_CODE_CHECK(torch_get_num_threads(&max_threads));
-  const int64_t workers = std::max<int64_t>(
-      1, std::min<int64_t>(static_cast<int64_t>(max_threads), (total + kGrainElements - 1) / kGrainElements));
-  const int64_t per_worker = ((total + workers - 1) / workers + kAlignElements - 1) / kAlignElements * kAlignElements;
-  auto run_range = [&](int64_t w) {
-    const int64_t begin = std::min(total, w * per_worker);
-    const int64_t end = std::min(total, begin + per_worker);
+// How a step's elements are split among workers: elements [0, total) of the concatenation of all tensors,
+// one aligned range per worker, at most ceil(total / kGrainElements) workers and torch's thread count.
+class WorkSplit {
+ public:
+  WorkSplit(const std::vector<int64_t>& numel, int64_t total) : total_(total), offsets_(numel.size() + 1, 0) {
+    for (size_t i = 0; i < numel.size(); ++i) offsets_[i + 1] = offsets_[i] + numel[i];
+    uint32_t max_threads = 1;
+    TORCH_ERROR_CODE_CHECK(torch_get_num_threads(&max_threads));
+    workers_ = std::max<int64_t>(
+        1, std::min<int64_t>(static_cast<int64_t>(max_threads), (total + kGrainElements - 1) / kGrainElements));
+    per_worker_ = ((total + workers_ - 1) / workers_ + kAlignElements - 1) / kAlignElements * kAlignElements;
+  }
+
+  int64_t workers() const { return workers_; }
+
+  // Calls `piece(t, begin, count)` for each piece of tensor t in worker w's range (begin relative to t).
+  template <typename Piece>
+  void pieces(int64_t w, const Piece& piece) const {
+    const size_t n = offsets_.size() - 1;
+    const int64_t begin = std::min(total_, w * per_worker_);
+    const int64_t end = std::min(total_, begin + per_worker_);
     if (begin >= end) return;
     // The tensor holding element `begin`: the last t with offsets[t] <= begin (skips empty tensors).
-    size_t t = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin()) - 1;
+    size_t t = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin()) - 1;
     for (int64_t pos = begin; pos < end && t < n; ++t) {
-      const int64_t seg_end = std::min(end, offsets[t + 1]);
+      const int64_t seg_end = std::min(end, offsets_[t + 1]);
       if (seg_end > pos) {
-        segment(t, pos - offsets[t], seg_end - pos);
+        piece(t, pos - offsets_[t], seg_end - pos);
         pos = seg_end;
       }
     }
-  };
-  if (workers == 1) {
-    run_range(0);
-    return;
   }
-  using RunRange = decltype(run_range);
-  auto callback = [](int64_t b, int64_t e, void* ctx) {
-    const RunRange& f = *static_cast<const RunRange*>(ctx);
-    for (int64_t w = b; w < e; ++w) f(w);
-  };
-  TORCH_ERROR_CODE_CHECK(torch_parallel_for(0, workers, 1, callback, const_cast<void*>(static_cast<const void*>(&run_range))));
+
+  // Runs `work(w)` for every worker on torch's intra-op pool (inline when there is one). `work` runs
+  // concurrently for different w and must not throw.
+  template <typename Work>
+  void run(const Work& work) const {
+    if (total_ == 0) return;
+    if (workers_ == 1) {
+      work(0);
+      return;
+    }
+    auto callback = [](int64_t b, int64_t e, void* ctx) {
+      const Work& f = *static_cast<const Work*>(ctx);
+      for (int64_t w = b; w < e; ++w) f(w);
+    };
+    TORCH_ERROR_CODE_CHECK(
+        torch_parallel_for(0, workers_, 1, callback, const_cast<void*>(static_cast<const void*>(&work))));
+  }
+
+ private:
+  int64_t total_;
+  std::vector<int64_t> offsets_;
+  int64_t workers_ = 1;
+  int64_t per_worker_ = 0;
+};
+
+// Splits the plan's elements among workers and calls `segment(t, begin, count)` for each piece of tensor t.
+template <typename Segment>
+void parallel_segments(const std::vector<int64_t>& numel, int64_t total, const Segment& segment) {
+  const WorkSplit split(numel, total);
+  split.run([&](int64_t w) { split.pieces(w, segment); });
 }
 
 // Validates a host optimizer step (checks::check_optimizer_lists, CPU rules) and runs the kernel unit's

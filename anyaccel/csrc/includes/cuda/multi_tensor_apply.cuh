@@ -360,28 +360,46 @@ std::array<LaunchFn<Op>, ::anyaccel::op::kNumCombos> launchers() {
   return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_MTA_LAUNCHER_)}};
 }
 
-// Validates a step (checks::check_optimizer_lists, accelerator rules), groups its tensors by dtype
-// combination and launches one kernel per group on torch's current stream of params[0]'s device.
-template <int NS, class Op>
-void run_step(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
-              const std::array<const stable::TensorList*, NS>& states, const std::array<const char*, NS>& state_names,
-              const stable::TensorList& copies, const Op& op) {
-  STD_TORCH_CHECK(params.size() > 0, op_name, ": params is empty; pass at least one tensor");
-  const int32_t cuda = aoti_torch_device_type_cuda();
-  STD_TORCH_CHECK(params[0].device_type() == cuda, op_name, ": params[0] is on device ", params[0].device_text(),
-                  "; this is the CUDA kernel (use the CPU optimizer for host tensors)");
-  const auto plan = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
-                                                  ::anyaccel::op::kAcceptedCombos, cuda, "");
-  DeviceGuard guard(plan.device_index);
-  const cudaStream_t stream = current_stream(plan.device_index);
-  static const auto table_launchers = launchers<NS, Op>();
+// The tensors of one dtype combination of a step, uploaded as one table (see the top of this file), plus,
+// after the kTable rows, the global index (position in the op's lists) of each row's tensor.
+struct Group {
+  size_t combo;                // index into the op spec's accepted combinations
+  stable::Tensor table;        // int64 on the device: count rows of kRowWords words, then count indices
+  int count;                   // tensors in the group
+  int64_t chunks;              // chunks of kChunk elements over the group
+  const int64_t* rows() const { return static_cast<const int64_t*>(table.const_data_ptr()); }
+  const int64_t* indices() const { return rows() + static_cast<int64_t>(count) * kRowWords; }
+};
+
+// The first checks of a CUDA step, before a device guard can be set from params[0]: a non-empty list of
+// CUDA tensors. Returns params[0]'s device index.
+inline int32_t first_param_device(const char* op_name, const stable::TensorList& params) {
+  if (params.size() == 0) checks::fail(std::string(op_name) + ": params is empty; pass at least one tensor");
+  if (params[0].device_type() != aoti_torch_device_type_cuda()) {
+    checks::fail(std::string(op_name) + ": params[0] is on device " + params[0].device_text() +
+                 "; this is the CUDA kernel (use the CPU optimizer for host tensors)");
+  }
+  return params[0].device_index();
+}
+
+// Validates a step (checks::check_optimizer_lists, accelerator rules) and groups its non-empty tensors by
+// dtype combination, one uploaded table per group. `plan_out` receives the validated plan. Call it under a
+// device guard of first_param_device().
+template <int NS>
+std::vector<Group> make_groups(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
+                               const std::array<const stable::TensorList*, NS>& states,
+                               const std::array<const char*, NS>& state_names, const stable::TensorList& copies,
+                               checks::OptimizerPlan<NS>* plan_out) {
+  *plan_out = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
+                                            ::anyaccel::op::kAcceptedCombos, aoti_torch_device_type_cuda(), "");
+  const auto& plan = *plan_out;
   const bool has_copy = !plan.copies.empty();
+  std::vector<Group> groups;
   for (size_t combo = 0; combo < ::anyaccel::op::kNumCombos; ++combo) {
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, index;
     int64_t chunks = 0;
-    int count = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
-      if (plan.combo[i] != static_cast<int>(combo)) continue;
+      if (plan.combo[i] != static_cast<int>(combo) || plan.numel[i] == 0) continue;
       void* p = plan.params[i];
       const void* g = plan.grads[i];
       void* s0 = plan.states[0][i];
@@ -390,20 +408,36 @@ void run_step(const char* op_name, const stable::TensorList& params, const stabl
       const auto& c = ::anyaccel::op::kAcceptedCombos[combo];
       const size_t pe = aoti_torch_dtype_element_size(c.param), ge = aoti_torch_dtype_element_size(c.grad),
                    se = aoti_torch_dtype_element_size(c.state);
-      bool aligned = is_aligned(p, kVec * pe) && is_aligned(g, kVec * ge) && is_aligned(s0, kVec * se) &&
-                     (s1 == nullptr || is_aligned(s1, kVec * se)) &&
-                     (cp == nullptr || is_aligned(cp, kVec * aoti_torch_dtype_element_size(c.copy)));
+      const bool aligned = is_aligned(p, kVec * pe) && is_aligned(g, kVec * ge) && is_aligned(s0, kVec * se) &&
+                           (s1 == nullptr || is_aligned(s1, kVec * se)) &&
+                           (cp == nullptr || is_aligned(cp, kVec * aoti_torch_dtype_element_size(c.copy)));
       const int64_t numel = plan.numel[i];
       rows.insert(rows.end(), {reinterpret_cast<int64_t>(p), reinterpret_cast<int64_t>(g),
                                reinterpret_cast<int64_t>(s0), reinterpret_cast<int64_t>(s1),
                                reinterpret_cast<int64_t>(cp), numel, chunks, aligned ? 1 : 0});
+      index.push_back(static_cast<int64_t>(i));
       chunks += (numel + kChunk - 1) / kChunk;
-      ++count;
     }
-    if (count == 0 || chunks == 0) continue;
-    const stable::Tensor table = upload_table(rows, plan.device_index);
-    table_launchers[combo](static_cast<const int64_t*>(table.const_data_ptr()), count, chunks, op,
-                           plan.device_index, stream);
+    if (index.empty()) continue;
+    rows.insert(rows.end(), index.begin(), index.end());
+    groups.push_back(Group{combo, upload_table(rows, plan.device_index), static_cast<int>(index.size()), chunks});
+  }
+  return groups;
+}
+
+// Validates a step, groups its tensors by dtype combination and launches one kernel per group on torch's
+// current stream of params[0]'s device.
+template <int NS, class Op>
+void run_step(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
+              const std::array<const stable::TensorList*, NS>& states, const std::array<const char*, NS>& state_names,
+              const stable::TensorList& copies, const Op& op) {
+  const DeviceGuard guard(first_param_device(op_name, params));
+  checks::OptimizerPlan<NS> plan;
+  const auto groups = make_groups<NS>(op_name, params, grads, states, state_names, copies, &plan);
+  const cudaStream_t stream = current_stream(plan.device_index);
+  static const auto table_launchers = launchers<NS, Op>();
+  for (const Group& g : groups) {
+    table_launchers[g.combo](g.rows(), g.count, g.chunks, op, plan.device_index, stream);
   }
 }
 

@@ -29,11 +29,22 @@ namespace checks {
 
 constexpr double kFloat32Max = 3.4028234663852886e38;
 
-// The shortest text that reads back as `v` (as Python's repr prints floats: 1e+39, 0.001).
+// `v` as Python's repr prints a float (the fakes' messages use repr): the shortest digits that read back as
+// `v`, in fixed notation when the decimal exponent is in [-4, 16) (with ".0" for integral values), else in
+// scientific notation ("1e+39"); "inf", "nan" as is.
 inline std::string number_text(double v) {
   char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, res.ptr);
+  if (!std::isfinite(v)) {
+    return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  }
+  auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  const int exponent = std::stoi(sci.substr(sci.find('e') + 1));
+  if (exponent < -4 || exponent >= 16) return sci;
+  res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed);
+  std::string fixed(buf, res.ptr);
+  if (fixed.find('.') == std::string::npos) fixed += ".0";
+  return fixed;
 }
 
 // A scalar range from the op spec (generated into the schema header): low/high with open or closed ends.
@@ -84,6 +95,7 @@ struct OptimizerPlan {
   std::vector<void*> copies;                    // written; empty without model copies
   int32_t device_type = 0;
   int32_t device_index = -1;
+  std::string device_text;                      // params[0]'s device as torch prints it ("cpu", "cuda:0")
   int64_t total = 0;                            // elements over all parameters
   size_t size() const { return numel.size(); }
 };
@@ -119,6 +131,7 @@ OptimizerPlan<kStates> check_optimizer_lists(const char* op, const stable::Tenso
   if (n > 0) {
     plan.device_index = params[0].device_index();
     first_device = params[0].device_text();
+    plan.device_text = first_device;
   }
   // The message prefix is built only when a check fails (a step validates thousands of tensors).
   auto where = [op](const char* list, size_t i) { return std::string(op) + ": " + list + "[" + std::to_string(i) + "]"; };
@@ -204,6 +217,22 @@ OptimizerPlan<kStates> check_optimizer_lists(const char* op, const stable::Tenso
     if (has_copy) plan.copies[i] = copies[i].data_ptr();
   }
   return plan;
+}
+
+// Checks an output tensor of one float32 entry per parameter (LAMB's trust ratios): contiguous, float32,
+// plan.size() elements, on the parameters' device. The words are anyaccel/ops/lamb/spec.py's.
+template <size_t kStates>
+void check_coefficients(const char* op, const char* name, const stable::TensorView& t,
+                        const OptimizerPlan<kStates>& plan) {
+  const int64_t n = static_cast<int64_t>(plan.size());
+  const bool on_device = n == 0 || (t.device_type() == plan.device_type &&
+                                    (plan.device_type == aoti_torch_device_type_cpu() ||
+                                     t.device_index() == plan.device_index));
+  if (!(t.dtype() == stable::dtype_of(c10::ScalarType::Float) && t.numel() == n && t.is_contiguous() && on_device)) {
+    fail(std::string(op) + ": " + name + " must be a contiguous float32 tensor of " + std::to_string(n) +
+         " elements on " + (n == 0 ? std::string("the parameters device") : plan.device_text) + "; got " +
+         stable::dtype_name(t.dtype()) + " with " + std::to_string(t.numel()) + " elements on " + t.device_text());
+  }
 }
 
 }  // namespace checks

@@ -1,0 +1,150 @@
+"""Triton implementation of the fused multi-tensor LAMB step.
+
+Same op, signature and math as the CUDA kernel (``anyaccel/csrc/lamb/fused_lamb_cuda.cu``; algorithm in
+:mod:`anyaccel.ops.lamb.spec`): one Triton program per chunk of ``BLOCK`` elements updates the moments and
+writes its chunk's partial sums of ``p**2`` and ``u**2``; the per-tensor trust ratios are a segmented sum of
+those partials (in float64, fixed order) and a clamp, in torch ops; a second launch applies the update.
+Triton runs on CUDA and Intel XPU devices.
+
+Importing this module imports Triton; the implementation loader (:mod:`anyaccel.ops.dispatch`) imports it
+only where Triton is installed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from anyaccel.ops.triton import multi_tensor
+
+BLOCK = 4096
+NUM_WARPS = 8
+
+
+@triton.jit
+def _lamb_update_kernel(p_base, g_base, m_base, v_base, rows_ptr, chunks_ptr, partials_ptr, b1, omb1, b2, omb2, eps,
+                        inv_scale, wd, EPS_INSIDE: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    t = tl.load(chunks_ptr + 2 * pid)
+    start = tl.load(chunks_ptr + 2 * pid + 1) * BLOCK
+    row = rows_ptr + 6 * t
+    n = tl.load(row + 5)
+    offs = start + tl.arange(0, BLOCK)
+    mask = offs < n
+    p_ptr = p_base + tl.load(row + 0)
+    g_ptr = g_base + tl.load(row + 1)
+    m_ptr = m_base + tl.load(row + 2)
+    v_ptr = v_base + tl.load(row + 3)
+    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32) * inv_scale
+    m = b1 * tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32) + omb1 * g
+    v = b2 * tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32) + omb2 * g * g
+    tl.store(m_ptr + offs, m.to(m_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_ptr + offs, v.to(v_ptr.dtype.element_ty), mask=mask)
+    if EPS_INSIDE:
+        denom = tl.sqrt_rn(v + eps)
+    else:
+        denom = tl.sqrt_rn(v) + eps
+    u = tl.div_rn(m, denom) + wd * p
+    u = tl.where(mask, u, 0.0)
+    tl.store(partials_ptr + 2 * pid, tl.sum(p * p, axis=0))
+    tl.store(partials_ptr + 2 * pid + 1, tl.sum(u * u, axis=0))
+
+
+@triton.jit
+def _lamb_apply_kernel(p_base, m_base, v_base, c_base, rows_ptr, chunks_ptr, coeff_ptr, eps, wd, step_size,
+                       EPS_INSIDE: tl.constexpr, HAS_COPY: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    t = tl.load(chunks_ptr + 2 * pid)
+    start = tl.load(chunks_ptr + 2 * pid + 1) * BLOCK
+    row = rows_ptr + 6 * t
+    n = tl.load(row + 5)
+    offs = start + tl.arange(0, BLOCK)
+    mask = offs < n
+    p_ptr = p_base + tl.load(row + 0)
+    m_ptr = m_base + tl.load(row + 2)
+    v_ptr = v_base + tl.load(row + 3)
+    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if EPS_INSIDE:
+        denom = tl.sqrt_rn(v + eps)
+    else:
+        denom = tl.sqrt_rn(v) + eps
+    u = tl.div_rn(m, denom) + wd * p
+    p = p - step_size * tl.load(coeff_ptr + t) * u
+    tl.store(p_ptr + offs, p.to(p_ptr.dtype.element_ty), mask=mask)
+    if HAS_COPY:
+        c_ptr = c_base + tl.load(row + 4)
+        tl.store(c_ptr + offs, p.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def lamb_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
+              exp_avg_sqs: Sequence[torch.Tensor], model_copies: Sequence[torch.Tensor], lamb_coeffs: torch.Tensor,
+              step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, grad_scale: float,
+              max_coeff: float, min_coeff: float, bias_correction: bool, eps_inside_sqrt: bool) -> None:
+    """One LAMB step over many tensors in place (schema and math: :mod:`anyaccel.ops.lamb.spec`).
+
+    Args:
+        params, grads, exp_avgs, exp_avg_sqs, model_copies: as for ``adam_step`` (one CUDA/XPU device).
+        lamb_coeffs: float32, one entry per parameter; receives each tensor's trust ratio.
+        step: >= 1. lr, beta1, beta2, eps, weight_decay: as Adam's. grad_scale: divides the gradients.
+        max_coeff, min_coeff: the trust ratio's clamp. bias_correction: scale the step by
+        ``sqrt(1 - beta2**step) / (1 - beta1**step)``. eps_inside_sqrt: ``sqrt(v + eps)``.
+
+    Raises:
+        RuntimeError: a scalar out of range or a bad list entry (the op spec's rules, as the CUDA kernel).
+
+    Side effects: compiles the Triton kernels on first use per dtype combination.
+    """
+    from anyaccel.ops.lamb.spec import SPEC, check_coeff_order, check_lamb_coeffs
+
+    fn = SPEC.function("lamb_step")
+    check_coeff_order(min_coeff, max_coeff)
+    launches = multi_tensor.prepare(
+        fn, SPEC, dict(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                       grad_scale=grad_scale, max_coeff=max_coeff, min_coeff=min_coeff),
+        params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, model_copies)
+    check_lamb_coeffs(lamb_coeffs, len(params), params[0].device)
+    bc1 = 1.0 - beta1**step if bias_correction else 1.0
+    bc2 = 1.0 - beta2**step if bias_correction else 1.0
+    step_size = lr * math.sqrt(bc2) / bc1 if bias_correction else lr
+    index = {id(p): i for i, p in enumerate(params)}
+    lamb_coeffs.fill_(1.0)
+    for lists in launches:
+        has_copy = len(lists) == 5
+        table = multi_tensor.work_table(lists, BLOCK)
+        p, g, m, v = (lst[0] for lst in lists[:4])
+        counts = torch.tensor([(t.numel() + BLOCK - 1) // BLOCK for t in lists[0]], device=p.device)
+        partials = torch.empty(table.num_chunks, 2, dtype=torch.float32, device=p.device)
+        with torch.get_device_module(p.device.type).device(p.device):
+            _lamb_update_kernel[(table.num_chunks,)](
+                p, g, m, v, table.rows, table.chunks, partials, beta1, 1.0 - beta1, beta2, 1.0 - beta2, eps,
+                1.0 / grad_scale, weight_decay, EPS_INSIDE=eps_inside_sqrt, BLOCK=BLOCK, num_warps=NUM_WARPS)
+            sums = torch.segment_reduce(partials.double(), "sum", lengths=counts, axis=0)
+            norms = sums.sqrt()
+            ratio = (norms[:, 0] / norms[:, 1]).clamp(min_coeff, max_coeff)
+            coeff = torch.where((norms[:, 0] != 0) & (norms[:, 1] != 0), ratio, torch.ones_like(ratio)).float()
+            _lamb_apply_kernel[(table.num_chunks,)](
+                p, m, v, lists[4][0] if has_copy else p, table.rows, table.chunks, coeff, eps, weight_decay,
+                step_size, EPS_INSIDE=eps_inside_sqrt, HAS_COPY=has_copy, BLOCK=BLOCK, num_warps=NUM_WARPS)
+        positions = torch.tensor([index[id(t)] for t in lists[0]], device=p.device)
+        lamb_coeffs.index_copy_(0, positions, coeff)
+
+
+def load() -> Any:
+    """The Triton implementation as a torch op, ``anyaccel_triton_lamb::lamb_step`` (the spec's schema and
+    fake), registered for CUDA and XPU.
+
+    Side effects: imports Triton (at module import) and registers the op once per process.
+    """
+    from anyaccel.ops import python_ops
+    from anyaccel.ops.lamb.spec import SPEC
+
+    return python_ops.define(SPEC, "anyaccel_triton_lamb", {"lamb_step": lamb_step}, ("cuda", "xpu"),
+                             ("cuda", "xpu"))
