@@ -27,6 +27,18 @@ namespace {
 struct LambConsts {
   float b1, omb1, b2, omb2, eps, inv_scale, wd, step_size, max_coeff, min_coeff;
   bool eps_inside_sqrt;
+  // Capturable steps: the learning rate and the 1-based step count in device memory (float32 scalars),
+  // step_size derived in prepare(); nullptr otherwise (the host derived it).
+  const float* lr_ptr;
+  const float* step_ptr;
+  double b1_d, b2_d;
+  bool bias_correction;
+
+  __device__ __forceinline__ void prepare() {
+    if (lr_ptr == nullptr) return;
+    const double lr = *lr_ptr, step = *step_ptr;
+    step_size = static_cast<float>(bias_correction ? lr * sqrt(1.0 - pow(b2_d, step)) / (1.0 - pow(b1_d, step)) : lr);
+  }
 
   __device__ __forceinline__ float update(float p, float m, float v) const {
     const float denom = eps_inside_sqrt ? sqrtf(v + eps) : sqrtf(v) + eps;
@@ -74,6 +86,7 @@ template <typename P, typename G, typename S>
 __global__ void __launch_bounds__(kThreads) lamb_update(const int64_t* __restrict__ table, int num_tensors,
                                                         int64_t num_chunks, LambConsts k,
                                                         float* __restrict__ partials) {
+  k.prepare();
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const int64_t* row = table + row_of_chunk(table, num_tensors, c) * mta::kRowWords;
     const P* __restrict__ p = reinterpret_cast<const P*>(row[0]);
@@ -161,6 +174,7 @@ template <typename P, typename S, typename O, bool HAS_COPY>
 __global__ void __launch_bounds__(kThreads) lamb_apply(const int64_t* __restrict__ table, int num_tensors,
                                                        int64_t num_chunks, LambConsts k,
                                                        const float* __restrict__ coeff) {
+  k.prepare();
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     const int t = row_of_chunk(table, num_tensors, c);
     const int64_t* row = table + int64_t(t) * mta::kRowWords;
@@ -199,8 +213,15 @@ __global__ void fill_ones(float* __restrict__ out, int n) {
 }
 
 // The three launches of one dtype group.
+// A dtype group's table as the kernels read it: rows, then global indices.
+struct GroupView {
+  const int64_t* rows;
+  int count;
+  int64_t chunks;
+};
+
 template <typename P, typename G, typename S, typename O, bool HAS_COPY>
-void lamb_group(const mta::Group& group, const LambConsts& k, float* user_coeffs, int32_t device_index,
+void lamb_group(const GroupView& group, const LambConsts& k, float* user_coeffs, int32_t device_index,
                 cudaStream_t stream) {
   static int blocks_per_sm = [] {
     int b = 0;
@@ -219,18 +240,18 @@ void lamb_group(const mta::Group& group, const LambConsts& k, float* user_coeffs
   const stable::Tensor scratch(scratch_h);
   float* partials = static_cast<float*>(scratch.data_ptr());
   float* coeff = partials + 2 * group.chunks;
-  lamb_update<P, G, S><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(group.rows(), group.count, group.chunks,
+  lamb_update<P, G, S><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(group.rows, group.count, group.chunks,
                                                                              k, partials);
   ANYACCEL_CUDA_CHECK(cudaGetLastError());
-  lamb_ratios<<<static_cast<unsigned>(group.count), kThreads, 0, stream>>>(group.rows(), group.count, group.chunks,
+  lamb_ratios<<<static_cast<unsigned>(group.count), kThreads, 0, stream>>>(group.rows, group.count, group.chunks,
                                                                            partials, k, coeff, user_coeffs);
   ANYACCEL_CUDA_CHECK(cudaGetLastError());
-  lamb_apply<P, S, O, HAS_COPY><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(group.rows(), group.count,
+  lamb_apply<P, S, O, HAS_COPY><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(group.rows, group.count,
                                                                                      group.chunks, k, coeff);
   ANYACCEL_CUDA_CHECK(cudaGetLastError());
 }
 
-using GroupFn = void (*)(const mta::Group&, const LambConsts&, float*, int32_t, cudaStream_t);
+using GroupFn = void (*)(const GroupView&, const LambConsts&, float*, int32_t, cudaStream_t);
 
 #define ANYACCEL_LAMB_GROUP_(P, G, S, C)                                                                    \
   &lamb_group<typename mta::CudaType<c10::ScalarType::P>::type, typename mta::CudaType<c10::ScalarType::G>::type, \
@@ -239,20 +260,13 @@ using GroupFn = void (*)(const mta::Group&, const LambConsts&, float*, int32_t, 
 
 const std::array<GroupFn, op::kNumCombos> kGroups = {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_LAMB_GROUP_)}};
 
-void lamb_step_cuda(const stable::TensorList& params, const stable::TensorList& grads,
-                    const stable::TensorList& exp_avgs, const stable::TensorList& exp_avg_sqs,
-                    const stable::TensorList& model_copies, const stable::Tensor& lamb_coeffs, int64_t step,
-                    double lr, double beta1, double beta2, double eps, double weight_decay, double grad_scale,
-                    double max_coeff, double min_coeff, bool bias_correction, bool eps_inside_sqrt) {
+LambConsts make_consts(int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay,
+                       double grad_scale, double max_coeff, double min_coeff, bool bias_correction,
+                       bool eps_inside_sqrt) {
   if (!(min_coeff <= max_coeff)) {
     checks::fail("lamb_step: min_coeff=" + checks::number_text(min_coeff) + " is larger than max_coeff=" +
                  checks::number_text(max_coeff) + "; accepted: min_coeff <= max_coeff");
   }
-  const mta::DeviceGuard guard(mta::first_param_device("lamb_step", params));
-  checks::OptimizerPlan<2> plan;
-  const auto groups = mta::make_groups<2>("lamb_step", params, grads, {&exp_avgs, &exp_avg_sqs},
-                                          {"exp_avgs", "exp_avg_sqs"}, model_copies, &plan);
-  checks::check_coefficients("lamb_step", "lamb_coeffs", lamb_coeffs, plan);
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(step)) : 1.0;
   const double bc2 = bias_correction ? 1.0 - std::pow(beta2, static_cast<double>(step)) : 1.0;
   LambConsts k{};
@@ -267,19 +281,99 @@ void lamb_step_cuda(const stable::TensorList& params, const stable::TensorList& 
   k.max_coeff = static_cast<float>(max_coeff);
   k.min_coeff = static_cast<float>(min_coeff);
   k.eps_inside_sqrt = eps_inside_sqrt;
+  k.lr_ptr = nullptr;
+  k.step_ptr = nullptr;
+  k.b1_d = beta1;
+  k.b2_d = beta2;
+  k.bias_correction = bias_correction;
+  return k;
+}
+
+// Every coefficient starts at 1: tensors without elements (in no group) keep it (both norms are 0).
+void init_coeffs(float* user, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const int count = static_cast<int>(n);
+  fill_ones<<<(count + kThreads - 1) / kThreads, kThreads, 0, stream>>>(user, count);
+  ANYACCEL_CUDA_CHECK(cudaGetLastError());
+}
+
+void lamb_step_cuda(const stable::TensorList& params, const stable::TensorList& grads,
+                    const stable::TensorList& exp_avgs, const stable::TensorList& exp_avg_sqs,
+                    const stable::TensorList& model_copies, const stable::Tensor& lamb_coeffs, int64_t step,
+                    double lr, double beta1, double beta2, double eps, double weight_decay, double grad_scale,
+                    double max_coeff, double min_coeff, bool bias_correction, bool eps_inside_sqrt) {
+  const LambConsts k = make_consts(step, lr, beta1, beta2, eps, weight_decay, grad_scale, max_coeff, min_coeff,
+                                   bias_correction, eps_inside_sqrt);
+  const mta::DeviceGuard guard(mta::first_param_device("lamb_step", params));
+  checks::OptimizerPlan<2> plan;
+  const auto groups = mta::make_groups<2>("lamb_step", params, grads, {&exp_avgs, &exp_avg_sqs},
+                                          {"exp_avgs", "exp_avg_sqs"}, model_copies, &plan);
+  checks::check_coefficients("lamb_step", "lamb_coeffs", lamb_coeffs, plan);
   const cudaStream_t stream = mta::current_stream(plan.device_index);
   float* user = static_cast<float*>(lamb_coeffs.data_ptr());
-  // Every coefficient starts at 1: tensors without elements (in no group) keep it (both norms are 0).
-  if (plan.size() > 0) {
-    const int n = static_cast<int>(plan.size());
-    fill_ones<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(user, n);
-    ANYACCEL_CUDA_CHECK(cudaGetLastError());
+  init_coeffs(user, plan.size(), stream);
+  for (const mta::Group& g : groups) {
+    kGroups[g.combo](GroupView{g.rows(), g.count, g.chunks}, k, user, plan.device_index, stream);
   }
-  for (const mta::Group& g : groups) kGroups[g.combo](g, k, user, plan.device_index, stream);
+}
+
+stable::Tensor lamb_plan_cuda(const stable::TensorList& params, const stable::TensorList& grads,
+                              const stable::TensorList& exp_avgs, const stable::TensorList& exp_avg_sqs,
+                              const stable::TensorList& model_copies) {
+  return mta::make_plan<2>("lamb_plan", params, grads, {&exp_avgs, &exp_avg_sqs}, {"exp_avgs", "exp_avg_sqs"},
+                           model_copies);
+}
+
+// The planned steps: the trust ratios go to lamb_coeffs[global index], one entry per tensor of the plan's
+// lists (so lamb_coeffs has as many elements as those lists had).
+void run_planned(const char* op_name, const stable::Tensor& plan, int64_t combo, int64_t count, int64_t chunks,
+                 const stable::Tensor& lamb_coeffs, const LambConsts& k) {
+  const int64_t* rows = mta::plan_rows(op_name, plan, combo, count, chunks);
+  const int32_t device = plan.device_index();
+  if (!(lamb_coeffs.dtype() == aoti_torch_dtype_float32() && lamb_coeffs.is_contiguous() &&
+        lamb_coeffs.device_type() == plan.device_type() && lamb_coeffs.device_index() == device &&
+        lamb_coeffs.numel() >= count)) {
+    checks::fail(std::string(op_name) + ": lamb_coeffs must be a contiguous float32 tensor on " + plan.device_text() +
+                 " with one entry per tensor of the plan's lists; got " + stable::dtype_name(lamb_coeffs.dtype()) +
+                 " with " + std::to_string(lamb_coeffs.numel()) + " elements on " + lamb_coeffs.device_text());
+  }
+  const mta::DeviceGuard guard(device);
+  const cudaStream_t stream = mta::current_stream(device);
+  float* user = static_cast<float*>(lamb_coeffs.data_ptr());
+  init_coeffs(user, static_cast<size_t>(lamb_coeffs.numel()), stream);
+  kGroups[static_cast<size_t>(combo)](GroupView{rows, static_cast<int>(count), chunks}, k, user, device, stream);
+}
+
+void lamb_step_planned_cuda(const stable::Tensor& plan, int64_t combo, int64_t count, int64_t chunks,
+                            const stable::Tensor& lamb_coeffs, int64_t step, double lr, double beta1, double beta2,
+                            double eps, double weight_decay, double grad_scale, double max_coeff, double min_coeff,
+                            bool bias_correction, bool eps_inside_sqrt) {
+  run_planned("lamb_step_planned", plan, combo, count, chunks, lamb_coeffs,
+              make_consts(step, lr, beta1, beta2, eps, weight_decay, grad_scale, max_coeff, min_coeff,
+                          bias_correction, eps_inside_sqrt));
+}
+
+void lamb_step_planned_capturable_cuda(const stable::Tensor& plan, int64_t combo, int64_t count, int64_t chunks,
+                                       const stable::Tensor& lamb_coeffs, const stable::Tensor& step,
+                                       const stable::Tensor& lr, double beta1, double beta2, double eps,
+                                       double weight_decay, double grad_scale, double max_coeff, double min_coeff,
+                                       bool bias_correction, bool eps_inside_sqrt) {
+  checks::check_device_scalar("lamb_step_planned_capturable", "step", step, plan);
+  checks::check_device_scalar("lamb_step_planned_capturable", "lr", lr, plan);
+  LambConsts k = make_consts(1, 0.0, beta1, beta2, eps, weight_decay, grad_scale, max_coeff, min_coeff,
+                             bias_correction, eps_inside_sqrt);
+  k.lr_ptr = static_cast<const float*>(lr.const_data_ptr());
+  k.step_ptr = static_cast<const float*>(step.const_data_ptr());
+  run_planned("lamb_step_planned_capturable", plan, combo, count, chunks, lamb_coeffs, k);
 }
 
 }  // namespace
 }  // namespace anyaccel
 
 ANYACCEL_LIBRARY(m) { ANYACCEL_DEFINE_OPS(m); }
-ANYACCEL_LIBRARY_IMPL(CUDA, m) { ANYACCEL_IMPL(m, lamb_step, anyaccel::lamb_step_cuda); }
+ANYACCEL_LIBRARY_IMPL(CUDA, m) {
+  ANYACCEL_IMPL(m, lamb_step, anyaccel::lamb_step_cuda);
+  ANYACCEL_IMPL(m, lamb_plan, anyaccel::lamb_plan_cuda);
+  ANYACCEL_IMPL(m, lamb_step_planned, anyaccel::lamb_step_planned_cuda);
+  ANYACCEL_IMPL(m, lamb_step_planned_capturable, anyaccel::lamb_step_planned_capturable_cuda);
+}

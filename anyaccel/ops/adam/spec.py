@@ -14,7 +14,12 @@ With ``model_copies``, ``params`` are fp32 master weights and the updated value 
 to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's.
 """
 
+from anyaccel.ops.plans import make_plan_fake
 from anyaccel.ops.spec import DtypeCombo, Function, Implementation, NativeBuild, OpSpec
+
+#: The ranges of a planned step's launch arguments (the plan's dtype combination, tensor and chunk counts);
+#: 9 is the number of dtype combinations below.
+_PLAN_RANGES = (("combo", "[0, 9)"), ("count", "[1, inf)"), ("chunks", "[1, inf)"))
 
 _LISTS = ("Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
           "Tensor(d!)[] model_copies")
@@ -33,6 +38,31 @@ SPEC = OpSpec(
             doc="one Adam/AdamW step of every tensor in the lists, in place",
         ),
         Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
+        Function(
+            "adam_plan",
+            "(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] model_copies) "
+            "-> Tensor",
+            fake="anyaccel.ops.adam.spec:adam_plan_fake",
+            doc="validate one dtype combination's tensors once; the plan a planned step launches from",
+        ),
+        Function(
+            "adam_step_planned",
+            "(Tensor plan, int combo, int count, int chunks, int step, float lr, float beta1, float beta2, "
+            "float eps, float weight_decay, bool bias_correction, bool adamw_mode) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_PLAN_RANGES + (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"),
+                                   ("beta2", "[0, 1)"), ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
+            doc="adam_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
+        ),
+        Function(
+            "adam_step_planned_capturable",
+            "(Tensor plan, int combo, int count, int chunks, Tensor step, Tensor lr, float beta1, float beta2, "
+            "float eps, float weight_decay, bool bias_correction, bool adamw_mode) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_PLAN_RANGES + (("beta1", "[0, 1)"), ("beta2", "[0, 1)"), ("eps", "(0, inf)"),
+                                   ("weight_decay", "[0, inf)")),
+            doc="adam_step_planned reading the step and the learning rate from device memory (CUDA graphs)",
+        ),
     ),
     dtypes=(
         DtypeCombo("float32", "float32", "float32"),
@@ -51,7 +81,8 @@ SPEC = OpSpec(
                     functions=("adam_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
-                    functions=("adam_step",), accelerators=("cuda",)),
+                    functions=("adam_step", "adam_plan", "adam_step_planned", "adam_step_planned_capturable"),
+                    accelerators=("cuda",)),
         NativeBuild("FusedAdamBuilder", "fused_adam_sycl", "xpu", sources=("csrc/adam/fused_adam_sycl.sycl",),
                     functions=("adam_step",), accelerators=("xpu",)),
         NativeBuild("FusedAdamBuilder", "fused_adam_npu", "npu", functions=("adam_step",), accelerators=("npu",),
@@ -71,3 +102,7 @@ SPEC = OpSpec(
     ),
     benchmarks=("benchmarks/cpu_adam.py", "benchmarks/gpu_optimizers.py"),
 )
+
+
+#: The fake of ``adam_plan`` (validates like ``adam_step``, returns an int64 tensor of the plan's size).
+adam_plan_fake = make_plan_fake("adam_plan", ("exp_avgs", "exp_avg_sqs"))

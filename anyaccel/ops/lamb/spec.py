@@ -22,8 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
+from anyaccel.ops.plans import make_plan_fake
 from anyaccel.ops.spec import Function, Implementation, NativeBuild, OpSpec
+
+_RANGES = (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"), ("eps", "(0, inf)"),
+           ("weight_decay", "[0, inf)"), ("grad_scale", "(0, inf)"), ("max_coeff", "(0, inf)"),
+           ("min_coeff", "[0, inf)"))
 
 SPEC = OpSpec(
     family="lamb",
@@ -36,12 +42,35 @@ SPEC = OpSpec(
             "float eps, float weight_decay, float grad_scale, float max_coeff, float min_coeff, "
             "bool bias_correction, bool eps_inside_sqrt) -> ()",
             fake="anyaccel.ops.lamb.spec:lamb_step_fake",
-            ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"),
-                    ("eps", "(0, inf)"), ("weight_decay", "[0, inf)"), ("grad_scale", "(0, inf)"),
-                    ("max_coeff", "(0, inf)"), ("min_coeff", "[0, inf)")),
+            ranges=_RANGES,
             doc="one LAMB step of every tensor in the lists, in place; the trust ratios into lamb_coeffs",
         ),
         Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
+        Function(
+            "lamb_plan",
+            "(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] model_copies) "
+            "-> Tensor",
+            fake="anyaccel.ops.lamb.spec:lamb_plan_fake",
+            doc="validate one dtype combination's tensors once; the plan a planned step launches from",
+        ),
+        Function(
+            "lamb_step_planned",
+            "(Tensor plan, int combo, int count, int chunks, Tensor(a!) lamb_coeffs, int step, float lr, "
+            "float beta1, float beta2, float eps, float weight_decay, float grad_scale, float max_coeff, "
+            "float min_coeff, bool bias_correction, bool eps_inside_sqrt) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_PLAN_RANGES + _RANGES,
+            doc="lamb_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
+        ),
+        Function(
+            "lamb_step_planned_capturable",
+            "(Tensor plan, int combo, int count, int chunks, Tensor(a!) lamb_coeffs, Tensor step, Tensor lr, "
+            "float beta1, float beta2, float eps, float weight_decay, float grad_scale, float max_coeff, "
+            "float min_coeff, bool bias_correction, bool eps_inside_sqrt) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_PLAN_RANGES + tuple(r for r in _RANGES if r[0] not in ("step", "lr")),
+            doc="lamb_step_planned reading the step and the learning rate from device memory (CUDA graphs)",
+        ),
     ),
     dtypes=_ADAM.dtypes,
     builds=(
@@ -50,7 +79,8 @@ SPEC = OpSpec(
                     functions=("lamb_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedLambBuilder", "fused_lamb", "cuda", sources=("csrc/lamb/fused_lamb_cuda.cu",),
-                    functions=("lamb_step",), accelerators=("cuda",)),
+                    functions=("lamb_step", "lamb_plan", "lamb_step_planned", "lamb_step_planned_capturable"),
+                    accelerators=("cuda",)),
     ),
     implementations=(
         Implementation("cpu", 10, ("cpu",), build="cpu_lamb",
@@ -108,3 +138,7 @@ def check_lamb_coeffs(lamb_coeffs: Any, n: int, device: Any) -> None:
         raise RuntimeError(f"lamb_step: lamb_coeffs must be a contiguous float32 tensor of {n} elements on {where}; "
                            f"got {_dtype(lamb_coeffs.dtype)} with {lamb_coeffs.numel()} elements on "
                            f"{lamb_coeffs.device}")
+
+
+#: The fake of ``lamb_plan`` (validates like ``lamb_step``, returns an int64 tensor of the plan's size).
+lamb_plan_fake = make_plan_fake("lamb_plan", ("exp_avgs", "exp_avg_sqs"))

@@ -11,7 +11,9 @@ With ``model_copies``, ``params`` are fp32 masters and the result is also writte
 Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``).
 """
 
+from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
+from anyaccel.ops.plans import make_plan_fake
 from anyaccel.ops.spec import Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
@@ -27,6 +29,29 @@ SPEC = OpSpec(
             doc="one Lion step of every tensor in the lists, in place",
         ),
         Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
+        Function(
+            "lion_plan",
+            "(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] model_copies) -> Tensor",
+            fake="anyaccel.ops.lion.spec:lion_plan_fake",
+            doc="validate one dtype combination's tensors once; the plan a planned step launches from",
+        ),
+        Function(
+            "lion_step_planned",
+            "(Tensor plan, int combo, int count, int chunks, float lr, float beta1, float beta2, "
+            "float weight_decay) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_ADAM_PLAN_RANGES + (("lr", "[0, inf)"), ("beta1", "[0, 1]"), ("beta2", "[0, 1]"),
+                                        ("weight_decay", "[0, inf)")),
+            doc="lion_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
+        ),
+        Function(
+            "lion_step_planned_capturable",
+            "(Tensor plan, int combo, int count, int chunks, Tensor lr, float beta1, float beta2, "
+            "float weight_decay) -> ()",
+            fake="anyaccel.ops.plans:planned_fake",
+            ranges=_ADAM_PLAN_RANGES + (("beta1", "[0, 1]"), ("beta2", "[0, 1]"), ("weight_decay", "[0, inf)")),
+            doc="lion_step_planned reading the learning rate from device memory (CUDA graphs)",
+        ),
     ),
     dtypes=_ADAM.dtypes,  # the element-wise optimizers share their storage combinations
     builds=(
@@ -35,7 +60,8 @@ SPEC = OpSpec(
                     functions=("lion_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedLionBuilder", "fused_lion", "cuda", sources=("csrc/lion/fused_lion_cuda.cu",),
-                    functions=("lion_step",), accelerators=("cuda",)),
+                    functions=("lion_step", "lion_plan", "lion_step_planned", "lion_step_planned_capturable"),
+                    accelerators=("cuda",)),
         NativeBuild("FusedLionBuilder", "fused_lion_sycl", "xpu", sources=("csrc/lion/fused_lion_sycl.sycl",),
                     functions=("lion_step",), accelerators=("xpu",)),
         NativeBuild("FusedLionBuilder", "fused_lion_npu", "npu", functions=("lion_step",), accelerators=("npu",),
@@ -55,3 +81,7 @@ SPEC = OpSpec(
     ),
     benchmarks=("benchmarks/cpu_lion.py", "benchmarks/gpu_optimizers.py"),
 )
+
+
+#: The fake of ``lion_plan`` (validates like ``lion_step``, returns an int64 tensor of the plan's size).
+lion_plan_fake = make_plan_fake("lion_plan", ("exp_avgs",))

@@ -161,11 +161,16 @@ __device__ __forceinline__ void store_vec(T* __restrict__ dst, const float (&src
 //   P: parameter dtype (fp32/bf16/fp16); G: gradient dtype; S: optimizer-state dtype (fp32, or the
 //   parameter's 16-bit dtype); O: model-copy dtype (ignored unless HAS_COPY); NS: number of state
 //   tensors (1 or 2). Op provides `__device__ void operator()(float& p, float g, float* s) const`
-//   updating p and s[0..NS) in place; all arithmetic is fp32, 16-bit values are rounded to nearest even
-//   once, when stored.
+//   updating p and s[0..NS) in place, and `__device__ void prepare()` run once per thread before it (the
+//   capturable ops derive their constants there); all arithmetic is fp32, 16-bit values are rounded to
+//   nearest even once, when stored.
 template <typename P, typename G, typename S, typename O, int NS, bool HAS_COPY, class Op>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    multi_tensor_kernel(const int64_t* __restrict__ table, int num_tensors, int64_t num_chunks, Op op) {
+    multi_tensor_kernel(const int64_t* __restrict__ table, int num_tensors, int64_t num_chunks, Op given) {
+  // The op's per-launch constants, derived on the device where they live there (the capturable variants
+  // read the step and the learning rate from device memory: nothing is copied from the host at launch).
+  Op op = given;
+  op.prepare();
   for (int64_t c = blockIdx.x; c < num_chunks; c += gridDim.x) {
     // Find the tensor t with row[t].first_chunk <= c < row[t+1].first_chunk.
     int lo = 0, hi = num_tensors - 1;
@@ -382,6 +387,38 @@ inline int32_t first_param_device(const char* op_name, const stable::TensorList&
   return params[0].device_index();
 }
 
+// The host table of one dtype combination of a validated step: its non-empty tensors' rows, then their
+// global indices. Sets *count and *chunks (0 when the combination has no such tensor).
+template <int NS>
+std::vector<int64_t> group_rows(const checks::OptimizerPlan<NS>& plan, size_t combo, int* count, int64_t* chunks) {
+  const bool has_copy = !plan.copies.empty();
+  std::vector<int64_t> rows, index;
+  *chunks = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan.combo[i] != static_cast<int>(combo) || plan.numel[i] == 0) continue;
+    void* p = plan.params[i];
+    const void* g = plan.grads[i];
+    void* s0 = plan.states[0][i];
+    void* s1 = NS > 1 ? plan.states[NS - 1][i] : nullptr;
+    void* cp = has_copy ? plan.copies[i] : nullptr;
+    const auto& c = ::anyaccel::op::kAcceptedCombos[combo];
+    const size_t pe = aoti_torch_dtype_element_size(c.param), ge = aoti_torch_dtype_element_size(c.grad),
+                 se = aoti_torch_dtype_element_size(c.state);
+    const bool aligned = is_aligned(p, kVec * pe) && is_aligned(g, kVec * ge) && is_aligned(s0, kVec * se) &&
+                         (s1 == nullptr || is_aligned(s1, kVec * se)) &&
+                         (cp == nullptr || is_aligned(cp, kVec * aoti_torch_dtype_element_size(c.copy)));
+    const int64_t numel = plan.numel[i];
+    rows.insert(rows.end(), {reinterpret_cast<int64_t>(p), reinterpret_cast<int64_t>(g),
+                             reinterpret_cast<int64_t>(s0), reinterpret_cast<int64_t>(s1),
+                             reinterpret_cast<int64_t>(cp), numel, *chunks, aligned ? 1 : 0});
+    index.push_back(static_cast<int64_t>(i));
+    *chunks += (numel + kChunk - 1) / kChunk;
+  }
+  *count = static_cast<int>(index.size());
+  rows.insert(rows.end(), index.begin(), index.end());
+  return rows;
+}
+
 // Validates a step (checks::check_optimizer_lists, accelerator rules) and groups its non-empty tensors by
 // dtype combination, one uploaded table per group. `plan_out` receives the validated plan. Call it under a
 // device guard of first_param_device().
@@ -392,37 +429,86 @@ std::vector<Group> make_groups(const char* op_name, const stable::TensorList& pa
                                checks::OptimizerPlan<NS>* plan_out) {
   *plan_out = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
                                             ::anyaccel::op::kAcceptedCombos, aoti_torch_device_type_cuda(), "");
-  const auto& plan = *plan_out;
-  const bool has_copy = !plan.copies.empty();
   std::vector<Group> groups;
   for (size_t combo = 0; combo < ::anyaccel::op::kNumCombos; ++combo) {
-    std::vector<int64_t> rows, index;
+    int count = 0;
     int64_t chunks = 0;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      if (plan.combo[i] != static_cast<int>(combo) || plan.numel[i] == 0) continue;
-      void* p = plan.params[i];
-      const void* g = plan.grads[i];
-      void* s0 = plan.states[0][i];
-      void* s1 = NS > 1 ? plan.states[NS - 1][i] : nullptr;
-      void* cp = has_copy ? plan.copies[i] : nullptr;
-      const auto& c = ::anyaccel::op::kAcceptedCombos[combo];
-      const size_t pe = aoti_torch_dtype_element_size(c.param), ge = aoti_torch_dtype_element_size(c.grad),
-                   se = aoti_torch_dtype_element_size(c.state);
-      const bool aligned = is_aligned(p, kVec * pe) && is_aligned(g, kVec * ge) && is_aligned(s0, kVec * se) &&
-                           (s1 == nullptr || is_aligned(s1, kVec * se)) &&
-                           (cp == nullptr || is_aligned(cp, kVec * aoti_torch_dtype_element_size(c.copy)));
-      const int64_t numel = plan.numel[i];
-      rows.insert(rows.end(), {reinterpret_cast<int64_t>(p), reinterpret_cast<int64_t>(g),
-                               reinterpret_cast<int64_t>(s0), reinterpret_cast<int64_t>(s1),
-                               reinterpret_cast<int64_t>(cp), numel, chunks, aligned ? 1 : 0});
-      index.push_back(static_cast<int64_t>(i));
-      chunks += (numel + kChunk - 1) / kChunk;
-    }
-    if (index.empty()) continue;
-    rows.insert(rows.end(), index.begin(), index.end());
-    groups.push_back(Group{combo, upload_table(rows, plan.device_index), static_cast<int>(index.size()), chunks});
+    const std::vector<int64_t> rows = group_rows<NS>(*plan_out, combo, &count, &chunks);
+    if (count == 0) continue;
+    groups.push_back(Group{combo, upload_table(rows, plan_out->device_index), count, chunks});
   }
   return groups;
+}
+
+// ---- plans: a step's validated table, kept on the device between steps ---------------------------
+//
+// A plan is one dtype combination's table in one device int64 tensor:
+//   [kPlanMagic, combo, count, chunks, rows (count x kRowWords), global indices (count)]
+// `<op>_plan` validates the tensors once and returns it; `<op>_step_planned` launches from it with no
+// tensor list and no host-to-device copy (a step costs the same whatever the tensor count, and can be
+// captured in a CUDA graph). The caller keeps every tensor of the plan alive and unchanged in place
+// (anyaccel's front ends keep references and rebuild the plan when a tensor changes).
+constexpr int64_t kPlanMagic = 0x616e7961636365;  // "anyacce"
+constexpr int kPlanHeader = 4;
+
+// Validates the lists (one dtype combination, at least one element) and returns the plan tensor.
+template <int NS>
+stable::Tensor make_plan(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
+                         const std::array<const stable::TensorList*, NS>& states,
+                         const std::array<const char*, NS>& state_names, const stable::TensorList& copies) {
+  const DeviceGuard guard(first_param_device(op_name, params));
+  const auto plan = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
+                                                  ::anyaccel::op::kAcceptedCombos, aoti_torch_device_type_cuda(), "");
+  size_t used = 0, combo = 0;
+  for (size_t c = 0; c < ::anyaccel::op::kNumCombos; ++c) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (plan.combo[i] == static_cast<int>(c) && plan.numel[i] > 0) {
+        ++used;
+        combo = c;
+        break;
+      }
+    }
+  }
+  if (used != 1) {
+    checks::fail(std::string(op_name) + ": a plan covers tensors of one dtype combination with at least one "
+                 "element; got " + std::to_string(used) + " combinations (group the tensors by dtype, as "
+                 "anyaccel's fused optimizers do)");
+  }
+  int count = 0;
+  int64_t chunks = 0;
+  const std::vector<int64_t> rows = group_rows<NS>(plan, combo, &count, &chunks);
+  std::vector<int64_t> words = {kPlanMagic, static_cast<int64_t>(combo), count, chunks};
+  words.insert(words.end(), rows.begin(), rows.end());
+  return upload_table(words, plan.device_index);
+}
+
+// Checks the launch arguments a planned step takes from its caller against what a plan can hold.
+inline const int64_t* plan_rows(const char* op_name, const stable::Tensor& plan, int64_t combo, int64_t count,
+                                int64_t chunks) {
+  const bool ok = plan.dtype() == aoti_torch_dtype_int64() && plan.device_type() == aoti_torch_device_type_cuda() &&
+                  plan.is_contiguous() && combo >= 0 && combo < static_cast<int64_t>(::anyaccel::op::kNumCombos) &&
+                  count > 0 && chunks >= count && plan.numel() == kPlanHeader + count * (kRowWords + 1);
+  if (!ok) {
+    checks::fail(std::string(op_name) + ": plan, combo, count and chunks must be those of one plan built by the "
+                 "op's _plan function (a contiguous CUDA int64 tensor of " + std::to_string(kPlanHeader) +
+                 " + count * " + std::to_string(kRowWords + 1) + " words); got a " + stable::dtype_name(plan.dtype()) +
+                 " tensor of " + std::to_string(plan.numel()) + " elements on " + plan.device_text() +
+                 ", combo " + std::to_string(combo) + ", count " + std::to_string(count) + ", chunks " +
+                 std::to_string(chunks));
+  }
+  return static_cast<const int64_t*>(plan.const_data_ptr()) + kPlanHeader;
+}
+
+// Launches one planned step of `op` on torch's current stream of the plan's device.
+template <int NS, class Op>
+void run_planned(const char* op_name, const stable::Tensor& plan, int64_t combo, int64_t count, int64_t chunks,
+                 const Op& op) {
+  const int64_t* rows = plan_rows(op_name, plan, combo, count, chunks);
+  const int32_t device = plan.device_index();
+  const DeviceGuard guard(device);
+  static const auto table_launchers = launchers<NS, Op>();
+  table_launchers[static_cast<size_t>(combo)](rows, static_cast<int>(count), chunks, op, device,
+                                              current_stream(device));
 }
 
 // Validates a step, groups its tensors by dtype combination and launches one kernel per group on torch's

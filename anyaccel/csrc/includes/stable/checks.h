@@ -235,5 +235,18 @@ void check_coefficients(const char* op, const char* name, const stable::TensorVi
   }
 }
 
+// Checks a device scalar of a capturable step (the step count or the learning rate): a float32 tensor of one
+// element on `where`'s device.
+inline void check_device_scalar(const char* op, const char* name, const stable::TensorView& t,
+                                const stable::TensorView& where) {
+  const bool ok = t.dtype() == stable::dtype_of(c10::ScalarType::Float) && t.numel() == 1 &&
+                  t.device_type() == where.device_type() && t.device_index() == where.device_index();
+  if (!ok) {
+    fail(std::string(op) + ": " + name + " must be a float32 tensor of one element on " + where.device_text() +
+         "; got " + stable::dtype_name(t.dtype()) + " with " + std::to_string(t.numel()) + " elements on " +
+         t.device_text());
+  }
+}
+
 }  // namespace checks
 }  // namespace anyaccel
