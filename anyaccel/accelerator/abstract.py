@@ -17,7 +17,9 @@ import abc
 import contextlib
 import importlib
 import logging
-from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -64,12 +66,12 @@ class DeepSpeedAccelerator(abc.ABC):
         _fp16_supported: whether float16 is a fast, supported training dtype.
     """
 
-    _name: Optional[str] = None
-    _device_type: Optional[str] = None
-    _communication_backend_name: Optional[str] = None
-    _compile_backend: Optional[str] = "inductor"
+    _name: str | None = None
+    _device_type: str | None = None
+    _communication_backend_name: str | None = None
+    _compile_backend: str | None = "inductor"
     _synchronized_device: bool = False
-    _graph_class_name: Optional[str] = None
+    _graph_class_name: str | None = None
     _visible_devices_envs: Sequence[str] = ()
     _export_envs: Sequence[str] = ()
     _fp16_supported: bool = True
@@ -97,7 +99,7 @@ class DeepSpeedAccelerator(abc.ABC):
         return optional_attribute(self.device_type, name) is not None
 
     @staticmethod
-    def _index_args(device_index: Optional[Any]) -> tuple:
+    def _index_args(device_index: Any | None) -> tuple:
         """Positional device argument for torch functions: none when ``device_index`` is None."""
         return () if device_index is None else (device_index,)
 
@@ -119,13 +121,13 @@ class DeepSpeedAccelerator(abc.ABC):
         return self.is_synchronized_device()
 
     # ------------------------------------------------------------------ device APIs
-    def device_name(self, device_index: Optional[int] = None) -> str:
+    def device_name(self, device_index: int | None = None) -> str:
         """``"<type>"`` for None, else ``"<type>:<device_index>"`` (``"cuda"``, ``"cuda:1"``)."""
         if device_index is None:
             return self.device_type
         return f"{self.device_type}:{device_index}"
 
-    def device(self, device_index: Optional[int] = None) -> torch.device:
+    def device(self, device_index: int | None = None) -> torch.device:
         """``torch.device(<type>, device_index)`` (DeepSpeed's current behaviour)."""
         return torch.device(self.device_type, device_index)
 
@@ -152,7 +154,7 @@ class DeepSpeedAccelerator(abc.ABC):
         """Number of devices visible to this process (after ``*_VISIBLE_DEVICES`` filtering)."""
         return int(self._fn("device_count", "device_count")())
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         """Wait for all work queued on ``device_index`` (the current device when None)."""
         return self._fn("synchronize", "synchronize")(*self._index_args(device_index))
 
@@ -161,11 +163,11 @@ class DeepSpeedAccelerator(abc.ABC):
         """The ``torch.random`` module (what DeepSpeed returns)."""
         return torch.random
 
-    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
         """Set the generator state (a uint8 CPU tensor from :meth:`get_rng_state`) of a device."""
         return self._fn("set_rng_state", "set_rng_state")(new_state, *self._index_args(device_index))
 
-    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """The generator state of a device (current when None) as a uint8 CPU tensor."""
         return self._fn("get_rng_state", "get_rng_state")(*self._index_args(device_index))
 
@@ -195,21 +197,21 @@ class DeepSpeedAccelerator(abc.ABC):
             return cls
         return host_stream_class(self.device_type, lambda: self.synchronize())
 
-    def stream(self, stream: Any) -> ContextManager:
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
         """A context manager making ``stream`` current (``torch.cuda.stream``); a no-op without streams."""
         fn = optional_attribute(self.device_type, "stream")
         if fn is None or self.is_synchronized_device() or isinstance(stream, HostStream):
             return contextlib.nullcontext(stream)
         return fn(stream)
 
-    def current_stream(self, device_index: Optional[int] = None) -> Any:
+    def current_stream(self, device_index: int | None = None) -> Any:
         """The current stream of a device (current device when None)."""
         fn = optional_attribute(self.device_type, "current_stream")
         if fn is None or self.is_synchronized_device():
             return self.Stream()
         return fn(*self._index_args(device_index))
 
-    def default_stream(self, device_index: Optional[int] = None) -> Any:
+    def default_stream(self, device_index: int | None = None) -> Any:
         """The default stream of a device (current device when None)."""
         fn = optional_attribute(self.device_type, "default_stream")
         if fn is None or self.is_synchronized_device():
@@ -236,52 +238,52 @@ class DeepSpeedAccelerator(abc.ABC):
         if fn is not None:
             fn()
 
-    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def memory_allocated(self, device_index: int | None = None) -> int:
         """Bytes currently held by tensors on a device."""
         return int(self._fn("memory_allocated", "memory_allocated")(*self._index_args(device_index)))
 
-    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_allocated` (bytes) since start or the last reset."""
         return int(self._fn("max_memory_allocated", "max_memory_allocated")(*self._index_args(device_index)))
 
-    def reset_max_memory_allocated(self, device_index: Optional[int] = None) -> None:
+    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
         """Reset the allocated-memory peak (``reset_peak_memory_stats``, which torch's alias calls)."""
         return self.reset_peak_memory_stats(device_index)
 
-    def memory_cached(self, device_index: Optional[int] = None) -> int:
+    def memory_cached(self, device_index: int | None = None) -> int:
         """Old name of :meth:`memory_reserved` (bytes)."""
         return self.memory_reserved(device_index)
 
-    def max_memory_cached(self, device_index: Optional[int] = None) -> int:
+    def max_memory_cached(self, device_index: int | None = None) -> int:
         """Old name of :meth:`max_memory_reserved` (bytes)."""
         return self.max_memory_reserved(device_index)
 
-    def reset_max_memory_cached(self, device_index: Optional[int] = None) -> None:
+    def reset_max_memory_cached(self, device_index: int | None = None) -> None:
         """Reset the reserved-memory peak (``reset_peak_memory_stats``)."""
         return self.reset_peak_memory_stats(device_index)
 
-    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+    def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """The allocator's statistics dictionary (``torch.cuda.memory_stats`` keys; sizes in bytes)."""
         return dict(self._fn("memory_stats", "memory_stats")(*self._index_args(device_index)))
 
-    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Reset every peak statistic of a device's allocator."""
         return self._fn("reset_peak_memory_stats", "reset_peak_memory_stats")(*self._index_args(device_index))
 
-    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def memory_reserved(self, device_index: int | None = None) -> int:
         """Bytes held by the caching allocator on a device (allocated plus cached)."""
         return int(self._fn("memory_reserved", "memory_reserved")(*self._index_args(device_index)))
 
-    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_reserved` (bytes) since start or the last reset."""
         return int(self._fn("max_memory_reserved", "max_memory_reserved")(*self._index_args(device_index)))
 
-    def total_memory(self, device_index: Optional[int] = None) -> int:
+    def total_memory(self, device_index: int | None = None) -> int:
         """Total memory of a device in bytes (``get_device_properties(i).total_memory``)."""
         props = self._fn("get_device_properties", "total_memory")(*self._index_args(device_index))
         return int(props.total_memory)
 
-    def available_memory(self, device_index: Optional[int] = None) -> int:
+    def available_memory(self, device_index: int | None = None) -> int:
         """Free device memory in bytes as the driver reports it (``mem_get_info``), counting other processes.
 
         Falls back to ``total_memory - memory_reserved`` (this process only) when the device module has no
@@ -302,7 +304,7 @@ class DeepSpeedAccelerator(abc.ABC):
         """True when float16 is a supported, fast dtype (class attribute ``_fp16_supported``)."""
         return bool(self._fp16_supported)
 
-    def supported_dtypes(self) -> List[torch.dtype]:
+    def supported_dtypes(self) -> list[torch.dtype]:
         """``[torch.float]`` plus ``torch.half`` and ``torch.bfloat16`` when supported, in that order."""
         dtypes = [torch.float]
         if self.is_fp16_supported():
@@ -312,7 +314,7 @@ class DeepSpeedAccelerator(abc.ABC):
         return dtypes
 
     # ------------------------------------------------------------------ profiler ranges, lazy calls, Triton
-    def range_push(self, msg: str, domain: Optional[str] = None, category: Optional[str] = None) -> Any:
+    def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
         """Open a profiler range named ``msg`` (``torch.<type>.nvtx.range_push``); a no-op without NVTX.
 
         ``domain`` and ``category`` (DeepSpeed >= 0.18) are accepted; torch's NVTX binding has no domains, so
@@ -322,7 +324,7 @@ class DeepSpeedAccelerator(abc.ABC):
         push = getattr(nvtx, "range_push", None)
         return push(msg) if push is not None else None
 
-    def range_pop(self, domain: Optional[str] = None) -> Any:
+    def range_pop(self, domain: str | None = None) -> Any:
         """Close the innermost range opened by :meth:`range_push`; a no-op without NVTX."""
         nvtx = optional_attribute(self.device_type, "nvtx")
         pop = getattr(nvtx, "range_pop", None)
@@ -349,7 +351,7 @@ class DeepSpeedAccelerator(abc.ABC):
         cls = optional_attribute(self.device_type, self._graph_class_name) if self._graph_class_name else None
         return cls() if cls is not None else None
 
-    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> ContextManager:
+    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> AbstractContextManager[Any]:
         """A context manager capturing the work issued inside it into ``graph`` (``torch.cuda.graph``).
 
         A no-op context when ``graph`` is None (what :meth:`create_graph` gives on devices without graphs).
@@ -368,7 +370,7 @@ class DeepSpeedAccelerator(abc.ABC):
     #: Module holding torch's legacy tensor-type classes for this device (``"torch"`` on CPU, ``"torch.cuda"``
     #: on CUDA), or None where torch has none. Where set, the tensor-type properties return those classes,
     #: as DeepSpeed does, so ``x.type(acc.FloatTensor)`` keeps working; elsewhere a ``TensorFactory``.
-    _legacy_tensor_module: ClassVar[Optional[str]] = None
+    _legacy_tensor_module: ClassVar[str | None] = None
 
     def _factory(self, dtype: torch.dtype) -> Any:
         module_name = getattr(self, "_legacy_tensor_module", None)
@@ -468,7 +470,7 @@ class DeepSpeedAccelerator(abc.ABC):
         """The package holding the op builders: ``"anyaccel.op_builder"``."""
         return OP_BUILDER_DIR
 
-    def get_op_builder(self, class_name: str) -> Optional[type]:
+    def get_op_builder(self, class_name: str) -> type | None:
         """The op-builder class ``class_name`` for this accelerator, or None if this accelerator lacks it.
 
         Delegates to ``anyaccel.op_builder.registry.get_builder_class(class_name, self._name)`` (imported
@@ -493,15 +495,15 @@ class DeepSpeedAccelerator(abc.ABC):
         return BuildExtension
 
     # ------------------------------------------------------------------ launcher environment
-    def export_envs(self) -> List[str]:
+    def export_envs(self) -> list[str]:
         """Prefixes of environment variables a multi-node launcher forwards (``["NCCL"]`` on CUDA)."""
         return list(self._export_envs)
 
-    def visible_devices_envs(self) -> List[str]:
+    def visible_devices_envs(self) -> list[str]:
         """Variables restricting a process's devices (``["CUDA_VISIBLE_DEVICES"]`` on CUDA)."""
         return list(self._visible_devices_envs)
 
-    def set_visible_devices_envs(self, current_env: Dict[str, str], local_accelerator_ids: Sequence[int]) -> None:
+    def set_visible_devices_envs(self, current_env: dict[str, str], local_accelerator_ids: Sequence[int]) -> None:
         """Write ``",".join(map(str, local_accelerator_ids))`` into each visible-devices variable of ``current_env``.
 
         Side effects: mutates ``current_env`` (a launcher's environment mapping), never ``os.environ``

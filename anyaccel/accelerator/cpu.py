@@ -10,7 +10,8 @@ to pin for); bfloat16 is supported and float16 only where oneDNN has fast fp16 k
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import torch
 
@@ -67,11 +68,11 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         return True
 
     # device APIs
-    def device_name(self, device_index: Optional[int] = None) -> str:
+    def device_name(self, device_index: int | None = None) -> str:
         """Always ``"cpu"``: torch has one CPU device."""
         return "cpu"
 
-    def device(self, device_index: Optional[int] = None) -> torch.device:
+    def device(self, device_index: int | None = None) -> torch.device:
         """``torch.device("cpu")``."""
         return torch.device("cpu")
 
@@ -90,15 +91,15 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         """Local ranks of the job (``LOCAL_WORLD_SIZE`` or ``LOCAL_SIZE``), 1 outside a launcher."""
         return _first_int_env(self._device_count_envs, 1)
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         """No-op: CPU work is complete when the call returns."""
 
     # RNG: the CPU generator is torch's default generator
-    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
         """``torch.set_rng_state``."""
         torch.set_rng_state(new_state)
 
-    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """``torch.get_rng_state()`` (a uint8 tensor)."""
         return torch.get_rng_state()
 
@@ -119,31 +120,31 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         return torch.default_generator
 
     # memory: process resident set and machine memory, in bytes
-    def _current(self) -> Dict[str, int]:
+    def _current(self) -> dict[str, int]:
         rss = process_rss_bytes()
         return {"allocated": rss, "reserved": rss}
 
-    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def memory_allocated(self, device_index: int | None = None) -> int:
         """Resident set size of this process in bytes."""
         return self._gauge().observe("allocated", process_rss_bytes())
 
-    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Largest resident set size observed since the last reset (see ``PeakGauge``), in bytes."""
         return self._gauge().peak("allocated", process_rss_bytes())
 
-    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def memory_reserved(self, device_index: int | None = None) -> int:
         """Same as :meth:`memory_allocated`: the host has no caching allocator."""
         return self._gauge().observe("reserved", process_rss_bytes())
 
-    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Same as :meth:`max_memory_allocated`."""
         return self._gauge().peak("reserved", process_rss_bytes())
 
-    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Restart peaks from the current resident set size."""
         self._gauge().reset(current=self._current())
 
-    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+    def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """Resident-set figures under ``torch.cuda.memory_stats`` key names (bytes)."""
         return {
             "allocated_bytes.all.current": self.memory_allocated(),
@@ -152,11 +153,11 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
             "reserved_bytes.all.peak": self.max_memory_reserved(),
         }
 
-    def total_memory(self, device_index: Optional[int] = None) -> int:
+    def total_memory(self, device_index: int | None = None) -> int:
         """Physical memory of the machine in bytes."""
         return total_host_memory_bytes()
 
-    def available_memory(self, device_index: Optional[int] = None) -> int:
+    def available_memory(self, device_index: int | None = None) -> int:
         """Memory available on the machine in bytes."""
         return available_host_memory_bytes()
 

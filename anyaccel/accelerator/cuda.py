@@ -9,7 +9,8 @@ reference): NCCL (RCCL on ROCm, under the same name), CUDA graphs, NVTX ranges t
 from __future__ import annotations
 
 import os
-from typing import ClassVar, List, Sequence, Tuple
+from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -49,12 +50,12 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
         """True on a ROCm (HIP) build of torch."""
         return getattr(torch.version, "hip", None) is not None
 
-    def _capability(self) -> Tuple[int, int]:
+    def _capability(self) -> tuple[int, int]:
         """Compute capability of the current device; initialises CUDA."""
         major, minor = torch.cuda.get_device_capability()
         return int(major), int(minor)
 
-    def visible_devices_envs(self) -> List[str]:
+    def visible_devices_envs(self) -> list[str]:
         """``["CUDA_VISIBLE_DEVICES"]``, plus ``"HIP_VISIBLE_DEVICES"`` on ROCm."""
         return list(self._rocm_visible_devices_envs if self.is_rocm() else self._visible_devices_envs)
 

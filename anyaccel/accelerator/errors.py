@@ -6,7 +6,7 @@ message alone knows what to do (user pains P6 and P14 in ``shared/reference/user
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = [
     "AcceleratorError",

@@ -8,7 +8,8 @@ differently; this class maps the interface onto it: memory figures from ``curren
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -45,7 +46,7 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         return gauge
 
     @staticmethod
-    def _check_index(device_index: Optional[int]) -> None:
+    def _check_index(device_index: int | None) -> None:
         if device_index not in (None, 0):
             raise ValueError(f"MPS has one device, index 0; got device_index={device_index!r}")
 
@@ -70,17 +71,17 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         """
         self._check_index(device_index)
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         """``torch.mps.synchronize()``."""
         self._check_index(device_index)
         torch.mps.synchronize()
 
     # RNG
-    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
         """``torch.mps.set_rng_state``."""
         torch.mps.set_rng_state(new_state)
 
-    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """``torch.mps.get_rng_state()``."""
         return torch.mps.get_rng_state()
 
@@ -98,30 +99,30 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         return torch.mps._get_default_mps_generator()
 
     # memory (bytes)
-    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def memory_allocated(self, device_index: int | None = None) -> int:
         """``torch.mps.current_allocated_memory()``."""
         return self._gauge().observe("allocated", int(torch.mps.current_allocated_memory()))
 
-    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Largest allocated figure observed since the last reset (``PeakGauge``)."""
         return self._gauge().peak("allocated", int(torch.mps.current_allocated_memory()))
 
-    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def memory_reserved(self, device_index: int | None = None) -> int:
         """``torch.mps.driver_allocated_memory()``."""
         return self._gauge().observe("reserved", int(torch.mps.driver_allocated_memory()))
 
-    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Largest reserved figure observed since the last reset."""
         return self._gauge().peak("reserved", int(torch.mps.driver_allocated_memory()))
 
-    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Restart peaks from the current figures."""
         self._gauge().reset(current={
             "allocated": int(torch.mps.current_allocated_memory()),
             "reserved": int(torch.mps.driver_allocated_memory()),
         })
 
-    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+    def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """MPS figures under ``torch.cuda.memory_stats`` key names (bytes)."""
         return {
             "allocated_bytes.all.current": self.memory_allocated(),
@@ -130,11 +131,11 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
             "reserved_bytes.all.peak": self.max_memory_reserved(),
         }
 
-    def total_memory(self, device_index: Optional[int] = None) -> int:
+    def total_memory(self, device_index: int | None = None) -> int:
         """``torch.mps.recommended_max_memory()``: the GPU's recommended working-set size."""
         return int(torch.mps.recommended_max_memory())
 
-    def available_memory(self, device_index: Optional[int] = None) -> int:
+    def available_memory(self, device_index: int | None = None) -> int:
         """``total_memory() - memory_reserved()``, never negative."""
         return max(0, self.total_memory() - self.memory_reserved())
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from anyaccel.accelerator.device_module import optional_attribute
 from anyaccel.accelerator.registry import ProbeResult

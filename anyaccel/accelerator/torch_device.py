@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.device_module import optional_attribute
@@ -43,7 +43,7 @@ class TorchDeviceAccelerator(DeepSpeedAccelerator):
 
     accelerator_priority: ClassVar[int] = 0
     _communication_backend: ClassVar[str] = "gloo"
-    _ccl_package: ClassVar[Optional[str]] = None
+    _ccl_package: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         """Set DeepSpeed's private attributes; does not touch the device.

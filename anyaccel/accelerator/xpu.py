@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -209,7 +209,7 @@ def check_misc(acc: Any) -> None:
     assert isinstance(acc.is_triton_supported(), bool) and isinstance(acc.prefer_triton_grouped_mm(), bool)
     envs = acc.visible_devices_envs()
     assert all(isinstance(e, str) for e in envs) and all(isinstance(e, str) for e in acc.export_envs())
-    env: Dict[str, str] = {}
+    env: dict[str, str] = {}
     acc.set_visible_devices_envs(env, [2, 0])
     assert env == {e: "2,0" for e in envs}
     assert isinstance(acc.op_builder_dir(), str)
@@ -217,7 +217,7 @@ def check_misc(acc: Any) -> None:
     assert inspect.isclass(acc.build_extension())
 
 
-CHECKS: Dict[str, Callable[[Any], None]] = {
+CHECKS: dict[str, Callable[[Any], None]] = {
     "members_present": check_members_present,
     "name": check_name,
     "device_apis": check_device_apis,
@@ -234,7 +234,7 @@ CHECKS: Dict[str, Callable[[Any], None]] = {
 }
 
 
-def run_conformance(accelerator: Any) -> Dict[str, Optional[str]]:
+def run_conformance(accelerator: Any) -> dict[str, str | None]:
     """Run every check on ``accelerator``.
 
     Args:
@@ -246,7 +246,7 @@ def run_conformance(accelerator: Any) -> Dict[str, Optional[str]]:
     Side effects: allocates small tensors on the device, re-seeds its generator, imports
     ``torch.utils.cpp_extension`` (``build_extension``).
     """
-    results: Dict[str, Optional[str]] = {}
+    results: dict[str, str | None] = {}
     for name, check in CHECKS.items():
         try:
             check(accelerator)
