@@ -15,6 +15,8 @@ __all__ = [
     "UnsupportedOperationError",
     "InvalidAcceleratorError",
     "UnsupportedCompileBackendError",
+    "NotHostDeviceError",
+    "HostRegistrationError",
 ]
 
 
@@ -105,4 +107,43 @@ class UnsupportedCompileBackendError(AcceleratorError, ValueError):
         super().__init__(
             f"{backend!r} is not a supported torch.compile backend; supported: {', '.join(self.supported)}. "
             f"Pass one of these to set_compile_backend()."
+        )
+
+
+class NotHostDeviceError(AcceleratorError, ValueError):
+    """``pin_empty``/``pin_empty_like`` was asked for pinned memory on a device other than the host.
+
+    A ``ValueError``, as DeepSpeed raises for the same call (``abstract_accelerator._require_host_device``).
+
+    Args:
+        device: the device given.
+    """
+
+    def __init__(self, device: object) -> None:
+        self.device = device
+        super().__init__(
+            f"pinned memory is host memory: device must be 'cpu', got {device!r}. "
+            f"Pass device='cpu' (the default) and copy to the accelerator afterwards."
+        )
+
+
+class HostRegistrationError(AcceleratorError, RuntimeError):
+    """The device runtime refused to register (or unregister) host memory.
+
+    Args:
+        accelerator: the accelerator's name.
+        action: ``"register"`` or ``"unregister"``.
+        address: the host address passed.
+        code: the runtime's error code.
+    """
+
+    def __init__(self, accelerator: str, action: str, address: int, code: int) -> None:
+        self.accelerator = accelerator
+        self.action = action
+        self.address = address
+        self.code = code
+        super().__init__(
+            f"{accelerator}: host-memory {action} at address {address:#x} failed with runtime error code {code} "
+            f"(0 means success). Check that the address is aligned to pin_memory_alignment(), that the range "
+            f"is page-locked and not already registered, and the memlock limit (ulimit -l)."
         )

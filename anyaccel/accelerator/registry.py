@@ -191,7 +191,7 @@ def entry_point_specs() -> list[AcceleratorSpec]:
     try:
         found = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except TypeError:  # Python < 3.10: entry_points() returns a dict
-        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined]
+        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined,arg-type]
     specs = []
     for entry_point in found:
         specs.append(_entry_point_spec(entry_point))

@@ -12,6 +12,8 @@ import importlib.util
 import logging
 from typing import ClassVar
 
+from typing_extensions import override
+
 from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.device_module import optional_attribute
 from anyaccel.accelerator.registry import ProbeResult
@@ -55,11 +57,13 @@ class TorchDeviceAccelerator(DeepSpeedAccelerator):
         use_ccl = self._ccl_package is not None and package_installed(self._ccl_package)
         self._communication_backend_name = "ccl" if use_ccl else self._communication_backend
 
+    @override
     def is_available(self) -> bool:
         """True when ``torch.<type>.is_available()`` and at least one device is visible."""
         available = optional_attribute(self.device_type, "is_available")
         return bool(available is not None and available() and self.device_count() > 0)
 
+    @override
     def communication_backend_name(self) -> str:
         """The ``torch.distributed`` backend: ``"ccl"`` when ``_ccl_package`` is installed, else the default."""
         return str(getattr(self, "_communication_backend_name", None) or self._communication_backend)

@@ -173,3 +173,18 @@ def fake_module_factory(monkeypatch: pytest.MonkeyPatch):
         return module
 
     return install
+
+
+@pytest.fixture
+def fake_mps(monkeypatch: pytest.MonkeyPatch):
+    """A usable ``torch.mps`` on any machine: (memory figures dict, list recording synchronize calls)."""
+    figures = {k: random.randrange(1 << 20, 1 << 30) for k in ("allocated", "driver")}
+    figures["recommended"] = figures["driver"] + random.randrange(1 << 20, 1 << 30)
+    synced = []
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: figures["allocated"])
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: figures["driver"])
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: figures["recommended"])
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synced.append(True))
+    return figures, synced
