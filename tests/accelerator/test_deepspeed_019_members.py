@@ -58,7 +58,8 @@ def test_cpu_pinning_is_a_noop_like_deepspeeds():
     assert acc.pin_memory(t, make_copy=False, match_shape=False).shape == (t.numel(),)
     assert acc.unpin_memory(t) is None
     assert acc.pin_memory_alignment() == 1
-    assert acc.register_host_memory(t.data_ptr(), t.nbytes) is False and acc.unregister_host_memory(t.data_ptr()) is None
+    assert acc.register_host_memory(t.data_ptr(), t.nbytes) is False
+    assert acc.unregister_host_memory(t.data_ptr()) is None
 
 
 def test_cpu_misc_members():

@@ -14,6 +14,7 @@ from anyaccel.accelerator.cuda import CUDA_Accelerator
 from anyaccel.accelerator.mps import MPS_Accelerator
 from anyaccel.accelerator.npu import NPU_Accelerator
 from anyaccel.accelerator.xpu import XPU_Accelerator
+from anyaccel.integrations.deepspeed.view import DeepSpeedFacingAccelerator
 from anyaccel.testing.interface_diff import deepspeed_classes, missing_members, signature_problems
 
 OURS = {
@@ -81,6 +82,7 @@ OWN_MEMBERS = {
     MPS_Accelerator: {"_gauge", "_check_index"},
     XPU_Accelerator: set(),
     NPU_Accelerator: set(),
+    DeepSpeedFacingAccelerator: {"__reduce__"},
 }
 
 
