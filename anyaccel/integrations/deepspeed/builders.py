@@ -139,8 +139,7 @@ def placeholder_class(name: str, accelerator_name: str) -> type:
                                                           implemented_builders(accelerator_name))
 
             def is_compatible(self: Any, verbose: bool = False) -> bool:
-                if verbose:
-                    logger.warning("anyaccel implements no %s for accelerator %r", name, accelerator_name)
+                logger.debug("anyaccel implements no %s for accelerator %r", name, accelerator_name)
                 return False
 
             cls = type(f"AnyaccelNotImplemented{name}", (base,), {
