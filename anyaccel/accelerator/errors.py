@@ -6,9 +6,11 @@ message alone knows what to do (user pains P6 and P14 in ``shared/reference/user
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = [
+    "ReconstructibleError",
     "AcceleratorError",
     "UnknownAcceleratorError",
     "AcceleratorUnavailableError",
@@ -20,7 +22,34 @@ __all__ = [
 ]
 
 
-class AcceleratorError(Exception):
+def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException:
+    """Unpickle a :class:`ReconstructibleError` by calling its constructor again."""
+    return cls(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+class ReconstructibleError(Exception):
+    """An exception whose constructor takes structured arguments and that still pickles.
+
+    ``Exception`` pickles as ``cls(*self.args)``, and ``self.args`` is the formatted message once
+    ``__init__`` calls ``super().__init__(message)``, so unpickling an error with a richer constructor fails:
+    in a ``multiprocessing`` pool that kills the result thread and the caller waits forever (DeepSpeed's
+    ``DistributedTest`` does). The constructor's own arguments are kept and used instead.
+    """
+
+    _init_args: tuple[Any, ...] = ()
+    _init_kwargs: dict[str, Any] = {}  # replaced per instance in __new__
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReconstructibleError:
+        self = super().__new__(cls, *args, **kwargs)
+        self._init_args = args
+        self._init_kwargs = kwargs
+        return self
+
+    def __reduce__(self) -> tuple[Callable[..., BaseException], tuple[Any, ...]]:
+        return _rebuild, (type(self), self._init_args, self._init_kwargs)
+
+
+class AcceleratorError(ReconstructibleError):
     """Base class of every error raised by ``anyaccel.accelerator``."""
 
 

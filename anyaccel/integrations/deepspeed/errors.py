@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from anyaccel.accelerator.errors import ReconstructibleError
+
 __all__ = [
     "DeepSpeedIntegrationError",
     "DeepSpeedNotInstalledError",
@@ -13,8 +15,9 @@ __all__ = [
 ]
 
 
-class DeepSpeedIntegrationError(Exception):
-    """Base class of every error raised by ``anyaccel.integrations.deepspeed``."""
+class DeepSpeedIntegrationError(ReconstructibleError):
+    """Base class of every error raised by ``anyaccel.integrations.deepspeed`` (picklable: DeepSpeed's tests
+    send exceptions from worker processes back to pytest)."""
 
 
 class DeepSpeedNotInstalledError(DeepSpeedIntegrationError, ImportError):
