@@ -82,6 +82,19 @@ def test_zero_offload_losses_equal_deepspeeds_own(stage, world_size, ds_extensio
         assert mine["losses"] == pytest.approx(theirs["losses"], rel=1e-5, abs=1e-7)
 
 
+def test_offload_states_round_trip_like_deepspeeds_own(op_cache_dir):
+    """``engine.offload_states()`` (issue 11: it stopped on the missing ``pin_empty_like``) and back."""
+    results = {}
+    for accelerator in ("deepspeed", "anyaccel"):
+        env = base_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                       ANYACCEL_CACHE_DIR=str(op_cache_dir))
+        proc = run_python([str(HERE / "ds_offload_states.py"), accelerator], env)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        results[accelerator] = last_json(proc)
+    assert results["anyaccel"]["accelerator"] == VIEW
+    assert results["anyaccel"]["losses"] == pytest.approx(results["deepspeed"]["losses"], rel=1e-6)
+
+
 @pytest.mark.xfail(strict=False, reason=(
     "depends on the op ABI (issue 11, op-ABI half): anyaccel's cpu_adam module has no create_adam/adam_update/"
     "destroy_adam yet, so with the interim fallback off DeepSpeedCPUAdam cannot get a kernel from anyaccel"))
