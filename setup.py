@@ -21,11 +21,31 @@ from setuptools.command.build_py import build_py
 logger = logging.getLogger("anyaccel.setup")
 
 
+def write_startup_pth(command: build_py) -> None:
+    """Ship ``anyaccel-deepspeed.pth`` (the DeepSpeed integration's startup hook) at the root of site-packages.
+
+    A wheel installs what ``build_lib`` holds at its root into site-packages. An editable install
+    (``pip install -e``, PEP 660) builds into a throw-away ``build_lib`` and installs what its ``install``
+    command's ``install_lib`` (the editable wheel's root) holds, so the file goes there too. The line itself
+    is ``_anyaccel_deepspeed_startup.PTH_LINE``: a no-op unless ``ANYACCEL_DEEPSPEED`` is set.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _anyaccel_deepspeed_startup as startup
+
+    targets = {Path(command.build_lib)}
+    if getattr(command, "editable_mode", False):
+        targets.add(Path(command.get_finalized_command("install").install_lib))
+    for target in targets:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / startup.PTH_NAME).write_text(startup.PTH_LINE, encoding="utf-8")
+
+
 class BuildPyWithOps(build_py):
     """``build_py`` that also builds the ops selected by ``ANYACCEL_BUILD_*`` into the build tree."""
 
     def run(self) -> None:
         super().run()
+        write_startup_pth(self)
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         try:
             from anyaccel.op_builder.cli.aot import build_prebuilt_ops, format_table, selected_builds

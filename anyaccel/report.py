@@ -69,6 +69,13 @@ def _op_rows(build: bool) -> List[Dict[str, Any]]:
     return rows
 
 
+def _deepspeed_section() -> Dict[str, Any]:
+    """Whether DeepSpeed is installed and wired (``anyaccel.integrations.deepspeed.status()``; no DeepSpeed import)."""
+    from anyaccel.integrations.deepspeed import status
+
+    return status()
+
+
 def collect(build: bool = False) -> Dict[str, Any]:
     """Gather the report as a JSON-able dict.
 
@@ -80,7 +87,8 @@ def collect(build: bool = False) -> Dict[str, Any]:
         selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
         backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
         build jobs, cache root) and ``ops`` (a list of per-op dicts with ``op``, ``compatible``, ``reason``,
-        ``built`` and, with ``build``, ``build`` and on failure ``error``).
+        ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
+        (:func:`anyaccel.integrations.deepspeed.status`: installed, version, tested, startup hook, wired).
     """
     from anyaccel.op_builder.cli import info
     from anyaccel.version import __version__
@@ -99,6 +107,7 @@ def collect(build: bool = False) -> Dict[str, Any]:
         "accelerator": _accelerator_section(),
         "toolchain": info.describe(),
         "ops": _op_rows(build),
+        "deepspeed": _deepspeed_section(),
     }
 
 
@@ -141,7 +150,25 @@ def render(report: Dict[str, Any]) -> str:
     for row in report["ops"]:
         extra = row.get("build") or row.get("reason") or ""
         lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
+    lines.append("")
+    lines.append(_render_deepspeed(report.get("deepspeed")))
     return "\n".join(lines)
+
+
+def _render_deepspeed(ds: Any) -> str:
+    """One line on DeepSpeed: installed/tested, and whether ``import deepspeed`` uses anyaccel (docs/deepspeed.md)."""
+    if not ds or not ds.get("installed"):
+        return "deepspeed: not installed"
+    tested = "tested" if ds["tested"] else f"untested (tested: {', '.join(ds['tested_versions'])})"
+    if ds.get("wired"):
+        wiring = "wired: DeepSpeed uses anyaccel in this process"
+    elif ds.get("hook_active"):
+        wiring = "wired at import: ANYACCEL_DEEPSPEED is on and the startup hook is installed"
+    else:
+        hook = ds.get("startup_hook") or "not installed (python -m anyaccel.integrations.deepspeed write-pth)"
+        wiring = (f"not wired (ANYACCEL_DEEPSPEED={_fmt(ds.get('env'))}, startup hook {hook}; "
+                  f"or call anyaccel.integrations.deepspeed.install())")
+    return f"deepspeed: {ds['version']} ({tested}), {wiring}"
 
 
 def run(args: argparse.Namespace) -> int:

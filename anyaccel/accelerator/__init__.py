@@ -10,7 +10,9 @@ from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.errors import (
     AcceleratorError,
     AcceleratorUnavailableError,
+    HostRegistrationError,
     InvalidAcceleratorError,
+    NotHostDeviceError,
     UnknownAcceleratorError,
     UnsupportedCompileBackendError,
     UnsupportedOperationError,
@@ -52,4 +54,6 @@ __all__ = [
     "UnknownAcceleratorError",
     "UnsupportedCompileBackendError",
     "UnsupportedOperationError",
+    "NotHostDeviceError",
+    "HostRegistrationError",
 ]

@@ -1,11 +1,15 @@
 """``DeepSpeedAccelerator``: DeepSpeed's accelerator interface, member for member, with a small abstract core.
 
-Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19, listed in
-``shared/reference/deepspeed-accelerator-interface.md``) is here, accepting both the current and the classic
-signatures. Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`)
-plus the ``_name`` attribute; everything else has a working default that forwards to the torch device module
-of the accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against
-the small core keeps working as the interface grows (user pain P14).
+Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19.8, listed in
+``shared/reference/deepspeed-accelerator-interface.md``; ``tests/accelerator/test_deepspeed_interface.py``
+diffs the two classes whenever DeepSpeed is installed) is here, accepting both the current and the classic
+signatures. Members that only some of DeepSpeed's concrete accelerators have (``seed``,
+``set_per_process_memory_fraction``, ``communication_backend_version``) are here too, written once.
+
+Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`) plus the
+``_name`` attribute; everything else has a working default that forwards to the torch device module of the
+accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against the small
+core keeps working as the interface grows (user pain P14).
 
 Plug-ins written for DeepSpeed subclass this class without calling ``super().__init__()``, so no default may
 depend on ``__init__`` having run: per-instance state has class-level defaults and is created lazily.
@@ -16,13 +20,20 @@ from __future__ import annotations
 import abc
 import contextlib
 import importlib
+import importlib.util
 import logging
-from typing import Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Callable, ClassVar
 
 import torch
 
 from anyaccel.accelerator.device_module import module_function, optional_attribute
-from anyaccel.accelerator.errors import UnsupportedCompileBackendError
+from anyaccel.accelerator.errors import (
+    HostRegistrationError,
+    NotHostDeviceError,
+    UnsupportedCompileBackendError,
+)
 from anyaccel.accelerator.host_sync import HostStream, host_event_class, host_stream_class
 from anyaccel.accelerator.tensor_types import TensorFactory
 
@@ -62,17 +73,41 @@ class DeepSpeedAccelerator(abc.ABC):
         _visible_devices_envs: variables a launcher sets to restrict each process's devices.
         _export_envs: prefixes of variables a multi-node launcher forwards to remote nodes.
         _fp16_supported: whether float16 is a fast, supported training dtype.
+        _fp64_supported: whether float64 is supported (False on MPS); DeepSpeed's ZeRO picks its gradient-norm
+            dtype from it.
+        _host_streams: use the host ``Stream``/``Event`` stand-ins (``host_sync``) instead of the device
+            module's classes; None (default) means "when :meth:`is_synchronized_device`".
+        _torch_pins_host_memory: False where "pinning" host memory is a no-op for this device (CPU, MPS's
+            unified memory): ``pin_memory`` then returns its argument and scratch buffers are not page-locked.
+        _unified_host_memory: host tensors are directly accessible to the device (MPS), so every CPU tensor
+            counts as pinned.
+        _pin_memory_alignment: byte alignment the device runtime needs for :meth:`register_host_memory`.
+        _host_register: how to register host memory with the device runtime, as (runtime accessor on the
+            device module, register function, unregister function, flags), e.g. ``("cudart",
+            "cudaHostRegister", "cudaHostUnregister", 0)``; None where the runtime has no such call.
+        _communication_library: the device module's attribute holding the collective library with a
+            ``version()`` function (``"nccl"`` on CUDA), for :meth:`communication_backend_version`.
+        supports_nvtx_domain: DeepSpeed's public class attribute: :meth:`range_push`/:meth:`range_pop` honour
+            NVTX domains (through the ``nvtx`` package when it is installed).
     """
 
-    _name: Optional[str] = None
-    _device_type: Optional[str] = None
-    _communication_backend_name: Optional[str] = None
-    _compile_backend: Optional[str] = "inductor"
+    _name: str | None = None
+    _device_type: str | None = None
+    _communication_backend_name: str | None = None
+    _compile_backend: str | None = "inductor"
     _synchronized_device: bool = False
-    _graph_class_name: Optional[str] = None
+    _graph_class_name: str | None = None
     _visible_devices_envs: Sequence[str] = ()
     _export_envs: Sequence[str] = ()
     _fp16_supported: bool = True
+    _fp64_supported: bool = True
+    _host_streams: bool | None = None
+    _torch_pins_host_memory: bool = True
+    _unified_host_memory: bool = False
+    _pin_memory_alignment: int = 1
+    _host_register: tuple[str, str, str, int] | None = None
+    _communication_library: str | None = None
+    supports_nvtx_domain: bool = False
 
     # ------------------------------------------------------------------ the abstract core
     @abc.abstractmethod
@@ -82,6 +117,19 @@ class DeepSpeedAccelerator(abc.ABC):
     @abc.abstractmethod
     def communication_backend_name(self) -> str:
         """The ``torch.distributed`` backend for this device (``"nccl"``, ``"xccl"``, ``"hccl"``, ``"gloo"``)."""
+
+    def communication_backend_version(self) -> tuple[int, ...] | None:
+        """Version of the collective library behind the backend, e.g. ``(2, 27, 3)`` for NCCL; None if unknown.
+
+        Reads ``torch.<type>.<_communication_library>.version()`` (``torch.cuda.nccl.version()`` on CUDA, as
+        DeepSpeed's CUDA accelerator, the only one of DeepSpeed's with this member).
+        """
+        library = getattr(self, "_communication_library", None)
+        version = getattr(optional_attribute(self.device_type, library), "version", None) if library else None
+        if version is None:
+            return None
+        value = version()
+        return tuple(int(part) for part in value) if isinstance(value, (tuple, list)) else (int(value),)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -97,9 +145,14 @@ class DeepSpeedAccelerator(abc.ABC):
         return optional_attribute(self.device_type, name) is not None
 
     @staticmethod
-    def _index_args(device_index: Optional[Any]) -> tuple:
+    def _index_args(device_index: Any | None) -> tuple:
         """Positional device argument for torch functions: none when ``device_index`` is None."""
         return () if device_index is None else (device_index,)
+
+    def _uses_host_streams(self) -> bool:
+        """Whether ``Stream``/``Event``/``stream()`` use the host stand-ins (see ``_host_streams``)."""
+        host = getattr(self, "_host_streams", None)
+        return self.is_synchronized_device() if host is None else bool(host)
 
     # ------------------------------------------------------------------ device-behaviour flags
     def is_synchronized_device(self) -> bool:
@@ -119,14 +172,16 @@ class DeepSpeedAccelerator(abc.ABC):
         return self.is_synchronized_device()
 
     # ------------------------------------------------------------------ device APIs
-    def device_name(self, device_index: Optional[int] = None) -> str:
+    def device_name(self, device_index: int | None = None) -> str:
         """``"<type>"`` for None, else ``"<type>:<device_index>"`` (``"cuda"``, ``"cuda:1"``)."""
         if device_index is None:
             return self.device_type
         return f"{self.device_type}:{device_index}"
 
-    def device(self, device_index: Optional[int] = None) -> torch.device:
+    def device(self, device_index: int | None = None) -> torch.device:
         """``torch.device(<type>, device_index)`` (DeepSpeed's current behaviour)."""
+        if device_index is None:
+            return torch.device(self.device_type)
         return torch.device(self.device_type, device_index)
 
     def set_device(self, device_index: int) -> None:
@@ -152,7 +207,7 @@ class DeepSpeedAccelerator(abc.ABC):
         """Number of devices visible to this process (after ``*_VISIBLE_DEVICES`` filtering)."""
         return int(self._fn("device_count", "device_count")())
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         """Wait for all work queued on ``device_index`` (the current device when None)."""
         return self._fn("synchronize", "synchronize")(*self._index_args(device_index))
 
@@ -161,11 +216,11 @@ class DeepSpeedAccelerator(abc.ABC):
         """The ``torch.random`` module (what DeepSpeed returns)."""
         return torch.random
 
-    def set_rng_state(self, new_state: torch.Tensor, device_index: Optional[int] = None) -> None:
+    def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
         """Set the generator state (a uint8 CPU tensor from :meth:`get_rng_state`) of a device."""
         return self._fn("set_rng_state", "set_rng_state")(new_state, *self._index_args(device_index))
 
-    def get_rng_state(self, device_index: Optional[int] = None) -> torch.Tensor:
+    def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
         """The generator state of a device (current when None) as a uint8 CPU tensor."""
         return self._fn("get_rng_state", "get_rng_state")(*self._index_args(device_index))
 
@@ -181,9 +236,16 @@ class DeepSpeedAccelerator(abc.ABC):
         """The seed of the current device's generator."""
         return int(self._fn("initial_seed", "initial_seed")())
 
+    def seed(self) -> None:
+        """Seed the current device's generator with a non-deterministic random number (``torch.<type>.seed``).
+
+        DeepSpeed has this member on its MPS accelerator only; here every accelerator has it.
+        """
+        self._fn("seed", "seed")()
+
     def default_generator(self, device_index: int) -> torch.Generator:
         """The default ``torch.Generator`` of device ``device_index``."""
-        generators = self._fn("default_generators", "default_generator")
+        generators: Any = self._fn("default_generators", "default_generator")  # a tuple, not a function
         return generators[0 if device_index is None else device_index]
 
     # ------------------------------------------------------------------ streams and events
@@ -191,28 +253,28 @@ class DeepSpeedAccelerator(abc.ABC):
     def Stream(self) -> type:  # noqa: N802 (DeepSpeed's name)
         """The stream class (``torch.cuda.Stream``); a host stand-in for devices without streams."""
         cls = optional_attribute(self.device_type, "Stream")
-        if cls is not None and not self.is_synchronized_device():
+        if cls is not None and not self._uses_host_streams():
             return cls
         return host_stream_class(self.device_type, lambda: self.synchronize())
 
-    def stream(self, stream: Any) -> ContextManager:
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
         """A context manager making ``stream`` current (``torch.cuda.stream``); a no-op without streams."""
         fn = optional_attribute(self.device_type, "stream")
-        if fn is None or self.is_synchronized_device() or isinstance(stream, HostStream):
+        if fn is None or self._uses_host_streams() or isinstance(stream, HostStream):
             return contextlib.nullcontext(stream)
         return fn(stream)
 
-    def current_stream(self, device_index: Optional[int] = None) -> Any:
+    def current_stream(self, device_index: int | None = None) -> Any:
         """The current stream of a device (current device when None)."""
         fn = optional_attribute(self.device_type, "current_stream")
-        if fn is None or self.is_synchronized_device():
+        if fn is None or self._uses_host_streams():
             return self.Stream()
         return fn(*self._index_args(device_index))
 
-    def default_stream(self, device_index: Optional[int] = None) -> Any:
+    def default_stream(self, device_index: int | None = None) -> Any:
         """The default stream of a device (current device when None)."""
         fn = optional_attribute(self.device_type, "default_stream")
-        if fn is None or self.is_synchronized_device():
+        if fn is None or self._uses_host_streams():
             return self.current_stream(device_index)
         return fn(*self._index_args(device_index))
 
@@ -220,7 +282,7 @@ class DeepSpeedAccelerator(abc.ABC):
     def Event(self) -> type:  # noqa: N802 (DeepSpeed's name)
         """The event class (``torch.cuda.Event``); a host-clock stand-in for devices without events."""
         cls = optional_attribute(self.device_type, "Event")
-        if cls is not None and not self.is_synchronized_device():
+        if cls is not None and not self._uses_host_streams():
             return cls
         return host_event_class(self.device_type, lambda: self.synchronize())
 
@@ -236,52 +298,63 @@ class DeepSpeedAccelerator(abc.ABC):
         if fn is not None:
             fn()
 
-    def memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def memory_allocated(self, device_index: int | None = None) -> int:
         """Bytes currently held by tensors on a device."""
         return int(self._fn("memory_allocated", "memory_allocated")(*self._index_args(device_index)))
 
-    def max_memory_allocated(self, device_index: Optional[int] = None) -> int:
+    def max_memory_allocated(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_allocated` (bytes) since start or the last reset."""
         return int(self._fn("max_memory_allocated", "max_memory_allocated")(*self._index_args(device_index)))
 
-    def reset_max_memory_allocated(self, device_index: Optional[int] = None) -> None:
+    def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
         """Reset the allocated-memory peak (``reset_peak_memory_stats``, which torch's alias calls)."""
         return self.reset_peak_memory_stats(device_index)
 
-    def memory_cached(self, device_index: Optional[int] = None) -> int:
+    def memory_cached(self, device_index: int | None = None) -> int:
         """Old name of :meth:`memory_reserved` (bytes)."""
         return self.memory_reserved(device_index)
 
-    def max_memory_cached(self, device_index: Optional[int] = None) -> int:
+    def max_memory_cached(self, device_index: int | None = None) -> int:
         """Old name of :meth:`max_memory_reserved` (bytes)."""
         return self.max_memory_reserved(device_index)
 
-    def reset_max_memory_cached(self, device_index: Optional[int] = None) -> None:
+    def reset_max_memory_cached(self, device_index: int | None = None) -> None:
         """Reset the reserved-memory peak (``reset_peak_memory_stats``)."""
         return self.reset_peak_memory_stats(device_index)
 
-    def memory_stats(self, device_index: Optional[int] = None) -> Dict[str, Any]:
+    def memory_stats(self, device_index: int | None = None) -> dict[str, Any]:
         """The allocator's statistics dictionary (``torch.cuda.memory_stats`` keys; sizes in bytes)."""
         return dict(self._fn("memory_stats", "memory_stats")(*self._index_args(device_index)))
 
-    def reset_peak_memory_stats(self, device_index: Optional[int] = None) -> None:
+    def reset_peak_memory_stats(self, device_index: int | None = None) -> None:
         """Reset every peak statistic of a device's allocator."""
         return self._fn("reset_peak_memory_stats", "reset_peak_memory_stats")(*self._index_args(device_index))
 
-    def memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def memory_reserved(self, device_index: int | None = None) -> int:
         """Bytes held by the caching allocator on a device (allocated plus cached)."""
         return int(self._fn("memory_reserved", "memory_reserved")(*self._index_args(device_index)))
 
-    def max_memory_reserved(self, device_index: Optional[int] = None) -> int:
+    def max_memory_reserved(self, device_index: int | None = None) -> int:
         """Peak of :meth:`memory_reserved` (bytes) since start or the last reset."""
         return int(self._fn("max_memory_reserved", "max_memory_reserved")(*self._index_args(device_index)))
 
-    def total_memory(self, device_index: Optional[int] = None) -> int:
+    def total_memory(self, device_index: int | None = None) -> int:
         """Total memory of a device in bytes (``get_device_properties(i).total_memory``)."""
         props = self._fn("get_device_properties", "total_memory")(*self._index_args(device_index))
         return int(props.total_memory)
 
-    def available_memory(self, device_index: Optional[int] = None) -> int:
+    def set_per_process_memory_fraction(self, fraction: float, device_index: int | None = None) -> None:
+        """Cap this process's share of device memory at ``fraction`` (0..1) of the total.
+
+        Forwards to ``torch.<type>.set_per_process_memory_fraction`` (DeepSpeed has the member on MPS only).
+
+        Raises:
+            UnsupportedOperationError: the device module has no such function (CPU).
+        """
+        self._fn("set_per_process_memory_fraction", "set_per_process_memory_fraction")(
+            fraction, *self._index_args(device_index))
+
+    def available_memory(self, device_index: int | None = None) -> int:
         """Free device memory in bytes as the driver reports it (``mem_get_info``), counting other processes.
 
         Falls back to ``total_memory - memory_reserved`` (this process only) when the device module has no
@@ -302,7 +375,14 @@ class DeepSpeedAccelerator(abc.ABC):
         """True when float16 is a supported, fast dtype (class attribute ``_fp16_supported``)."""
         return bool(self._fp16_supported)
 
-    def supported_dtypes(self) -> List[torch.dtype]:
+    def is_fp64_supported(self) -> bool:
+        """True when float64 tensors work on this device (class attribute ``_fp64_supported``; False on MPS).
+
+        DeepSpeed >= 0.19.8 reads it to choose the gradient-norm dtype (``runtime/zero/utils.py``).
+        """
+        return bool(self._fp64_supported)
+
+    def supported_dtypes(self) -> list[torch.dtype]:
         """``[torch.float]`` plus ``torch.half`` and ``torch.bfloat16`` when supported, in that order."""
         dtypes = [torch.float]
         if self.is_fp16_supported():
@@ -312,18 +392,43 @@ class DeepSpeedAccelerator(abc.ABC):
         return dtypes
 
     # ------------------------------------------------------------------ profiler ranges, lazy calls, Triton
-    def range_push(self, msg: str, domain: Optional[str] = None, category: Optional[str] = None) -> Any:
-        """Open a profiler range named ``msg`` (``torch.<type>.nvtx.range_push``); a no-op without NVTX.
+    def _nvtx_domain(self, domain: str | None) -> Any:
+        """The ``nvtx`` package's domain object for ``domain``, or None.
 
-        ``domain`` and ``category`` (DeepSpeed >= 0.18) are accepted; torch's NVTX binding has no domains, so
-        they are ignored. Returns what the profiler returns (the nesting depth for NVTX) or None.
+        None unless the class sets ``supports_nvtx_domain``, ``domain`` is given and the ``nvtx`` package is
+        installed (as DeepSpeed's CUDA accelerator). Domains are cached per instance (lazily: plug-ins need
+        not call ``__init__``).
         """
+        if domain is None or not getattr(self, "supports_nvtx_domain", False):
+            return None
+        domains = self.__dict__.setdefault("_nvtx_domains", {})
+        if domain not in domains:
+            nvtx = None
+            if importlib.util.find_spec("nvtx") is not None:
+                nvtx = importlib.import_module("nvtx")
+            domains[domain] = nvtx.get_domain(domain) if nvtx is not None else None
+        return domains[domain]
+
+    def range_push(self, msg: str, domain: str | None = None, category: str | None = None) -> Any:
+        """Open a profiler range named ``msg``; a no-op without NVTX.
+
+        With ``domain`` (DeepSpeed >= 0.18) on an accelerator whose ``supports_nvtx_domain`` is True and the
+        ``nvtx`` package installed, the range opens in that NVTX domain with ``category``; otherwise through
+        ``torch.<type>.nvtx.range_push`` (no domains). Returns what the profiler returns (the nesting depth
+        for torch's NVTX) or None.
+        """
+        nvtx_domain = self._nvtx_domain(domain)
+        if nvtx_domain is not None:
+            return nvtx_domain.push_range(message=msg, category=category)
         nvtx = optional_attribute(self.device_type, "nvtx")
         push = getattr(nvtx, "range_push", None)
         return push(msg) if push is not None else None
 
-    def range_pop(self, domain: Optional[str] = None) -> Any:
-        """Close the innermost range opened by :meth:`range_push`; a no-op without NVTX."""
+    def range_pop(self, domain: str | None = None) -> Any:
+        """Close the innermost range opened by :meth:`range_push` (in ``domain`` when it was opened in one)."""
+        nvtx_domain = self._nvtx_domain(domain)
+        if nvtx_domain is not None:
+            return nvtx_domain.pop_range()
         nvtx = optional_attribute(self.device_type, "nvtx")
         pop = getattr(nvtx, "range_pop", None)
         return pop() if pop is not None else None
@@ -349,7 +454,7 @@ class DeepSpeedAccelerator(abc.ABC):
         cls = optional_attribute(self.device_type, self._graph_class_name) if self._graph_class_name else None
         return cls() if cls is not None else None
 
-    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> ContextManager:
+    def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> AbstractContextManager[Any]:
         """A context manager capturing the work issued inside it into ``graph`` (``torch.cuda.graph``).
 
         A no-op context when ``graph`` is None (what :meth:`create_graph` gives on devices without graphs).
@@ -368,7 +473,7 @@ class DeepSpeedAccelerator(abc.ABC):
     #: Module holding torch's legacy tensor-type classes for this device (``"torch"`` on CPU, ``"torch.cuda"``
     #: on CUDA), or None where torch has none. Where set, the tensor-type properties return those classes,
     #: as DeepSpeed does, so ``x.type(acc.FloatTensor)`` keeps working; elsewhere a ``TensorFactory``.
-    _legacy_tensor_module: ClassVar[Optional[str]] = None
+    _legacy_tensor_module: ClassVar[str | None] = None
 
     def _factory(self, dtype: torch.dtype) -> Any:
         module_name = getattr(self, "_legacy_tensor_module", None)
@@ -415,13 +520,68 @@ class DeepSpeedAccelerator(abc.ABC):
         return self._factory(torch.long)
 
     # ------------------------------------------------------------------ pinned host memory
+    # The public members follow DeepSpeed 0.19.8's abstract class: they dispatch between a native pinned-memory
+    # backend (:meth:`_native_pinned_memory`, None here; the DeepSpeed integration supplies DeepSpeed's when
+    # ``DS_PIN_MEMORY_BACKEND=native``) and the device's torch primitives (``_torch_*``), which subclasses
+    # describe with the class attributes ``_torch_pins_host_memory`` and ``_unified_host_memory``.
+    def _native_pinned_memory(self) -> Any:
+        """The native pinned-memory backend in use, or None (always None in anyaccel itself).
+
+        A backend has DeepSpeed's ``NativePinnedMemory`` methods: ``pin(tensor, make_copy, match_shape)``,
+        ``pin_empty(template, shape)``, ``is_pinned(tensor)`` and ``unpin(tensor)``.
+        """
+        return None
+
+    def _track_pinned_memory(self, num_bytes: int) -> None:
+        """Account ``num_bytes`` of newly page-locked host memory (logged at DEBUG level here)."""
+        logger.debug("pinned %d bytes of host memory for %s", num_bytes, self._name)
+
     def _torch_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A page-locked copy of a CPU tensor (``tensor.pin_memory()``)."""
+        """A page-locked copy of a CPU tensor (``tensor.pin_memory()``); ``tensor`` itself where pinning is a no-op."""
+        if not self._torch_pins_host_memory:
+            return tensor
         return tensor.pin_memory()
 
+    def _torch_empty_pinned(self, tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """A fresh uninitialised host buffer of ``shape`` and ``tensor``'s dtype, page-locked where meaningful."""
+        return tensor.new_empty(tuple(shape), device="cpu", pin_memory=bool(self._torch_pins_host_memory))
+
     def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` lives in page-locked host memory."""
+        """Whether ``tensor`` lives in page-locked host memory (every CPU tensor, with unified memory)."""
+        if self._unified_host_memory:
+            return tensor.device.type == "cpu"
         return bool(tensor.is_pinned())
+
+    @staticmethod
+    def _shape_numel(shape: Sequence[int]) -> int:
+        """Number of elements of a tensor of ``shape``."""
+        numel = 1
+        for dim in shape:
+            numel *= int(dim)
+        return numel
+
+    @staticmethod
+    def _require_host_device(device: Any) -> None:
+        """Check that ``device`` names the host.
+
+        Raises:
+            NotHostDeviceError: (a ``ValueError``) ``device`` is not a CPU device or not a device at all.
+        """
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise NotHostDeviceError(device) from err
+        if dev.type != "cpu":
+            raise NotHostDeviceError(device)
+
+    def _pin_fresh(self, template: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """A fresh pinned scratch buffer of ``shape`` with ``template``'s dtype (native backend first)."""
+        pins = self._native_pinned_memory()
+        if pins is not None or self._torch_pins_host_memory:
+            self._track_pinned_memory(self._shape_numel(shape) * template.element_size())
+        if pins is not None:
+            return pins.pin_empty(template, tuple(shape))
+        return self._torch_empty_pinned(template, shape)
 
     def pin_memory(self, tensor: torch.Tensor, make_copy: Any = True, match_shape: bool = True,
                    align_bytes: int = 1) -> torch.Tensor:
@@ -433,29 +593,131 @@ class DeepSpeedAccelerator(abc.ABC):
                 a template and a fresh, uninitialised pinned buffer of its dtype is returned (DeepSpeed >=
                 0.18). An ``int`` that is not a bool here is the classic signature's ``align_bytes``.
             match_shape: with ``make_copy=False``, give the buffer ``tensor``'s shape (True) or a flat shape
-                of ``tensor.numel()`` elements (False).
+                of ``tensor.numel()`` elements (False); the native backend honours it for copies too.
             align_bytes: classic signature (DeepSpeed <= 0.18.0); torch's pinned allocator already aligns
                 to pages, so it is accepted and ignored.
 
         Returns:
-            A pinned CPU tensor.
+            A pinned CPU tensor; ``tensor`` itself where pinning is a no-op (CPU, MPS) and a copy was asked.
+
+        Side effects: counts the pinned bytes (:meth:`_track_pinned_memory`).
         """
         if isinstance(make_copy, int) and not isinstance(make_copy, bool):
             make_copy = True  # classic positional align_bytes
+        pins = self._native_pinned_memory()
+        if pins is not None:
+            self._track_pinned_memory(tensor.nbytes)
+            return pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)
         if make_copy:
+            if self._torch_pins_host_memory:
+                self._track_pinned_memory(tensor.nbytes)
             return self._torch_pin_memory(tensor)
         shape = tensor.shape if match_shape else (tensor.numel(),)
-        return self._torch_pin_memory(torch.empty(shape, dtype=tensor.dtype))
+        return self._pin_fresh(tensor, shape)
+
+    def pin_empty(self, *size: Any, dtype: torch.dtype, device: Any = "cpu") -> torch.Tensor:
+        """A fresh, uninitialised pinned host tensor (DeepSpeed >= 0.19.8), without a pageable template.
+
+        Args:
+            *size: the shape, as integers or one tuple/list/``torch.Size``.
+            dtype: the element type.
+            device: must name the host (``"cpu"``): this allocates host memory.
+
+        Raises:
+            NotHostDeviceError: ``device`` is not the CPU.
+        """
+        self._require_host_device(device)
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            shape = tuple(size[0])
+        else:
+            shape = tuple(size)
+        return self._pin_fresh(torch.empty(0, dtype=dtype, device="cpu"), shape)
+
+    def pin_empty_like(self, tensor: torch.Tensor, device: Any = "cpu", dtype: torch.dtype | None = None
+                       ) -> torch.Tensor:
+        """A fresh pinned host tensor shaped like ``tensor`` (of ``dtype``, else ``tensor``'s dtype).
+
+        ``tensor`` may live on any device; only its shape and dtype are read. DeepSpeed's
+        ``engine.offload_states()`` and ZeRO-1/2 offload call this.
+
+        Raises:
+            NotHostDeviceError: ``device`` is not the CPU.
+        """
+        self._require_host_device(device)
+        template = torch.empty(0, dtype=tensor.dtype if dtype is None else dtype, device="cpu")
+        return self._pin_fresh(template, tuple(tensor.shape))
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is in page-locked host memory."""
+        """Whether ``tensor`` is in page-locked host memory (native backend first, then torch)."""
+        pins = self._native_pinned_memory()
+        if pins is not None and pins.is_pinned(tensor):
+            return True
         return self._torch_is_pinned(tensor)
 
-    def unpin_memory(self, tensor: torch.Tensor) -> None:
-        """Release pinning of ``tensor``; torch frees pinned memory when the tensor dies, so nothing to do.
+    def unpin_memory(self, tensor: torch.Tensor) -> Any:
+        """Release pinning of ``tensor``.
 
-        Returns None, as DeepSpeed does when no native pinned-memory backend is active.
+        Returns:
+            The native backend's answer (True when it freed the buffer); None otherwise, as DeepSpeed:
+            torch frees its pinned memory when the tensor dies, so there is nothing to do.
         """
+        pins = self._native_pinned_memory()
+        if pins is not None:
+            return pins.unpin(tensor)
+        return None
+
+    def pin_memory_alignment(self) -> int:
+        """Byte alignment :meth:`register_host_memory` needs (class attribute ``_pin_memory_alignment``; 1: none)."""
+        return int(self._pin_memory_alignment)
+
+    def _host_register_functions(self) -> tuple[Callable[..., Any], Callable[..., Any], int] | None:
+        """(register, unregister, flags) from the device runtime per ``_host_register``, or None if absent."""
+        spec = getattr(self, "_host_register", None)
+        accessor = optional_attribute(self.device_type, spec[0]) if spec else None
+        if spec is None or accessor is None:
+            return None
+        runtime = accessor()
+        register, unregister = getattr(runtime, spec[1], None), getattr(runtime, spec[2], None)
+        if register is None or unregister is None:
+            return None
+        return register, unregister, spec[3]
+
+    def register_host_memory(self, address: int, num_bytes: int) -> bool:
+        """Register ``num_bytes`` of page-locked host memory at ``address`` with the device runtime.
+
+        Used by DeepSpeed's native pinned-memory backend so device copies from mlocked buffers use DMA.
+        ``address`` must be aligned to :meth:`pin_memory_alignment`.
+
+        Returns:
+            True when registered; False when this device's runtime has no host registration (CPU, MPS, XPU,
+            a runtime lacking the call).
+
+        Raises:
+            HostRegistrationError: the runtime call returned an error code.
+
+        Side effects: initialises the device runtime (``torch.cuda.cudart()``, ``torch.npu.npurt()``).
+        """
+        functions = self._host_register_functions()
+        if functions is None:
+            return False
+        register, _, flags = functions
+        code = int(register(address, num_bytes, flags))
+        if code != 0:
+            raise HostRegistrationError(str(self._name), "register", address, code)
+        return True
+
+    def unregister_host_memory(self, address: int) -> None:
+        """Undo :meth:`register_host_memory` for ``address``; nothing where registration is unsupported.
+
+        Raises:
+            HostRegistrationError: the runtime call returned an error code.
+        """
+        functions = self._host_register_functions()
+        if functions is None:
+            return None
+        code = int(functions[1](address))
+        if code != 0:
+            raise HostRegistrationError(str(self._name), "unregister", address, code)
         return None
 
     # ------------------------------------------------------------------ tensor placement
@@ -468,7 +730,7 @@ class DeepSpeedAccelerator(abc.ABC):
         """The package holding the op builders: ``"anyaccel.op_builder"``."""
         return OP_BUILDER_DIR
 
-    def get_op_builder(self, class_name: str) -> Optional[type]:
+    def get_op_builder(self, class_name: str) -> type | None:
         """The op-builder class ``class_name`` for this accelerator, or None if this accelerator lacks it.
 
         Delegates to ``anyaccel.op_builder.registry.get_builder_class(class_name, self._name)`` (imported
@@ -493,15 +755,15 @@ class DeepSpeedAccelerator(abc.ABC):
         return BuildExtension
 
     # ------------------------------------------------------------------ launcher environment
-    def export_envs(self) -> List[str]:
+    def export_envs(self) -> list[str]:
         """Prefixes of environment variables a multi-node launcher forwards (``["NCCL"]`` on CUDA)."""
         return list(self._export_envs)
 
-    def visible_devices_envs(self) -> List[str]:
+    def visible_devices_envs(self) -> list[str]:
         """Variables restricting a process's devices (``["CUDA_VISIBLE_DEVICES"]`` on CUDA)."""
         return list(self._visible_devices_envs)
 
-    def set_visible_devices_envs(self, current_env: Dict[str, str], local_accelerator_ids: Sequence[int]) -> None:
+    def set_visible_devices_envs(self, current_env: dict[str, str], local_accelerator_ids: Sequence[int]) -> None:
         """Write ``",".join(map(str, local_accelerator_ids))`` into each visible-devices variable of ``current_env``.
 
         Side effects: mutates ``current_env`` (a launcher's environment mapping), never ``os.environ``

@@ -1,7 +1,9 @@
 """The CUDA accelerator, also serving AMD GPUs through torch's ROCm (HIP) build.
 
 Differences from the torch-device defaults (DeepSpeed's ``cuda_accelerator.py`` is the behavioural
-reference): NCCL (RCCL on ROCm, under the same name), CUDA graphs, NVTX ranges through ``torch.cuda.nvtx``,
+reference): NCCL (RCCL on ROCm, under the same name) and its version, CUDA graphs, NVTX ranges through
+``torch.cuda.nvtx`` (in NVTX domains through the ``nvtx`` package when installed), host-memory registration
+through ``torch.cuda.cudart()``,
 ``HIP_VISIBLE_DEVICES`` beside ``CUDA_VISIBLE_DEVICES`` on ROCm, float16 from compute capability 7.0
 (6.x with ``DS_ALLOW_DEPRECATED_FP16=1``, as DeepSpeed), Triton from compute capability 8.0.
 """
@@ -9,9 +11,11 @@ reference): NCCL (RCCL on ROCm, under the same name), CUDA graphs, NVTX ranges t
 from __future__ import annotations
 
 import os
-from typing import ClassVar, List, Sequence, Tuple
+from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel.accelerator.registry import ProbeResult
 from anyaccel.accelerator.torch_device import TorchDeviceAccelerator, package_installed
@@ -33,6 +37,9 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
     accelerator_priority = 400
     _communication_backend = "nccl"
     _graph_class_name = "CUDAGraph"
+    _communication_library = "nccl"
+    _host_register = ("cudart", "cudaHostRegister", "cudaHostUnregister", 0)
+    supports_nvtx_domain = True
     _export_envs: Sequence[str] = ("NCCL",)
     _visible_devices_envs: Sequence[str] = ("CUDA_VISIBLE_DEVICES",)
     #: ROCm builds honour both variables; launchers set both.
@@ -49,15 +56,17 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
         """True on a ROCm (HIP) build of torch."""
         return getattr(torch.version, "hip", None) is not None
 
-    def _capability(self) -> Tuple[int, int]:
+    def _capability(self) -> tuple[int, int]:
         """Compute capability of the current device; initialises CUDA."""
         major, minor = torch.cuda.get_device_capability()
         return int(major), int(minor)
 
-    def visible_devices_envs(self) -> List[str]:
+    @override
+    def visible_devices_envs(self) -> list[str]:
         """``["CUDA_VISIBLE_DEVICES"]``, plus ``"HIP_VISIBLE_DEVICES"`` on ROCm."""
         return list(self._rocm_visible_devices_envs if self.is_rocm() else self._visible_devices_envs)
 
+    @override
     def is_fp16_supported(self) -> bool:
         """True on ROCm, or from compute capability 7.0 (6.x with ``DS_ALLOW_DEPRECATED_FP16=1``).
 
@@ -69,12 +78,14 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
         allow_old = os.environ.get("DS_ALLOW_DEPRECATED_FP16", "0") == "1"
         return major >= self._fp16_min_major or (allow_old and major >= self._fp16_deprecated_major)
 
+    @override
     def is_triton_supported(self) -> bool:
         """True when the ``triton`` package is installed and the GPU is ROCm or compute capability >= 8.0."""
         if not package_installed("triton") or not self.is_available():
             return False
         return self.is_rocm() or self._capability()[0] >= self._triton_min_major
 
+    @override
     def prefer_triton_grouped_mm(self) -> bool:
         """True when Triton works and the GPU predates Hopper (DeepSpeed's rule); False on ROCm."""
         if self.is_rocm() or not self.is_triton_supported():
@@ -82,6 +93,7 @@ class CUDA_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class
         return self._capability()[0] < self._triton_grouped_mm_below_major
 
     @classmethod
+    @override
     def probe(cls) -> ProbeResult:
         """Available when torch is a CUDA/ROCm build and sees at least one device.
 

@@ -9,7 +9,7 @@ typed :class:`~anyaccel.accelerator.errors.UnsupportedOperationError` naming the
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -18,7 +18,7 @@ from anyaccel.accelerator.errors import UnsupportedOperationError
 __all__ = ["device_module", "module_function", "optional_attribute"]
 
 
-def device_module(device_type: str) -> Optional[ModuleType]:
+def device_module(device_type: str) -> ModuleType | None:
     """Return torch's module for ``device_type`` (``"cuda"`` -> ``torch.cuda``), or None if there is none.
 
     Args:

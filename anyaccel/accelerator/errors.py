@@ -6,19 +6,50 @@ message alone knows what to do (user pains P6 and P14 in ``shared/reference/user
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = [
+    "ReconstructibleError",
     "AcceleratorError",
     "UnknownAcceleratorError",
     "AcceleratorUnavailableError",
     "UnsupportedOperationError",
     "InvalidAcceleratorError",
     "UnsupportedCompileBackendError",
+    "NotHostDeviceError",
+    "HostRegistrationError",
 ]
 
 
-class AcceleratorError(Exception):
+def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException:
+    """Unpickle a :class:`ReconstructibleError` by calling its constructor again."""
+    return cls(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+class ReconstructibleError(Exception):
+    """An exception whose constructor takes structured arguments and that still pickles.
+
+    ``Exception`` pickles as ``cls(*self.args)``, and ``self.args`` is the formatted message once
+    ``__init__`` calls ``super().__init__(message)``, so unpickling an error with a richer constructor fails:
+    in a ``multiprocessing`` pool that kills the result thread and the caller waits forever (DeepSpeed's
+    ``DistributedTest`` does). The constructor's own arguments are kept and used instead.
+    """
+
+    _init_args: tuple[Any, ...] = ()
+    _init_kwargs: dict[str, Any] = {}  # replaced per instance in __new__
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReconstructibleError:
+        self = super().__new__(cls, *args, **kwargs)
+        self._init_args = args
+        self._init_kwargs = kwargs
+        return self
+
+    def __reduce__(self) -> tuple[Callable[..., BaseException], tuple[Any, ...]]:
+        return _rebuild, (type(self), self._init_args, self._init_kwargs)
+
+
+class AcceleratorError(ReconstructibleError):
     """Base class of every error raised by ``anyaccel.accelerator``."""
 
 
@@ -105,4 +136,43 @@ class UnsupportedCompileBackendError(AcceleratorError, ValueError):
         super().__init__(
             f"{backend!r} is not a supported torch.compile backend; supported: {', '.join(self.supported)}. "
             f"Pass one of these to set_compile_backend()."
+        )
+
+
+class NotHostDeviceError(AcceleratorError, ValueError):
+    """``pin_empty``/``pin_empty_like`` was asked for pinned memory on a device other than the host.
+
+    A ``ValueError``, as DeepSpeed raises for the same call (``abstract_accelerator._require_host_device``).
+
+    Args:
+        device: the device given.
+    """
+
+    def __init__(self, device: object) -> None:
+        self.device = device
+        super().__init__(
+            f"pinned memory is host memory: device must be 'cpu', got {device!r}. "
+            f"Pass device='cpu' (the default) and copy to the accelerator afterwards."
+        )
+
+
+class HostRegistrationError(AcceleratorError, RuntimeError):
+    """The device runtime refused to register (or unregister) host memory.
+
+    Args:
+        accelerator: the accelerator's name.
+        action: ``"register"`` or ``"unregister"``.
+        address: the host address passed.
+        code: the runtime's error code.
+    """
+
+    def __init__(self, accelerator: str, action: str, address: int, code: int) -> None:
+        self.accelerator = accelerator
+        self.action = action
+        self.address = address
+        self.code = code
+        super().__init__(
+            f"{accelerator}: host-memory {action} at address {address:#x} failed with runtime error code {code} "
+            f"(0 means success). Check that the address is aligned to pin_memory_alignment(), that the range "
+            f"is page-locked and not already registered, and the memlock limit (ulimit -l)."
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Dict, Optional
 
 __all__ = ["process_rss_bytes", "total_host_memory_bytes", "available_host_memory_bytes", "PeakGauge"]
 
@@ -65,7 +64,7 @@ class PeakGauge:
     """
 
     def __init__(self) -> None:
-        self._peaks: Dict[str, int] = {}
+        self._peaks: dict[str, int] = {}
 
     def observe(self, key: str, value: int) -> int:
         """Record ``value`` for ``key`` and return it."""
@@ -76,7 +75,7 @@ class PeakGauge:
         """The peak of ``key`` including the ``current`` value."""
         return max(self._peaks.get(key, current), current)
 
-    def reset(self, key: Optional[str] = None, current: Optional[Dict[str, int]] = None) -> None:
+    def reset(self, key: str | None = None, current: dict[str, int] | None = None) -> None:
         """Forget the peak of ``key`` (all keys when None), restarting from ``current`` values if given."""
         if key is None:
             self._peaks = dict(current or {})

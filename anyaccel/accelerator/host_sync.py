@@ -10,7 +10,7 @@ DeepSpeed's CPU and MPS accelerators return ``None`` instead, which breaks such 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 __all__ = ["HostEvent", "HostStream", "host_stream_class", "host_event_class"]
 
@@ -34,7 +34,7 @@ class HostEvent:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
-        self._time_s: Optional[float] = None
+        self._time_s: float | None = None
 
     def record(self, stream: Any = None) -> None:
         """Wait for queued device work, then time-stamp (seconds, ``time.perf_counter``)."""
@@ -51,7 +51,7 @@ class HostEvent:
     def wait(self, stream: Any = None) -> None:
         """Nothing to order: host streams execute in order."""
 
-    def elapsed_time(self, end_event: "HostEvent") -> float:
+    def elapsed_time(self, end_event: HostEvent) -> float:
         """Milliseconds between this event's and ``end_event``'s records.
 
         Raises:
@@ -92,21 +92,21 @@ class HostStream:
     def wait_event(self, event: Any) -> None:
         """Nothing to order: there is only one queue."""
 
-    def record_event(self, event: Optional[HostEvent] = None) -> HostEvent:
+    def record_event(self, event: HostEvent | None = None) -> HostEvent:
         """Record ``event`` (a new one when None) and return it."""
         event = event if event is not None else self._event_class()
         event.record(self)
         return event
 
-    def __enter__(self) -> "HostStream":
+    def __enter__(self) -> HostStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
         return None
 
 
-_EVENT_CLASSES: Dict[str, type] = {}
-_STREAM_CLASSES: Dict[str, type] = {}
+_EVENT_CLASSES: dict[str, type] = {}
+_STREAM_CLASSES: dict[str, type] = {}
 
 
 def host_event_class(device_type: str, synchronize: Callable[[], None]) -> type:

@@ -2,14 +2,18 @@
 
 ``torch_npu`` registers ``torch.npu``; it is imported only when it is installed and either probed by
 selection or the NPU accelerator is constructed. Differences follow DeepSpeed's ``npu_accelerator.py``:
-``hccl``, ``ASCEND_RT_VISIBLE_DEVICES``, launcher exports ``ASCEND``/``HCCL``/``LD_LIBRARY``/``PATH``, NPU graphs.
+``hccl``, ``ASCEND_RT_VISIBLE_DEVICES``, launcher exports ``ASCEND``/``HCCL``/``LD_LIBRARY``/``PATH``, NPU graphs,
+host-memory registration through ``torch.npu.npurt()`` (4 KiB alignment).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
+
+from typing_extensions import override
 
 from anyaccel.accelerator.device_module import optional_attribute
 from anyaccel.accelerator.registry import ProbeResult
@@ -27,9 +31,13 @@ class NPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     _graph_class_name = "NPUGraph"
     _visible_devices_envs: Sequence[str] = ("ASCEND_RT_VISIBLE_DEVICES",)
     _export_envs: Sequence[str] = ("ASCEND", "HCCL", "LD_LIBRARY", "PATH")
+    #: ``aclrtHostRegister`` MAPPED registration (flag 0x2) needs 4 KiB-aligned addresses (DeepSpeed's value).
+    _pin_memory_alignment = 4096
+    _host_register = ("npurt", "npuHostRegister", "npuHostUnregister", 0x2)
     #: the vendor package providing ``torch.npu``.
     _vendor_package: ClassVar[str] = "torch_npu"
 
+    @override
     def __init__(self) -> None:
         """Import ``torch_npu`` (which registers ``torch.npu``) and set DeepSpeed's attributes.
 
@@ -45,6 +53,7 @@ class NPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         super().__init__()
 
     @classmethod
+    @override
     def probe(cls) -> ProbeResult:
         """Available when ``torch_npu`` is installed, imports, and ``torch.npu`` sees a device.
 

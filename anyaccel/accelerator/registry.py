@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class AcceleratorSpec:
     priority: int
     source: str
     description: str = ""
-    probe: Optional[Callable[[], ProbeResult]] = None
+    probe: Callable[[], ProbeResult] | None = None
 
     def run_probe(self) -> ProbeResult:
         """Probe availability; never raises: a failure becomes an unavailable result naming the error.
@@ -118,7 +118,7 @@ def _class_probe(path: str) -> Callable[[], ProbeResult]:
 
 
 # name -> (import path, priority, description). Adding a built-in device is one row here.
-_BUILTINS: Dict[str, tuple] = {
+_BUILTINS: dict[str, tuple] = {
     "cuda": ("anyaccel.accelerator.cuda:CUDA_Accelerator", 400, "NVIDIA CUDA, or AMD ROCm through torch's HIP build"),
     "xpu": ("anyaccel.accelerator.xpu:XPU_Accelerator", 300, "Intel GPU through torch.xpu (IPEX optional)"),
     "npu": ("anyaccel.accelerator.npu:NPU_Accelerator", 200, "Huawei Ascend through torch_npu"),
@@ -126,10 +126,10 @@ _BUILTINS: Dict[str, tuple] = {
     "cpu": ("anyaccel.accelerator.cpu:CPU_Accelerator", 0, "the host CPU (always available)"),
 }
 
-_registered: Dict[str, AcceleratorSpec] = {}
+_registered: dict[str, AcceleratorSpec] = {}
 
 
-def builtin_specs() -> List[AcceleratorSpec]:
+def builtin_specs() -> list[AcceleratorSpec]:
     """Specs of the five built-in accelerators (cheap: imports nothing)."""
     return [
         AcceleratorSpec(name, _import_path(path), priority, "builtin", description, _class_probe(path))
@@ -143,7 +143,7 @@ def register_accelerator(
     *,
     priority: int = DEFAULT_PLUGIN_PRIORITY,
     description: str = "",
-    probe: Optional[Callable[[], ProbeResult]] = None,
+    probe: Callable[[], ProbeResult] | None = None,
     override: bool = False,
 ) -> AcceleratorSpec:
     """Register an accelerator programmatically (the in-process twin of an entry point).
@@ -180,7 +180,7 @@ def unregister_accelerator(name: str) -> None:
     _registered.pop(name, None)
 
 
-def entry_point_specs() -> List[AcceleratorSpec]:
+def entry_point_specs() -> list[AcceleratorSpec]:
     """Specs of the accelerators installed packages declare under :data:`ENTRY_POINT_GROUP`.
 
     Reads installed distributions' metadata and imports each plug-in's module to read its priority (class
@@ -191,7 +191,7 @@ def entry_point_specs() -> List[AcceleratorSpec]:
     try:
         found = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except TypeError:  # Python < 3.10: entry_points() returns a dict
-        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined]
+        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined,arg-type]
     specs = []
     for entry_point in found:
         specs.append(_entry_point_spec(entry_point))
@@ -200,7 +200,7 @@ def entry_point_specs() -> List[AcceleratorSpec]:
 
 def _entry_point_spec(entry_point: Any) -> AcceleratorSpec:
     """Build the spec of one entry point; loading errors surface in its probe, not here."""
-    loaded: Dict[str, Any] = {}
+    loaded: dict[str, Any] = {}
 
     def load() -> Any:
         if "value" not in loaded:
@@ -217,12 +217,12 @@ def _entry_point_spec(entry_point: Any) -> AcceleratorSpec:
     return AcceleratorSpec(entry_point.name, load, priority, "entry-point", description, None)
 
 
-def all_specs(include_entry_points: bool = True) -> List[AcceleratorSpec]:
+def all_specs(include_entry_points: bool = True) -> list[AcceleratorSpec]:
     """Every known spec, highest priority first; later sources replace earlier ones of the same name.
 
     Order of precedence for a name: built-in < entry point < programmatic registration.
     """
-    by_name: Dict[str, AcceleratorSpec] = {spec.name: spec for spec in builtin_specs()}
+    by_name: dict[str, AcceleratorSpec] = {spec.name: spec for spec in builtin_specs()}
     if include_entry_points:
         for spec in entry_point_specs():
             if spec.name in by_name:

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.errors import (
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: Environment variables naming the accelerator, first set wins.
-OVERRIDE_ENVS: Tuple[str, ...] = ("ANYACCEL_ACCELERATOR", "DS_ACCELERATOR")
+OVERRIDE_ENVS: tuple[str, ...] = ("ANYACCEL_ACCELERATOR", "DS_ACCELERATOR")
 #: ``1``/``true``/``yes`` turns "GPU stack installed but unusable" into an error.
 STRICT_ENV = "ANYACCEL_STRICT"
 
@@ -76,7 +76,7 @@ class CandidateReport:
     probed: bool = True
     stack_present: bool = False
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the fields."""
         return dataclasses.asdict(self)
 
@@ -97,11 +97,11 @@ class SelectionReport:
     chosen: str
     reason: str
     source: str
-    candidates: List[CandidateReport]
-    override_env: Optional[str] = None
+    candidates: list[CandidateReport]
+    override_env: str | None = None
     strict: bool = False
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict (candidates as dicts)."""
         data = dataclasses.asdict(self)
         data["candidates"] = [c.to_dict() for c in self.candidates]
@@ -109,8 +109,8 @@ class SelectionReport:
 
 
 _lock = threading.RLock()
-_accelerator: Optional[DeepSpeedAccelerator] = None
-_report: Optional[SelectionReport] = None
+_accelerator: DeepSpeedAccelerator | None = None
+_report: SelectionReport | None = None
 _warned_unusable: set = set()
 
 
@@ -118,7 +118,7 @@ def _strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _override() -> Tuple[Optional[str], Optional[str]]:
+def _override() -> tuple[str | None, str | None]:
     """(variable, lower-cased value) of the first set override variable, or (None, None)."""
     for env in OVERRIDE_ENVS:
         value = os.environ.get(env, "").strip()
@@ -169,14 +169,14 @@ def _instantiate(spec: AcceleratorSpec) -> DeepSpeedAccelerator:
     return validate_accelerator(spec.load()())
 
 
-def _candidate(spec: AcceleratorSpec, result: Optional[ProbeResult]) -> CandidateReport:
+def _candidate(spec: AcceleratorSpec, result: ProbeResult | None) -> CandidateReport:
     if result is None:
         return CandidateReport(spec.name, spec.priority, False, NOT_PROBED, spec.source, probed=False)
     return CandidateReport(spec.name, spec.priority, result.available, result.reason, spec.source,
                            stack_present=result.stack_present)
 
 
-def _report_unusable(candidates: List[CandidateReport], chosen: str, strict: bool) -> None:
+def _report_unusable(candidates: list[CandidateReport], chosen: str, strict: bool) -> None:
     """Warn once per accelerator about installed-but-unusable stacks ranked above ``chosen``; raise if strict.
 
     ``candidates`` is in priority order; stacks ranked below the chosen accelerator do not matter.
@@ -199,7 +199,7 @@ def _report_unusable(candidates: List[CandidateReport], chosen: str, strict: boo
         )
 
 
-def _select(probe_all: bool, build: bool = True) -> Tuple[Optional[DeepSpeedAccelerator], SelectionReport]:
+def _select(probe_all: bool, build: bool = True) -> tuple[DeepSpeedAccelerator | None, SelectionReport]:
     """Run selection steps 2-4 (the caller handles ``set_accelerator``).
 
     Args:
@@ -227,8 +227,8 @@ def _select(probe_all: bool, build: bool = True) -> Tuple[Optional[DeepSpeedAcce
         report = SelectionReport(requested, f"{env}={requested} requested it", "env", candidates, env, strict)
         return (_instantiate(spec) if build else None), report
 
-    results: Dict[str, ProbeResult] = {}
-    chosen: Optional[AcceleratorSpec] = None
+    results: dict[str, ProbeResult] = {}
+    chosen: AcceleratorSpec | None = None
     for spec in specs:
         if chosen is not None and not probe_all:
             break

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from typing import ClassVar, Optional
+from typing import ClassVar
+
+from typing_extensions import override
 
 from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.device_module import optional_attribute
@@ -43,7 +45,7 @@ class TorchDeviceAccelerator(DeepSpeedAccelerator):
 
     accelerator_priority: ClassVar[int] = 0
     _communication_backend: ClassVar[str] = "gloo"
-    _ccl_package: ClassVar[Optional[str]] = None
+    _ccl_package: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         """Set DeepSpeed's private attributes; does not touch the device.
@@ -55,11 +57,13 @@ class TorchDeviceAccelerator(DeepSpeedAccelerator):
         use_ccl = self._ccl_package is not None and package_installed(self._ccl_package)
         self._communication_backend_name = "ccl" if use_ccl else self._communication_backend
 
+    @override
     def is_available(self) -> bool:
         """True when ``torch.<type>.is_available()`` and at least one device is visible."""
         available = optional_attribute(self.device_type, "is_available")
         return bool(available is not None and available() and self.device_count() > 0)
 
+    @override
     def communication_backend_name(self) -> str:
         """The ``torch.distributed`` backend: ``"ccl"`` when ``_ccl_package`` is installed, else the default."""
         return str(getattr(self, "_communication_backend_name", None) or self._communication_backend)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel.accelerator.device_module import optional_attribute
 from anyaccel.accelerator.registry import ProbeResult
@@ -45,6 +47,7 @@ class XPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     #: optional vendor extension, imported when installed.
     _extension_package: ClassVar[str] = "intel_extension_for_pytorch"
 
+    @override
     def __init__(self) -> None:
         """Set DeepSpeed's attributes and import IPEX when it is installed.
 
@@ -56,6 +59,7 @@ class XPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
             logger.debug("imported %s for the XPU accelerator", self._extension_package)
 
     @classmethod
+    @override
     def probe(cls) -> ProbeResult:
         """Available when ``torch.xpu`` (possibly registered by IPEX) sees at least one device.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -39,6 +39,10 @@ INTERFACE_MEMBERS = (
     "is_pinned", "unpin_memory", "on_accelerator", "op_builder_dir", "create_op_builder", "get_op_builder",
     "build_extension", "export_envs", "visible_devices_envs", "set_visible_devices_envs",
     "get_compile_backend", "set_compile_backend", "amp",
+    # added by DeepSpeed 0.19.8 (and members some of its concrete accelerators have)
+    "is_fp64_supported", "is_current_stream_capturing", "pin_empty", "pin_empty_like", "register_host_memory",
+    "unregister_host_memory", "pin_memory_alignment", "supports_nvtx_domain", "_torch_empty_pinned",
+    "seed", "set_per_process_memory_fraction", "communication_backend_version",
 )
 
 
@@ -173,6 +177,25 @@ def check_placement_and_pinning(acc: Any) -> None:
     acc.unpin_memory(pinned)
 
 
+def check_host_memory(acc: Any) -> None:
+    """DeepSpeed 0.19.8's pinned scratch buffers, fp64 flag and host-registration members behave."""
+    empty = acc.pin_empty(3, 4, dtype=torch.float16)
+    assert empty.shape == (3, 4) and empty.dtype == torch.float16 and empty.device.type == "cpu"
+    assert acc.pin_empty((5,), dtype=torch.int32).shape == (5,)
+    like = acc.pin_empty_like(torch.ones(2, 3, device=acc.current_device_name()), dtype=torch.bfloat16)
+    assert like.shape == (2, 3) and like.dtype == torch.bfloat16 and like.device.type == "cpu"
+    for refused in ({"device": "meta"}, {"device": "not-a-device"}):
+        try:
+            acc.pin_empty(2, dtype=torch.float, **refused)
+        except ValueError:
+            continue
+        raise AssertionError(f"pin_empty({refused}) must raise ValueError: pinned memory is host memory")
+    alignment = acc.pin_memory_alignment()
+    assert isinstance(alignment, int) and alignment >= 1 and alignment & (alignment - 1) == 0, alignment
+    assert isinstance(acc.is_fp64_supported(), bool) and isinstance(acc.is_current_stream_capturing(), bool)
+    assert isinstance(acc.supports_nvtx_domain, bool)
+
+
 def check_graphs(acc: Any) -> None:
     """Graph members work: real capture and replay, or None / no-op on devices without graphs."""
     graph = acc.create_graph()
@@ -209,7 +232,7 @@ def check_misc(acc: Any) -> None:
     assert isinstance(acc.is_triton_supported(), bool) and isinstance(acc.prefer_triton_grouped_mm(), bool)
     envs = acc.visible_devices_envs()
     assert all(isinstance(e, str) for e in envs) and all(isinstance(e, str) for e in acc.export_envs())
-    env: Dict[str, str] = {}
+    env: dict[str, str] = {}
     acc.set_visible_devices_envs(env, [2, 0])
     assert env == {e: "2,0" for e in envs}
     assert isinstance(acc.op_builder_dir(), str)
@@ -217,7 +240,7 @@ def check_misc(acc: Any) -> None:
     assert inspect.isclass(acc.build_extension())
 
 
-CHECKS: Dict[str, Callable[[Any], None]] = {
+CHECKS: dict[str, Callable[[Any], None]] = {
     "members_present": check_members_present,
     "name": check_name,
     "device_apis": check_device_apis,
@@ -229,12 +252,13 @@ CHECKS: Dict[str, Callable[[Any], None]] = {
     "dtypes": check_dtypes,
     "tensor_types": check_tensor_types,
     "placement_and_pinning": check_placement_and_pinning,
+    "host_memory": check_host_memory,
     "graphs": check_graphs,
     "misc": check_misc,
 }
 
 
-def run_conformance(accelerator: Any) -> Dict[str, Optional[str]]:
+def run_conformance(accelerator: Any) -> dict[str, str | None]:
     """Run every check on ``accelerator``.
 
     Args:
@@ -246,7 +270,7 @@ def run_conformance(accelerator: Any) -> Dict[str, Optional[str]]:
     Side effects: allocates small tensors on the device, re-seeds its generator, imports
     ``torch.utils.cpp_extension`` (``build_extension``).
     """
-    results: Dict[str, Optional[str]] = {}
+    results: dict[str, str | None] = {}
     for name, check in CHECKS.items():
         try:
             check(accelerator)

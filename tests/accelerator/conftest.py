@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import pytest
 import torch
@@ -30,13 +30,13 @@ class FakeDeviceModule(types.ModuleType):
     Figures are drawn fresh per instance so tests compare against the module's own values, never constants.
     """
 
-    def __init__(self, name: str, count: int = 2, graph_class: Optional[str] = None) -> None:
+    def __init__(self, name: str, count: int = 2, graph_class: str | None = None) -> None:
         super().__init__(f"torch.{name}")
         rng = random.Random()
-        self.calls: List[Tuple[str, Tuple[Any, ...]]] = []
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self._count = count
         self._current = 0
-        self.figures: Dict[str, int] = {
+        self.figures: dict[str, int] = {
             key: rng.randrange(1 << 20, 1 << 34)
             for key in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                         "total_memory", "free_memory", "initial_seed")
@@ -47,7 +47,7 @@ class FakeDeviceModule(types.ModuleType):
         self.capability = (rng.choice([6, 7, 8, 9]), 0)
         self.nvtx = types.SimpleNamespace(range_push=self._range_push, range_pop=self._range_pop)
         self.amp = types.SimpleNamespace(name=f"{name}.amp")
-        self.lazy_callbacks: List[Any] = []
+        self.lazy_callbacks: list[Any] = []
         if graph_class:
             setattr(self, graph_class, type(graph_class, (), {"replay": lambda g: self._record("replay", g)}))
 
@@ -111,7 +111,7 @@ class FakeDeviceModule(types.ModuleType):
         self._record("empty_cache")
 
     def _figure(name: str):  # noqa: N805 (builds methods)
-        def get(self: "FakeDeviceModule", *args: Any) -> int:
+        def get(self: FakeDeviceModule, *args: Any) -> int:
             self._record(name, *args)
             return self.figures[name]
 
@@ -122,7 +122,7 @@ class FakeDeviceModule(types.ModuleType):
     memory_reserved = _figure("memory_reserved")
     max_memory_reserved = _figure("max_memory_reserved")
 
-    def memory_stats(self, *args: Any) -> Dict[str, int]:
+    def memory_stats(self, *args: Any) -> dict[str, int]:
         self._record("memory_stats", *args)
         return {"allocated_bytes.all.current": self.figures["memory_allocated"]}
 
@@ -133,14 +133,14 @@ class FakeDeviceModule(types.ModuleType):
         self._record("get_device_properties", *args)
         return types.SimpleNamespace(total_memory=self.figures["total_memory"])
 
-    def mem_get_info(self, *args: Any) -> Tuple[int, int]:
+    def mem_get_info(self, *args: Any) -> tuple[int, int]:
         self._record("mem_get_info", *args)
         return self.figures["free_memory"], self.figures["total_memory"]
 
     def is_bf16_supported(self) -> bool:
         return self.bf16
 
-    def get_device_capability(self, *args: Any) -> Tuple[int, int]:
+    def get_device_capability(self, *args: Any) -> tuple[int, int]:
         return self.capability
 
     def _lazy_call(self, callback: Any) -> None:
@@ -167,9 +167,24 @@ class FakeDeviceModule(types.ModuleType):
 def fake_module_factory(monkeypatch: pytest.MonkeyPatch):
     """``install(name, count, graph_class)`` puts a :class:`FakeDeviceModule` at ``torch.<name>``."""
 
-    def install(name: str, count: int = 2, graph_class: Optional[str] = None) -> FakeDeviceModule:
+    def install(name: str, count: int = 2, graph_class: str | None = None) -> FakeDeviceModule:
         module = FakeDeviceModule(name, count, graph_class)
         monkeypatch.setattr(torch, name, module, raising=False)
         return module
 
     return install
+
+
+@pytest.fixture
+def fake_mps(monkeypatch: pytest.MonkeyPatch):
+    """A usable ``torch.mps`` on any machine: (memory figures dict, list recording synchronize calls)."""
+    figures = {k: random.randrange(1 << 20, 1 << 30) for k in ("allocated", "driver")}
+    figures["recommended"] = figures["driver"] + random.randrange(1 << 20, 1 << 30)
+    synced = []
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_built", lambda: True)
+    monkeypatch.setattr(torch.mps, "current_allocated_memory", lambda: figures["allocated"])
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: figures["driver"])
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: figures["recommended"])
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: synced.append(True))
+    return figures, synced

@@ -128,3 +128,37 @@ def test_dtypes_flags_ranges(acc):
     acc.range_pop()
     assert acc.amp() is torch.cuda.amp
     assert not acc.is_synchronized_device()
+
+
+def test_deepspeed_019_members_on_gpu(acc):
+    """pin_empty/pin_empty_like page-lock, host registration through cudart, NCCL version, graph capture flag."""
+    scratch = acc.pin_empty(4, 256, dtype=torch.bfloat16)
+    assert scratch.is_pinned() and acc.is_pinned(scratch) and scratch.shape == (4, 256)
+    like = acc.pin_empty_like(torch.ones(3, 5, device="cuda"), dtype=torch.float16)
+    assert like.is_pinned() and like.device.type == "cpu" and like.dtype == torch.float16
+    with pytest.raises(ValueError, match="must be 'cpu'"):
+        acc.pin_empty(2, dtype=torch.float, device="cuda")
+    assert acc.is_fp64_supported() and acc.pin_memory_alignment() == 1 and acc.supports_nvtx_domain is True
+    host = torch.empty(1 << 20, dtype=torch.uint8)  # pageable memory, registered with the CUDA driver
+    assert acc.register_host_memory(host.data_ptr(), host.nbytes) is True
+    source = torch.randint(0, 255, (1 << 20,), dtype=torch.uint8, device="cuda")
+    host.copy_(source, non_blocking=True)
+    acc.synchronize()
+    assert torch.equal(host, source.cpu())
+    acc.unregister_host_memory(host.data_ptr())
+    version = acc.communication_backend_version()
+    assert isinstance(version, tuple) and version[0] >= 2
+    assert acc.is_current_stream_capturing() is False
+    graph, seen = acc.create_graph(), []
+    static = torch.ones(8, device="cuda")
+    side = acc.Stream()
+    side.wait_stream(acc.current_stream())
+    with acc.stream(side):
+        static * 2
+    acc.current_stream().wait_stream(side)
+    with acc.capture_to_graph(graph):
+        seen.append(acc.is_current_stream_capturing())
+        static.mul_(2)
+    assert seen == [True]
+    acc.seed()
+    acc.set_per_process_memory_fraction(1.0)

@@ -25,7 +25,8 @@ def _free_port() -> int:
 def _run_job(accelerator: str, tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
     port = str(_free_port())
-    env = dict(os.environ, ANYACCEL_ACCELERATOR=accelerator, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    pythonpath = str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, ANYACCEL_ACCELERATOR=accelerator, PYTHONPATH=pythonpath)
     outs = [tmp_path / f"rank{r}.pt" for r in range(WORLD)]
     procs = [
         subprocess.Popen([sys.executable, "-m", "tests.accelerator.dist_worker", str(r), str(WORLD), port,

@@ -19,11 +19,11 @@ from anyaccel.accelerator import (
     UnknownAcceleratorError,
     explain,
     get_accelerator,
+    real_accelerator,
     register_accelerator,
     set_accelerator,
     unregister_accelerator,
 )
-from anyaccel.accelerator import real_accelerator
 from tests.accelerator.plugin_fixtures import CoreOnlyAccelerator, HostPluginAccelerator
 
 BUILTINS = ["cuda", "xpu", "npu", "mps", "cpu"]

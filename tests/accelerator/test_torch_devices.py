@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 import sys
 
 import pytest
-import importlib
-
 import torch
 
 from anyaccel.accelerator.cuda import CUDA_Accelerator
@@ -19,7 +18,8 @@ from anyaccel.accelerator.xpu import XPU_Accelerator
 DEVICES = {
     "cuda": (CUDA_Accelerator, "CUDAGraph", "nccl", ["CUDA_VISIBLE_DEVICES"], ["NCCL"]),
     "xpu": (XPU_Accelerator, "XPUGraph", "xccl", ["ZE_AFFINITY_MASK"], []),
-    "npu": (NPU_Accelerator, "NPUGraph", "hccl", ["ASCEND_RT_VISIBLE_DEVICES"], ["ASCEND", "HCCL", "LD_LIBRARY", "PATH"]),
+    "npu": (NPU_Accelerator, "NPUGraph", "hccl", ["ASCEND_RT_VISIBLE_DEVICES"],
+            ["ASCEND", "HCCL", "LD_LIBRARY", "PATH"]),
 }
 
 
