@@ -59,7 +59,7 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
         Never raises for an unknown name and never returns None (see
         :func:`anyaccel.integrations.deepspeed.builders.deepspeed_builder_class`).
         """
-        from anyaccel.op_builder.errors import UnknownOpError
+        from anyaccel.op_builder.core.errors import UnknownOpError
 
         try:
             anyaccel_class = super().get_op_builder(class_name)
