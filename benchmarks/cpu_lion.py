@@ -87,7 +87,7 @@ def bytes_per_element(param_dtype: torch.dtype, state: str) -> int:
 
 def implementations(param_dtype: torch.dtype) -> list[Impl]:
     """The implementations to compare for ``param_dtype`` (first row of each state dtype is anyaccel)."""
-    from anyaccel.ops.cpu_lion import CPULion
+    from anyaccel.ops.lion import CPULion
 
     native = dtype_label(param_dtype)
     kw: dict[str, Any] = {"lr": LR, "betas": BETAS, "weight_decay": WEIGHT_DECAY}
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = parse_plan(parser, args)
 
     print_environment()
-    from anyaccel.ops.cpu_lion import CPULion
+    from anyaccel.ops.lion import CPULion
 
     start = time.perf_counter()
     module = CPULion._kernel()

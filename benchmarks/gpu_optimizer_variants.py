@@ -32,7 +32,7 @@ VARIANTS = {
 
 def _builder(flags: list[str]):
     """A FusedAdamBuilder whose nvcc flags carry ``flags``: another cache key, namespace and library."""
-    from anyaccel.op_builder.fused_adam import FusedAdamBuilder
+    from anyaccel.op_builder import FusedAdamBuilder
 
     class Variant(FusedAdamBuilder):
         def nvcc_args(self) -> list[str]:

@@ -96,12 +96,12 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from anyaccel.ops import dispatch as implementations
-    from anyaccel.ops.fused_adam import FusedAdam
+    from anyaccel.ops.adam import FusedAdam
 
     impls = ["cuda"] + (["triton"] if importlib.util.find_spec("triton") else [])
     os.environ.setdefault("ANYACCEL_CACHE_DIR", tempfile.mkdtemp(prefix="anyaccel_bench_"))
     t0 = time.perf_counter()
-    implementations.load("fused_adam", "cuda", "cuda")
+    implementations.load("adam", "cuda", "cuda")
     build_s = time.perf_counter() - t0
     print(f"cold CUDA build + load of fused_adam: {build_s:.1f} s", flush=True)
     torch.cuda.synchronize()
@@ -132,7 +132,7 @@ def main() -> int:
             mlist = [st[p]["exp_avg"] for p in ours]
             vlist = [st[p]["exp_avg_sq"] for p in ours]
             for impl in impls:
-                op = implementations.load("fused_adam", "cuda", impl)
+                op = implementations.load("adam", "cuda", impl)
                 fns[f"{impl} op"] = (lambda op=op: op.adam_step(plist, glist, mlist, vlist, [], 10, 1e-4, 0.9, 0.999,
                                                                  1e-8, 0.01, True, True))
                 fns[f"{impl} op"]()

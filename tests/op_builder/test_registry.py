@@ -1,4 +1,5 @@
-"""Registry lookups and the cheap import of the op-builder package."""
+"""The builder registry (anyaccel/op_builder/registry.py): builder classes derived from the op specs under
+DeepSpeed's names, hand-written rows, lookups per accelerator, and the cheap import of the op-builder package."""
 
 from __future__ import annotations
 
@@ -7,17 +8,54 @@ import sys
 
 import pytest
 
+import anyaccel.op_builder as op_builder
 from anyaccel.op_builder import CPUAdamBuilder, OpBuilder, TorchCPUOpBuilder, get_builder_class
 from anyaccel.op_builder.core.errors import UnknownOpError
-from anyaccel.op_builder.registry import all_builder_names, register_builder
+from anyaccel.op_builder.registry import (
+    all_builder_names,
+    any_builder_class,
+    builder_class,
+    register_builder,
+    spec_builds,
+)
+from anyaccel.ops.spec import SpecError, all_specs
 
 
 def test_host_op_for_every_accelerator():
     for accel in ("cpu", "cuda", "xpu", "npu", "mps", "my_plugin"):
         assert get_builder_class("CPUAdamBuilder", accel) is CPUAdamBuilder  # DeepSpeed's spelling
-        assert get_builder_class("cpu_adam", accel) is CPUAdamBuilder  # the op's NAME, an alias
+        assert get_builder_class("cpu_adam", accel) is CPUAdamBuilder  # the build's NAME, an alias
     assert issubclass(CPUAdamBuilder, TorchCPUOpBuilder) and issubclass(CPUAdamBuilder, OpBuilder)
     assert "CPUAdamBuilder" in all_builder_names() and "cpu_adam" not in all_builder_names()
+
+
+def test_every_spec_build_becomes_one_class_made_once():
+    assert spec_builds() == [(s, b) for s in all_specs() for b in s.builds]
+    for s, b in spec_builds():
+        cls = builder_class(s.family, b.name)
+        assert cls is builder_class(s.family, b.name)  # made once
+        assert cls.__name__ == b.builder and cls.__module__ == "anyaccel.op_builder"
+        assert (cls.NAME, cls.BUILD_VAR, cls.BUILD, cls.SPEC.family) == (b.name, b.build_var, b, s.family)
+        assert b.builder in all_builder_names()
+        for acc in b.accelerators:
+            assert get_builder_class(b.builder, "cpu" if acc == "*" else acc) is cls
+    with pytest.raises(SpecError, match="has no build 'nope'"):
+        builder_class("adam", "nope")
+    with pytest.raises(SpecError, match="unknown op family"):
+        builder_class("nope", "cpu_adam")
+
+
+def test_package_attributes_are_the_builders():
+    assert op_builder.CPUAdamBuilder is builder_class("adam", "cpu_adam")
+    assert op_builder.FusedAdamBuilder is builder_class("adam", "fused_adam")  # the CUDA row, else the host one
+    assert any_builder_class("FusedLionBuilder") is builder_class("lion", "fused_lion")
+    assert any_builder_class("fused_lion_sycl") is builder_class("lion", "fused_lion")  # an alias of the name
+    assert any_builder_class("NoSuchBuilder") is None
+    assert {"OpBuilder", "CPUAdamBuilder", "FusedLionBuilder", "get_builder_class"} <= set(dir(op_builder))
+    with pytest.raises(AttributeError, match="NoSuchBuilder"):
+        op_builder.NoSuchBuilder  # noqa: B018
+    with pytest.raises(AttributeError, match="nothing_here"):
+        op_builder.nothing_here  # noqa: B018
 
 
 def test_unknown_op_lists_names():
@@ -26,7 +64,16 @@ def test_unknown_op_lists_names():
     assert isinstance(err.value, ValueError) and "no_such_op" in str(err.value)
 
 
-def test_op_missing_on_one_accelerator_is_none():
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """Hand-written rows registered by a test stay in that test."""
+    from anyaccel.op_builder import registry
+
+    monkeypatch.setattr(registry, "_EXTRA", {k: dict(v) for k, v in registry._EXTRA.items()})
+    monkeypatch.setattr(registry, "_EXTRA_ALIASES", dict(registry._EXTRA_ALIASES))
+
+
+def test_op_missing_on_one_accelerator_is_none(fresh_registry):
     class GpuOnlyTestBuilder(CPUAdamBuilder):
         pass
 
@@ -36,11 +83,49 @@ def test_op_missing_on_one_accelerator_is_none():
         assert get_builder_class(name, "cuda") is GpuOnlyTestBuilder
     with pytest.raises(ValueError, match="override"):
         register_builder("GpuOnlyTestBuilder", "cuda", GpuOnlyTestBuilder)
+    register_builder("GpuOnlyTestBuilder", "cuda", CPUAdamBuilder, override=True)
+    assert get_builder_class("GpuOnlyTestBuilder", "cuda") is CPUAdamBuilder
+    assert "GpuOnlyTestBuilder" in all_builder_names()
+
+
+def test_a_row_registered_by_import_path(fresh_registry):
+    register_builder("test_lazy_op", "*", "toy_builder:ToyBuilder")
+    from toy_builder import ToyBuilder
+
+    assert get_builder_class("ToyBuilder", "cuda") is ToyBuilder
+    assert get_builder_class("test_lazy_op", "x") is ToyBuilder
+
+
+def test_a_spec_row_is_replaced_only_with_override(fresh_registry):
+    class FusedAdamBuilder(OpBuilder):  # a plug-in's class of the same DeepSpeed name
+        NAME = "plugin_fused_adam"
+
+    with pytest.raises(ValueError, match="already has a builder for 'cuda'"):
+        register_builder("FusedAdamBuilder", "cuda", FusedAdamBuilder)
+    register_builder("FusedAdamBuilder", "cuda", FusedAdamBuilder, override=True)
+    assert get_builder_class("FusedAdamBuilder", "cuda") is FusedAdamBuilder
+    assert get_builder_class("FusedAdamBuilder", "xpu") is builder_class("adam", "fused_adam_sycl")
+
+
+@pytest.mark.xfail(strict=True, reason="source bug: register_builder (anyaccel/op_builder/registry.py) makes the "
+                   "given name an alias of the new class's name when they differ, so registering a plug-in "
+                   "accelerator's 'FusedAdamBuilder' (class MyFusedAdamBuilder) for its accelerator redirects every "
+                   "accelerator's lookup of 'FusedAdamBuilder' to that row: CUDA then gets None, and the override "
+                   "check (keyed by the new class name) never sees the spec's CUDA row")
+def test_a_plugin_row_under_a_deepspeed_name_leaves_the_other_accelerators_alone(fresh_registry):
+    class MyFusedAdamBuilder(OpBuilder):
+        NAME = "my_fused_adam"
+
+    register_builder("FusedAdamBuilder", "my_accel", MyFusedAdamBuilder)
+    assert get_builder_class("FusedAdamBuilder", "my_accel") is MyFusedAdamBuilder
+    assert get_builder_class("FusedAdamBuilder", "cuda") is builder_class("adam", "fused_adam")
+    with pytest.raises(ValueError, match="override"):
+        register_builder("FusedAdamBuilder", "cuda", MyFusedAdamBuilder)
 
 
 def test_import_is_cheap():
     code = ("import sys, anyaccel.op_builder as o; o.get_builder_class('cpu_adam', 'cpu'); "
-            "bad = [m for m in ('torch.utils.cpp_extension', 'cpuinfo', 'setuptools') if m in sys.modules]; "
+            "bad = [m for m in ('torch.utils.cpp_extension', 'cpuinfo', 'setuptools', 'triton') if m in sys.modules]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -53,3 +138,4 @@ def test_compatibility_reports_missing_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", "")
     ok, reason = CPUAdamBuilder().compatibility()
     assert not ok and "compiler" in reason
+    assert not CPUAdamBuilder().is_compatible(verbose=True)

@@ -1,4 +1,4 @@
-"""Fixtures for the ops tests: one private kernel cache per session, the loaded cpu_adam op."""
+"""Fixtures for the ops tests: one private kernel cache per session, the loaded host ops."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def _ops_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ANYACCEL_CACHE_DIR", cache_dir)
         mp.delenv("ANYACCEL_CPU_ISA", raising=False)
+        mp.delenv("ANYACCEL_IMPL_ADAM", raising=False)
+        mp.delenv("ANYACCEL_IMPL_LION", raising=False)
         yield cache_dir
 
 
@@ -24,3 +26,11 @@ def cpu_adam_module(_ops_cache_dir: str) -> Any:
     from anyaccel.op_builder import CPUAdamBuilder
 
     return CPUAdamBuilder().load()
+
+
+@pytest.fixture(scope="session")
+def cpu_lion_module(_ops_cache_dir: str) -> Any:
+    """The ``cpu_lion`` op module for the ISA level this CPU selects by default."""
+    from anyaccel.op_builder import CPULionBuilder
+
+    return CPULionBuilder().load()

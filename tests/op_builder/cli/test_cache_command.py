@@ -1,13 +1,19 @@
-"""``anyaccel build`` and ``anyaccel cache ls|clean`` (called through their modules)."""
+"""``anyaccel cache ls|clean`` (anyaccel/op_builder/cli/cache.py, called through its module).
+
+An entry is stale when its manifest is missing or damaged, or it was built for another platform or anyaccel
+version, or for a stable-ABI target newer than the running torch; the torch it was built under does not make
+it stale (the ops use the stable ABI).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-import torch
+import pytest
 
-from anyaccel.op_builder.cli import build as commands, cache as cache_commands
+from anyaccel.op_builder.cli import cache as cache_commands
 from anyaccel.op_builder.core.cache import Cache
+from anyaccel.op_builder.core.lock import BuildLock
 from anyaccel.op_builder.core.manifest import write_manifest
 
 
@@ -17,29 +23,72 @@ def _parse(module, argv):
     return parser.parse_args(argv)
 
 
-def _fake_entry(cache: Cache, key: str, torch_version: str) -> None:
+def _fake_entry(cache: Cache, key: str, **inputs) -> None:
     entry = cache.entry("fakeop", key)
     entry.mkdir(parents=True)
-    (entry / "op.so").write_bytes(b"x")
-    inputs = cache_commands.runtime_fields() | {"torch": torch_version, "isa": "portable"}
-    write_manifest(entry, {"key": key, "namespace": "ns", "inputs": inputs, "created": 0})
+    (entry / "op.so").write_bytes(b"x" * 2048)
+    fields = cache_commands.runtime_fields() | {"abi_target": "2.10", "built_with_torch": "2.13.0",
+                                                 "isa": "portable"} | inputs
+    write_manifest(entry, {"key": key, "namespace": "ns", "inputs": fields, "created": 0})
 
 
-def test_ls_and_clean(tmp_path, monkeypatch, capsys):
+def test_stale_reason() -> None:
+    runtime = cache_commands.runtime_fields()
+    ok = runtime | {"abi_target": "2.10", "built_with_torch": "2.10.1"}
+    assert cache_commands.stale_reason({"inputs": ok}, runtime) == ""  # another torch: not stale
+    assert cache_commands.stale_reason(None, runtime) == "no valid manifest"
+    assert cache_commands.stale_reason({"inputs": ok | {"abi_target": "9.99"}}, runtime) == (
+        "built for stable-ABI target '9.99' (newer than this torch)")
+    assert cache_commands.stale_reason({"inputs": ok | {"platform": "plan9-vax"}}, runtime) == (
+        "built for platform 'plan9-vax'")
+    both = cache_commands.stale_reason({"inputs": ok | {"package_version": "0.0.1", "abi_target": None}}, runtime)
+    assert both.startswith("built for package_version '0.0.1'") and "stable-ABI target None" in both
+
+
+def test_ls_and_clean(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path / "c"))
     cache = Cache.open()
-    _fake_entry(cache, "a" * 64, torch.__version__)
-    _fake_entry(cache, "b" * 64, "1.0.0")
+    _fake_entry(cache, "a" * 64, built_with_torch="2.10.0")  # another torch: loadable
+    _fake_entry(cache, "b" * 64, abi_target="9.99")  # needs a newer torch
+    _fake_entry(cache, "d" * 64, platform="plan9-vax")  # another machine
+    cache.entry("fakeop", "e" * 64).mkdir()  # no manifest: damaged
     (cache.tmp / "fakeop-cccccccccc-xyz").mkdir()  # leftover of a killed build
+    (cache.logs / "fakeop-cccccccccc.log").write_text("failed")
     assert cache_commands.run(_parse(cache_commands, ["ls"])) == 0
     out = capsys.readouterr().out
-    assert "aaaaaaaaaaaa" in out and "stale: built for torch '1.0.0'" in out
+    lines = out.splitlines()
+    assert lines[0] == f"cache root: {cache.root}"
+    assert lines[1].split() == ["op", "key", "isa", "abi", "size", "built", "state"]
+    rows = {line.split()[1]: line for line in lines[2:]}
+    assert rows["a" * 12].split()[3] == "2.10" and rows["a" * 12].endswith(" ok")
+    assert "stale: built for stable-ABI target '9.99' (newer than this torch)" in rows["b" * 12]
+    assert "stale: built for platform 'plan9-vax'" in rows["d" * 12]
+    assert "stale: no valid manifest" in rows["e" * 12]
     assert cache_commands.run(_parse(cache_commands, ["clean", "--stale"])) == 0
     assert [p.name for p in cache.entries()] == ["a" * 64]
     assert not any(cache.tmp.iterdir())
+    assert "removed 4 item(s)" in capsys.readouterr().out
     assert cache_commands.run(_parse(cache_commands, ["clean", "--all"])) == 0
+    assert cache.entries() == [] and not any(cache.logs.iterdir())
+
+
+def test_clean_never_removes_an_entry_whose_build_lock_is_held(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path / "c"))
+    cache = Cache.open()
+    _fake_entry(cache, "f" * 64, abi_target="9.99")
+    held = BuildLock(cache.lock_path("fakeop", "f" * 64), "held by a build")
+    assert held.try_acquire()
+    try:
+        assert cache_commands.run(_parse(cache_commands, ["clean", "--all"])) == 0
+        assert [p.name for p in cache.entries()] == ["f" * 64]
+    finally:
+        held.release()
+    assert cache_commands.run(_parse(cache_commands, ["clean", "--stale"])) == 0
     assert cache.entries() == []
 
 
-def test_build_unknown_op(capsys):
-    assert commands.run(_parse(commands, ["--ops", "no_such_op"])) == 2
+def test_actions_are_required_and_exclusive() -> None:
+    with pytest.raises(SystemExit):
+        _parse(cache_commands, [])
+    with pytest.raises(SystemExit):
+        _parse(cache_commands, ["clean", "--stale", "--all"])

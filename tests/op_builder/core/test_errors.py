@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from opb_helpers import REAL_CXX, make_wrapper, unique
+from toy_builder import ToyBuilder
 
 import anyaccel.op_builder.core.builder as builder_mod
 from anyaccel.op_builder.core.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
-from opb_helpers import REAL_CXX, make_wrapper, unique
-from toy_builder import ToyBuilder
 
 # A fixture log line per code, as gcc / clang / ld / ninja / torch print them.
 LOGS = {
@@ -83,7 +83,8 @@ def test_ninja_missing(monkeypatch):
 def test_unsupported_isa_and_killed_from_real_compiler_runs(monkeypatch, tmp_path):
     before = dict(os.environ)
     refuse = make_wrapper(tmp_path, "case \" $* \" in *\" -mavx512f \"*|*\" -mavx2 \"*) "
-                                    "echo \"c++: error: unrecognized command-line option '-mavx2'\" >&2; exit 1;; esac\n"
+                                    "echo \"c++: error: unrecognized command-line option '-mavx2'\" >&2; "
+                                    "exit 1;; esac\n"
                                     f'exec {REAL_CXX} "$@"\n', name="refusing-cxx")
     monkeypatch.setenv("CXX", str(refuse))
     if ToyBuilder().isa() in ("avx512", "avx2"):
@@ -103,3 +104,29 @@ def test_error_is_picklable():
     err = BuildError("toy", DIAGNOSES["killed"], command="c++ x", returncode=137, error_lines=("Killed",))
     again = pickle.loads(pickle.dumps(err))
     assert again.code == "killed" and again.returncode == 137 and str(again) == str(err)
+
+
+def test_every_code_has_a_summary_and_a_fix_and_timeout_is_one():
+    assert {"timeout", "load_error", "compile_error", "killed"} <= set(DIAGNOSES)
+    for code, d in DIAGNOSES.items():
+        assert d.code == code and d.summary and d.fix
+    assert "ANYACCEL_BUILD_TIMEOUT" in DIAGNOSES["timeout"].summary + DIAGNOSES["timeout"].fix
+
+
+def test_a_library_that_does_not_load_is_a_load_error_with_the_loaders_words(tmp_path):
+    """A published entry whose library the dynamic loader refuses: BuildError ``load_error`` naming the file and
+    the loader's own message (torch.ops.load_library hides it)."""
+    from anyaccel.op_builder.core.cache import Cache
+    from anyaccel.op_builder.core.manifest import compute_key, write_manifest
+
+    b = ToyBuilder(unique())
+    inputs = b.key_inputs()
+    key = compute_key(inputs)
+    entry = Cache.open().entry("toy", key)
+    entry.mkdir(parents=True)
+    (entry / "op.so").write_bytes(b"\x7fELF" + b"\0" * 60)  # an ELF header and nothing else
+    write_manifest(entry, {"key": key, "namespace": b.namespace(key), "isa": b.isa(), "inputs": inputs,
+                           "library": "op.so"})
+    err = _fail(b)
+    assert err.code == "load_error" and str(entry / "op.so") in str(err)
+    assert "file too short" in err.detail or "ELF" in err.detail, err.detail  # the dynamic loader's own words

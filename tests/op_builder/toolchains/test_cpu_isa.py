@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import anyaccel.op_builder.toolchains.cpu_isa as cpu_isa
-from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
 from anyaccel.op_builder.core.errors import ISAError
+from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
 
 
 def test_capability_mapping():
@@ -57,3 +57,16 @@ def test_one_macro_and_its_flags():
 def test_this_machine_resolves():
     level = resolve_isa({})
     assert level.name in supported_levels()
+
+
+def test_levels_are_limited_to_those_the_sources_implement():
+    # an op whose sources implement AVX2 and the portable code only: AVX-512 CPUs get AVX2
+    assert resolve_isa({}, "AVX512", "x86_64", implemented=("avx2",)).name == "avx2"
+    assert resolve_isa({}, "AVX512", "x86_64", implemented=()).name == "portable"  # portable is always there
+    assert resolve_isa({"ANYACCEL_CPU_ISA": "portable"}, "AVX2", "x86_64", implemented=("avx2",)).name == "portable"
+    with pytest.raises(ISAError, match="not a CPU ISA level of this op; valid levels: avx2, portable"):
+        resolve_isa({"ANYACCEL_CPU_ISA": "avx512"}, "AVX512", "x86_64", implemented=("avx2",))
+
+
+def test_the_forced_level_may_be_written_in_any_case():
+    assert resolve_isa({"ANYACCEL_CPU_ISA": " AVX2 "}, "AVX2", "x86_64").name == "avx2"

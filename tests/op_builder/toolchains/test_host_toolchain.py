@@ -1,16 +1,22 @@
-"""Toolchain discovery, job sizing, environment scoping and the CUDA toolkit policy (pure functions)."""
+"""Host toolchain discovery and job sizing (anyaccel/op_builder/toolchains/host.py): pure functions."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-
-from anyaccel.op_builder.toolchains import cuda as ct
-from anyaccel.op_builder.core.environ import scoped_environ
-from anyaccel.op_builder.core.errors import ToolchainError
-from anyaccel.op_builder.toolchains.host import build_jobs, find_cxx, find_ninja, require_cxx
 from opb_helpers import make_wrapper
+
+from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.toolchains.host import (
+    build_jobs,
+    file_identity,
+    find_cxx,
+    find_ninja,
+    require_cxx,
+    require_ninja,
+    tool_version,
+)
 
 
 def test_cxx_from_env_then_candidates(tmp_path):
@@ -19,6 +25,8 @@ def test_cxx_from_env_then_candidates(tmp_path):
     assert find_cxx({"CXX": "my-cxx -O2", "PATH": str(tmp_path)}) == wrapper
     make_wrapper(tmp_path, "exit 0\n", name="g++")
     assert find_cxx({"PATH": str(tmp_path)}) == tmp_path / "g++"
+    make_wrapper(tmp_path, "exit 0\n", name="c++")
+    assert find_cxx({"PATH": str(tmp_path)}) == tmp_path / "c++"  # c++ before g++, as torch and distutils
     assert find_cxx({"PATH": str(tmp_path / "empty")}) is None
     with pytest.raises(ToolchainError) as err:
         require_cxx({"PATH": str(tmp_path / "empty")})
@@ -31,6 +39,7 @@ def test_cxx_from_env_then_candidates(tmp_path):
 def test_ninja_found_without_path():
     ninja = find_ninja({"PATH": ""})
     assert ninja is not None and os.access(ninja, os.X_OK)
+    assert require_ninja({"PATH": ""}) == ninja
 
 
 def test_build_jobs_bounded_and_max_jobs_wins():
@@ -39,53 +48,16 @@ def test_build_jobs_bounded_and_max_jobs_wins():
     assert build_jobs({}, cpu_count=16, mem_available=3 * gib) == 2
     assert build_jobs({}, cpu_count=16, mem_available=gib // 10) == 1
     assert build_jobs({"MAX_JOBS": "5"}, cpu_count=2, mem_available=gib) == 5
-    with pytest.raises(ValueError, match="MAX_JOBS"):
-        build_jobs({"MAX_JOBS": "lots"})
+    for bad in ("lots", "0", "-2", "1.5"):
+        with pytest.raises(ValueError, match="MAX_JOBS"):
+            build_jobs({"MAX_JOBS": bad})
 
 
-def test_scoped_environ_restores_exactly(monkeypatch):
-    monkeypatch.setenv("ANYACCEL_T_KEEP", "old")
-    monkeypatch.delenv("ANYACCEL_T_NEW", raising=False)
-    before = dict(os.environ)
-    with pytest.raises(RuntimeError):
-        with scoped_environ({"ANYACCEL_T_KEEP": "new", "ANYACCEL_T_NEW": "x", "HOME": None}):
-            assert os.environ["ANYACCEL_T_KEEP"] == "new" and "HOME" not in os.environ
-            raise RuntimeError("build failed")
-    assert dict(os.environ) == before
-
-
-def test_nvcc_version_parse():
-    text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"
-    assert ct.parse_nvcc_version(text) == (13, 0)
-    with pytest.raises(ValueError):
-        ct.parse_nvcc_version("garbage")
-
-
-def test_cuda_policy(caplog):
-    ct.check_cuda_versions("12.8", "12.4", env={})  # minor mismatch: logged only
-    with pytest.raises(ToolchainError) as err:
-        ct.check_cuda_versions("13.0", "12.8", env={})
-    assert err.value.code == "cuda_mismatch"
-    assert "13.0" in str(err.value) and "12.8" in str(err.value) and ct.SKIP_CHECK_ENV in str(err.value)
-    ct.check_cuda_versions("13.0", "12.8", env={ct.SKIP_CHECK_ENV: "1"})
-    with pytest.raises(ToolchainError):
-        ct.check_cuda_versions("13.0", None, env={})
-
-
-def test_arch_list(monkeypatch):
-    before = dict(os.environ)
-    assert ct.cuda_arch_list([(9, 0), (8, 0), (9, 0)], env={}) == ["8.0", "9.0+PTX"]
-    assert ct.cuda_arch_list([(9, 0)], env={"TORCH_CUDA_ARCH_LIST": "9.0a;8.0 10.0+PTX"}) == ["8.0", "9.0a", "10.0+PTX"]
-    with pytest.raises(ValueError, match="0a"):
-        ct.cuda_arch_list([], env={"TORCH_CUDA_ARCH_LIST": "0a"})
-    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
-        ct.cuda_arch_list([], env={})
-    assert dict(os.environ) == before
-
-
-def test_cuda_home(tmp_path):
-    (tmp_path / "bin").mkdir()
-    nvcc = make_wrapper(tmp_path / "bin", "echo 'release 12.8'\n", name="nvcc")
-    assert ct.find_cuda_home({"CUDA_HOME": str(tmp_path)}) == tmp_path
-    assert ct.find_nvcc({"CUDA_HOME": str(tmp_path)}) == nvcc
-    assert ct.find_cuda_home({"CUDA_HOME": str(tmp_path / "missing")}) is None
+def test_file_identity_and_tool_version_of_a_wrapper(tmp_path):
+    tool = make_wrapper(tmp_path, "echo 'mycc 1.2.3'\necho second line\n", name="mycc")
+    ident = file_identity(tool)
+    assert ident["path"] == str(tool) and ident["size"] == tool.stat().st_size and ident["mtime_ns"] > 0
+    assert tool_version(tool) == "mycc 1.2.3"
+    assert tool_version(tmp_path / "missing").startswith("unknown (")
+    failing = make_wrapper(tmp_path, "exit 3\n", name="silent")
+    assert tool_version(failing) == "unknown (exit 3)"

@@ -3,28 +3,40 @@
 References: torch.optim.Adam/AdamW for what torch can do (fp32, bias correction on), and a float64
 re-implementation of the documented update rule that rounds to the storage dtypes where the kernel does
 (checked against torch in float64 by ``test_reference_matches_torch``) for the rest.
+
+The kernel takes the op spec's schema (anyaccel/ops/adam/spec.py): ``adam_step(params, grads, exp_avgs,
+exp_avg_sqs, model_copies, step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode)``, and any
+of the spec's nine dtype combinations per tensor in one call: with ``model_copies``, ``params`` are fp32
+masters (16-bit gradients allowed) and the kernel also writes the rounded result into the 16-bit copy.
 """
 
 from __future__ import annotations
 
 import copy
 import io
+import json
+import math
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import torch
 
 from anyaccel.ops import CPUAdam
+from anyaccel.ops.adam.spec import SPEC
 
 HYPER = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 TAIL_SIZES = [1, 7, 15, 17, 33, 0, 1000, 4099]
-STATE_COMBOS = [
-    (torch.float32, torch.float32),
-    (torch.bfloat16, torch.float32),
-    (torch.float16, torch.float32),
-    (torch.bfloat16, torch.bfloat16),
-    (torch.float16, torch.float16),
-]
+DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "none": None}
+#: The spec's combinations as torch dtypes: (param, grad, state, model copy or None).
+COMBOS = [tuple(DTYPE[d] for d in c.as_tuple()) for c in SPEC.dtypes]
+NO_COPY = [c for c in COMBOS if c[3] is None]
+WITH_COPY = [c for c in COMBOS if c[3] is not None]
+
+
+def _combo_id(c: tuple) -> str:
+    return "-".join(str(d).removeprefix("torch.") for d in c)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -86,36 +98,52 @@ def assert_close_to_reference(actual: torch.Tensor, expected64: torch.Tensor, dt
 
 def run_kernel_vs_reference(
     adam_step: Any,
-    sizes: list[int],
-    param_dtype: torch.dtype,
-    state_dtype: torch.dtype,
+    tensors: list[tuple[int, tuple]],
     steps: int,
     weight_decay: float,
     bias_correction: bool,
     adamw_mode: bool,
     seed: int,
 ) -> None:
-    """Runs ``steps`` kernel steps on fresh random data and compares with the float64 reference."""
+    """Runs ``steps`` kernel calls on fresh random data and compares with the float64 reference.
+
+    Args:
+        tensors: ``(size, (param, grad, state, copy dtype or None))`` per tensor of the call; a call has
+            model copies for every tensor or for none.
+    """
     gen = torch.Generator().manual_seed(seed)
-    params = [torch.randn(s, generator=gen).to(param_dtype) for s in sizes]
-    exp_avgs = [torch.zeros(s, dtype=state_dtype) for s in sizes]
-    exp_avg_sqs = [torch.zeros(s, dtype=state_dtype) for s in sizes]
-    ref = [(p.double(), m.double(), v.double()) for p, m, v in zip(params, exp_avgs, exp_avg_sqs)]
+    has_copy = bool(tensors) and tensors[0][1][3] is not None
+    assert all((c[3] is not None) == has_copy for _, c in tensors), "model copies: all or none"
+    params = [torch.randn(s, generator=gen).to(c[0]) for s, c in tensors]
+    exp_avgs = [torch.zeros(s, dtype=c[2]) for s, c in tensors]
+    exp_avg_sqs = [torch.zeros(s, dtype=c[2]) for s, c in tensors]
+    # poisoned copies: an element the kernel does not write stays NaN
+    copies = [torch.full((s,), math.nan, dtype=c[3]) for s, c in tensors] if has_copy else []
+    ref = [(p.double(), m.double(), v.double()) for p, m, v in zip(params, exp_avgs, exp_avg_sqs, strict=True)]
     for step in range(1, steps + 1):
-        grads = [torch.randn(s, generator=gen).to(param_dtype) for s in sizes]
-        adam_step(params, grads, exp_avgs, exp_avg_sqs, step, HYPER["lr"], HYPER["beta1"], HYPER["beta2"],
+        grads = [torch.randn(s, generator=gen).to(c[1]) for s, c in tensors]
+        adam_step(params, grads, exp_avgs, exp_avg_sqs, copies, step, HYPER["lr"], HYPER["beta1"], HYPER["beta2"],
                   HYPER["eps"], weight_decay, bias_correction, adamw_mode)
         new_ref = []
-        for (rp, rm, rv), g in zip(ref, grads):
+        for (rp, rm, rv), g, (_, c) in zip(ref, grads, tensors, strict=True):
             p, m, v = reference_adam_step(rp, g, rm, rv, step, HYPER["lr"], HYPER["beta1"], HYPER["beta2"],
                                           HYPER["eps"], weight_decay, bias_correction, adamw_mode)
-            new_ref.append((round_to(p, param_dtype), round_to(m, state_dtype), round_to(v, state_dtype)))
+            new_ref.append((round_to(p, c[0]), round_to(m, c[2]), round_to(v, c[2])))
         ref = new_ref
-    for i, (p, m, v) in enumerate(zip(params, exp_avgs, exp_avg_sqs)):
-        assert p.dtype == param_dtype and m.dtype == state_dtype and v.dtype == state_dtype
-        assert_close_to_reference(p, ref[i][0], param_dtype, f"params[{i}] (numel {p.numel()})")
-        assert_close_to_reference(m, ref[i][1], state_dtype, f"exp_avgs[{i}]")
-        assert_close_to_reference(v, ref[i][2], state_dtype, f"exp_avg_sqs[{i}]")
+    for i, ((_, c), p, m, v) in enumerate(zip(tensors, params, exp_avgs, exp_avg_sqs, strict=True)):
+        what = f"[{i}] (numel {p.numel()}, {_combo_id(c)})"
+        assert p.dtype == c[0] and m.dtype == c[2] and v.dtype == c[2]
+        assert_close_to_reference(p, ref[i][0], c[0], f"params{what}")
+        assert_close_to_reference(m, ref[i][1], c[2], f"exp_avgs{what}")
+        assert_close_to_reference(v, ref[i][2], c[2], f"exp_avg_sqs{what}")
+        if has_copy:
+            # the copy is the fp32 master rounded once to nearest even, exactly as torch casts
+            assert copies[i].dtype == c[3] and torch.equal(copies[i], p.to(c[3])), f"model_copies{what}"
+
+
+def every_size_of_each(combos: list[tuple], sizes: list[int] = TAIL_SIZES) -> list[tuple[int, tuple]]:
+    """Every size with every combination, interleaved, for one call."""
+    return [(s, c) for s in sizes for c in combos]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -161,13 +189,13 @@ def test_cpuadam_matches_torch_fp32(adamw_mode: bool, weight_decay: float) -> No
     ref = cls(theirs, lr=HYPER["lr"], betas=(HYPER["beta1"], HYPER["beta2"]), eps=HYPER["eps"],
               weight_decay=weight_decay)
     for _ in range(4):
-        for a, b in zip(ours, theirs):
+        for a, b in zip(ours, theirs, strict=True):
             g = torch.randn(a.shape, generator=gen)
             a.grad = g.clone()
             b.grad = g.clone()
         opt.step()
         ref.step()
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=True):
         # fp32 on both sides; the kernel uses fma and one reciprocal where torch divides, so results differ
         # by a few fp32 roundings of values of order 1 and of updates of order lr.
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
@@ -207,17 +235,17 @@ def test_cpuadam_16bit(param_dtype: torch.dtype, fp32_optimizer_states: bool) ->
     opt = CPUAdam(params, lr=HYPER["lr"], weight_decay=0.01, fp32_optimizer_states=fp32_optimizer_states)
     state_dtype = torch.float32 if fp32_optimizer_states else param_dtype
     ref = [(p.detach().double(), torch.zeros(s, dtype=torch.float64), torch.zeros(s, dtype=torch.float64))
-           for p, s in zip(params, sizes)]
+           for p, s in zip(params, sizes, strict=True)]
     for step in range(1, 5):
         grads = [torch.randn(s, generator=gen).to(param_dtype) for s in sizes]
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         opt.step()
         ref = [tuple(round_to(t, d) for t, d in zip(
                    reference_adam_step(rp, g, rm, rv, step, HYPER["lr"], 0.9, 0.999, 1e-8, 0.01, True, True),
-                   (param_dtype, state_dtype, state_dtype)))
-               for (rp, rm, rv), g in zip(ref, grads)]
-    for p, (rp, rm, rv) in zip(params, ref):
+                   (param_dtype, state_dtype, state_dtype), strict=True))
+               for (rp, rm, rv), g in zip(ref, grads, strict=True)]
+    for p, (rp, rm, rv) in zip(params, ref, strict=True):
         assert p.dtype == param_dtype
         assert opt.state[p]["exp_avg"].dtype == state_dtype
         assert_close_to_reference(p.detach(), rp, param_dtype, "param")
@@ -234,7 +262,7 @@ def test_bf16_rounding_is_nearest_even(cpu_adam_module: Any) -> None:
     m = torch.zeros(1037, dtype=torch.bfloat16)
     v = torch.zeros(1037, dtype=torch.bfloat16)
     g = torch.randn(1037, generator=gen).to(torch.bfloat16)
-    cpu_adam_module.adam_step([p], [g], [m], [v], 1, 0.0, 0.9, 0.999, 1e-8, 0.0, True, True)
+    cpu_adam_module.adam_step([p], [g], [m], [v], [], 1, 0.0, 0.9, 0.999, 1e-8, 0.0, True, True)
     assert torch.equal(p, before)
     # m = 0.1 * g computed in fp32, then rounded: must equal torch's fp32 -> bf16 cast (nearest even).
     expected_m = (g.float() * torch.tensor(0.1, dtype=torch.float32)).to(torch.bfloat16)
@@ -243,14 +271,52 @@ def test_bf16_rounding_is_nearest_even(cpu_adam_module: Any) -> None:
     assert mismatch == 0, f"{mismatch} of 1037 exp_avg elements differ from torch's bf16 rounding"
 
 
+@pytest.mark.parametrize("copy_dtype", [torch.bfloat16, torch.float16])
+def test_model_copy_rounding_is_nearest_even(cpu_adam_module: Any, copy_dtype: torch.dtype) -> None:
+    """With lr=0 the fp32 masters keep their values; the copy must be torch's cast of them, bit for bit, also
+    for values exactly halfway between two 16-bit neighbours (ties to even)."""
+    gen = torch.Generator().manual_seed(14)
+    master = torch.randn(4099, generator=gen)
+    eps16 = torch.finfo(copy_dtype).eps
+    master[:64] = 1.0 + eps16 * (torch.arange(64) + 0.5)  # ties: 1 + (k + 1/2) ulp
+    before = master.clone()
+    m, v = torch.zeros(4099), torch.zeros(4099)
+    copies = [torch.full((4099,), math.nan, dtype=copy_dtype)]
+    cpu_adam_module.adam_step([master], [torch.randn(4099, generator=gen)], [m], [v], copies, 1, 0.0, 0.9, 0.999,
+                              1e-8, 0.0, True, True)
+    assert torch.equal(master, before)
+    assert torch.equal(copies[0], before.to(copy_dtype))
+
+
 def test_many_tensors_mixed_sizes(cpu_adam_module: Any) -> None:
     """~200 tensors crossing thread-range boundaries, with empty ones, in one call."""
     gen = torch.Generator().manual_seed(6)
     sizes = torch.randint(0, 6000, (200,), generator=gen).tolist()
     sizes[5] = 0
     sizes[100] = 0
-    run_kernel_vs_reference(cpu_adam_module.adam_step, sizes, torch.float32, torch.float32, steps=3,
+    run_kernel_vs_reference(cpu_adam_module.adam_step, [(s, COMBOS[0]) for s in sizes], steps=3,
                             weight_decay=0.01, bias_correction=True, adamw_mode=True, seed=7)
+
+
+@pytest.mark.parametrize("group", ["no_copy", "with_copy"])
+def test_many_tensors_of_mixed_dtype_combinations_in_one_call(cpu_adam_module: Any, group: str) -> None:
+    """200 tensors of random sizes (some empty), each with one of the spec's combinations, in one call."""
+    combos = NO_COPY if group == "no_copy" else WITH_COPY
+    gen = torch.Generator().manual_seed(15)
+    sizes = torch.randint(0, 6000, (200,), generator=gen).tolist()
+    sizes[3] = sizes[150] = 0
+    run_kernel_vs_reference(cpu_adam_module.adam_step, [(s, combos[i % len(combos)]) for i, s in enumerate(sizes)],
+                            steps=3, weight_decay=0.02, bias_correction=True, adamw_mode=True, seed=16)
+
+
+@pytest.mark.parametrize("combo", WITH_COPY, ids=_combo_id)
+@pytest.mark.parametrize("adamw_mode,weight_decay", [(True, 0.03), (False, 0.03)])
+def test_fp32_masters_write_16bit_model_copies(cpu_adam_module: Any, combo: tuple, adamw_mode: bool,
+                                               weight_decay: float) -> None:
+    """fp32 masters with fp32 or 16-bit gradients: the masters follow the reference in fp32 and every
+    element of each (NaN-poisoned) copy is the updated master rounded once to the copy's dtype."""
+    run_kernel_vs_reference(cpu_adam_module.adam_step, every_size_of_each([combo]), steps=3,
+                            weight_decay=weight_decay, bias_correction=True, adamw_mode=adamw_mode, seed=17)
 
 
 def test_mixed_dtypes_in_one_group() -> None:
@@ -290,22 +356,24 @@ def _runnable_isa_levels() -> list[str]:
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2", "portable"])
 def test_kernel_each_isa(isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every combination of the spec, every tail size, both weight-decay modes, at each SIMD level."""
     if isa not in _runnable_isa_levels():
         pytest.skip(f"this CPU cannot run {isa} code (torch reports {torch.backends.cpu.get_cpu_capability()})")
     from anyaccel.op_builder import CPUAdamBuilder
 
     monkeypatch.setenv("ANYACCEL_CPU_ISA", isa)
     module = CPUAdamBuilder().load()
-    assert module.isa == isa
-    for index, (param_dtype, state_dtype) in enumerate(STATE_COMBOS):
+    assert module.isa == isa and getattr(torch.ops, module.namespace).isa() == isa
+    for index, group in enumerate((NO_COPY, WITH_COPY)):
         for adamw_mode, weight_decay in ((True, 0.03), (False, 0.03), (True, 0.0)):
-            run_kernel_vs_reference(module.adam_step, TAIL_SIZES, param_dtype, state_dtype, steps=3,
+            run_kernel_vs_reference(module.adam_step, every_size_of_each(group), steps=3,
                                     weight_decay=weight_decay, bias_correction=True, adamw_mode=adamw_mode,
                                     seed=100 + index)
 
 
 def test_isa_op_answers(cpu_adam_module: Any) -> None:
     assert cpu_adam_module.isa in ("avx512", "avx2", "neon", "portable")
+    assert getattr(torch.ops, cpu_adam_module.namespace).isa() == cpu_adam_module.isa
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -315,7 +383,7 @@ def test_isa_op_answers(cpu_adam_module: Any) -> None:
 
 def _train(opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], grads: list[list[torch.Tensor]]) -> None:
     for step_grads in grads:
-        for p, g in zip(params, step_grads):
+        for p, g in zip(params, step_grads, strict=True):
             p.grad = g.clone()
         opt.step()
 
@@ -345,9 +413,9 @@ def test_state_dict_round_trip(param_dtype: torch.dtype) -> None:
     assert opt2.state[resumed[0]]["exp_avg"].dtype == torch.float32
     _train(opt2, resumed, grads[3:])
 
-    for a, b in zip(straight, resumed):
+    for a, b in zip(straight, resumed, strict=True):
         assert torch.equal(a, b)
-    for a, b in zip(straight, resumed):
+    for a, b in zip(straight, resumed, strict=True):
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(opt.state[a][key], opt2.state[b][key])
         assert opt.state[a]["step"] == opt2.state[b]["step"] == 6
@@ -363,6 +431,7 @@ def test_load_torch_adamw_state_dict() -> None:
     ours = CPUAdam([ours_p], lr=1e-2, weight_decay=0.01)
     ours.load_state_dict(copy.deepcopy(torch_opt.state_dict()))
     assert ours.state[ours_p]["step"] == 2
+    assert ours.param_groups[0]["adamw_mode"] is True and ours.param_groups[0]["bias_correction"] is True
     more = [[torch.randn(513, generator=gen)] for _ in range(2)]
     _train(torch_opt, [p], more)
     _train(ours, [ours_p], more)
@@ -412,6 +481,12 @@ def test_kernel_is_loaded_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
         opt.step()
 
 
+def test_the_kernel_is_the_adam_familys_cpu_implementation() -> None:
+    kernel = CPUAdam._kernel()
+    assert kernel.impl_name == "cpu" and kernel.namespace.startswith("anyaccel_cpu_adam_")
+    assert CPUAdam._kernel() is kernel
+
+
 # --------------------------------------------------------------------------------------------------------
 # Errors: the optimizer
 # --------------------------------------------------------------------------------------------------------
@@ -420,14 +495,45 @@ def test_kernel_is_loaded_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_amsgrad_is_rejected() -> None:
     with pytest.raises(NotImplementedError, match=r"amsgrad.*torch\.optim\.AdamW"):
         CPUAdam([torch.nn.Parameter(torch.randn(3))], amsgrad=True)
+    p = torch.nn.Parameter(torch.randn(3))
+    opt = CPUAdam([p])
+    opt.param_groups[0]["amsgrad"] = True
+    p.grad = torch.randn(3)
+    with pytest.raises(NotImplementedError, match=r"param_groups\[0\] has amsgrad=True"):
+        opt.step()
 
 
 @pytest.mark.parametrize("kwargs,name", [
     ({"lr": -1e-3}, "lr"), ({"betas": (1.0, 0.999)}, r"betas\[0\]"), ({"betas": (0.9, float("nan"))}, r"betas\[1\]"),
-    ({"eps": 0.0}, "eps"), ({"weight_decay": -0.1}, "weight_decay"), ({"lr": float("inf")}, "lr")])
+    ({"eps": 0.0}, "eps"), ({"weight_decay": -0.1}, "weight_decay"), ({"lr": float("inf")}, "lr"),
+    ({"betas": (0.9,)}, "betas"), ({"lr": torch.tensor(1e-3)}, "lr")])
 def test_bad_hyper_parameters_rejected(kwargs: dict[str, Any], name: str) -> None:
-    with pytest.raises(ValueError, match=f"{name}=.*invalid; accepted"):
+    with pytest.raises(ValueError, match=f"^CPUAdam: {name}.*(invalid; accepted|Python number)"):
         CPUAdam([torch.nn.Parameter(torch.randn(3))], **kwargs)
+
+
+@pytest.mark.xfail(strict=True, reason="source bug: CPUAdam's front end (anyaccel/ops/adam/cpu.py "
+                   "_check_hyper_parameters via host_optimizer.check_hyper_parameters) does not apply the spec's "
+                   "'representable in float32' rule, so lr=1e39 is accepted and only the kernel refuses it, at step()")
+@pytest.mark.parametrize("kwargs", [{"lr": 1e39}, {"eps": 1e39}, {"weight_decay": 1e39}])
+def test_values_the_kernel_refuses_are_refused_at_construction(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="representable in float32"):
+        CPUAdam([torch.nn.Parameter(torch.randn(3))], **kwargs)
+
+
+@pytest.mark.xfail(strict=True, reason="source bug: HostOptimizer.step (anyaccel/ops/host_optimizer.py) increments "
+                   "state['step'] before the kernel validates the call, so a step the kernel refuses still advances "
+                   "the step count (and bias correction) of every parameter")
+def test_a_refused_step_changes_no_state() -> None:
+    p = torch.nn.Parameter(torch.randn(5))
+    opt = CPUAdam([p])
+    p.grad = torch.randn(5)
+    opt.step()
+    before = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in opt.state[p].items()}
+    opt.param_groups[0]["lr"] = 1e39  # passes the front end's check; the kernel refuses it
+    with pytest.raises(RuntimeError, match=r"lr=1e\+39 is invalid"):
+        opt.step()
+    assert opt.state[p]["step"] == before["step"] == 1
 
 
 def test_bad_group_hyper_parameter_rejected_at_step() -> None:
@@ -461,6 +567,14 @@ def test_non_contiguous_param_rejected() -> None:
         CPUAdam([p]).step()
 
 
+def test_non_contiguous_grad_reaches_the_kernel_which_names_it() -> None:
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    p.grad = torch.randn(4, 6).t()
+    with pytest.raises(RuntimeError, match=r"adam_step: grads\[0\] is not contiguous \(sizes \[6, 4\], strides "
+                                           r"\[1, 6\]\)"):
+        CPUAdam([p]).step()
+
+
 def test_unsupported_param_dtype_rejected() -> None:
     p = torch.nn.Parameter(torch.randn(5, dtype=torch.float64))
     p.grad = torch.randn(5, dtype=torch.float64)
@@ -468,8 +582,17 @@ def test_unsupported_param_dtype_rejected() -> None:
         CPUAdam([p]).step()
 
 
+def test_a_gradient_of_another_dtype_is_refused_by_the_kernel() -> None:
+    p = torch.nn.Parameter(torch.randn(5))
+    p.grad_dtype = None  # torch >= 2.10 refuses a gradient of another dtype unless told so
+    p.grad = torch.randn(5).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"params\[0\] has the dtype combination \(param, grad, state, "
+                                           r"model_copy\) = \(float32, bfloat16, float32, none\)"):
+        CPUAdam([p]).step()
+
+
 # --------------------------------------------------------------------------------------------------------
-# Errors: the kernel validates every entry itself (P17)
+# Errors: the kernel validates every entry itself (P17), with the spec's messages
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -480,15 +603,18 @@ def _kernel_args(n: int = 3, size: int = 10) -> dict[str, Any]:
         "grads": [torch.randn(size, generator=gen) for _ in range(n)],
         "exp_avgs": [torch.rand(size, generator=gen) for _ in range(n)],
         "exp_avg_sqs": [torch.rand(size, generator=gen) for _ in range(n)],
+        "model_copies": [],
         "step": 1, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0,
         "bias_correction": True, "adamw_mode": True,
     }
 
 
+ARG_ORDER = ("params", "grads", "exp_avgs", "exp_avg_sqs", "model_copies", "step", "lr", "beta1", "beta2", "eps",
+             "weight_decay", "bias_correction", "adamw_mode")
+
+
 def _call(module: Any, args: dict[str, Any]) -> None:
-    module.adam_step(args["params"], args["grads"], args["exp_avgs"], args["exp_avg_sqs"], args["step"],
-                     args["lr"], args["beta1"], args["beta2"], args["eps"], args["weight_decay"],
-                     args["bias_correction"], args["adamw_mode"])
+    module.adam_step(*(args[k] for k in ARG_ORDER))
 
 
 def _mutate(args: dict[str, Any], key: str, index: int, value: Any) -> dict[str, Any]:
@@ -499,36 +625,87 @@ def _mutate(args: dict[str, Any], key: str, index: int, value: Any) -> dict[str,
     return args
 
 
-@pytest.mark.parametrize("key,index,value,pattern", [
-    ("grads", 1, torch.randn(20)[::2], r"grads\[1\] is not contiguous"),
+ACCEPTED = SPEC.accepted_dtypes_text().replace("(", r"\(").replace(")", r"\)")
+
+BAD_INPUTS = [
+    ("grads", 1, torch.randn(20)[::2], r"grads\[1\] is not contiguous \(sizes \[10\], strides \[2\]\); pass "
+     r"contiguous tensors"),
     ("params", 2, torch.randn(10, 2)[:, 0], r"params\[2\] is not contiguous"),
     ("grads", 0, torch.randn(10, dtype=torch.bfloat16),
-     r"grads\[0\] has dtype BFloat16 but params\[0\] has dtype Float"),
-    ("exp_avgs", 2, torch.randn(11), r"exp_avgs\[2\] has shape \[11\] but params\[2\] has shape \[10\]"),
+     r"params\[0\] has the dtype combination \(param, grad, state, model_copy\) = \(float32, bfloat16, float32, "
+     rf"none\), which is not supported; accepted: {ACCEPTED}$"),
+    ("exp_avgs", 2, torch.randn(11), r"exp_avgs\[2\] has shape \[11\] but params\[2\] has shape \[10\]; they must "
+     r"have the same shape"),
     ("exp_avg_sqs", 1, torch.randn(2, 5), r"exp_avg_sqs\[1\] has shape \[2, 5\]"),
     ("exp_avg_sqs", 0, torch.rand(10, dtype=torch.float64),
-     r"exp_avgs\[0\] has dtype Float but exp_avg_sqs\[0\] has dtype Double"),
-    ("step", -1, 0, r"step=0 is invalid; accepted: step >= 1"),
-    ("lr", -1, -1e-3, r"lr=-0\.001 is invalid; accepted"),
-    ("beta1", -1, 1.0, r"beta1=1 is invalid; accepted: 0 <= beta1 < 1"),
-    ("beta2", -1, float("nan"), r"beta2=nan is invalid"),
-    ("eps", -1, 0.0, r"eps=0 is invalid; accepted: a finite eps > 0"),
-    ("weight_decay", -1, -0.5, r"weight_decay=-0\.5 is invalid"),
-])
+     r"the optimizer states of params\[0\] have different dtypes \(exp_avgs\[0\] float32, exp_avg_sqs\[0\] "
+     r"float64\); every state list must share one dtype"),
+    ("step", -1, 0, r"adam_step: step=0(\.0)? is invalid; accepted: a finite step >= 1$"),  # see test_adam_fakes
+    ("lr", -1, -1e-3, r"adam_step: lr=-0\.001 is invalid; accepted: a finite lr >= 0 representable in float32$"),
+    ("lr", -1, 1e39, r"adam_step: lr=1e\+39 is invalid; accepted: a finite lr >= 0 representable in float32$"),
+    ("lr", -1, float("inf"), r"lr=inf is invalid"),
+    ("beta1", -1, 1.0, r"beta1=1(\.0)? is invalid; accepted: a finite 0 <= beta1 < 1 representable in float32$"),
+    ("beta1", -1, -0.1, r"beta1=-0\.1 is invalid"),
+    ("beta2", -1, float("nan"), r"beta2=nan is invalid; accepted: a finite 0 <= beta2 < 1"),
+    ("eps", -1, 0.0, r"eps=0(\.0)? is invalid; accepted: a finite eps > 0 representable in float32$"),
+    ("eps", -1, 1e39, r"eps=1e\+39 is invalid"),
+    ("weight_decay", -1, -0.5, r"weight_decay=-0\.5 is invalid; accepted: a finite weight_decay >= 0"),
+    ("weight_decay", -1, float("-inf"), r"weight_decay=-inf is invalid"),
+]
+
+
+@pytest.mark.parametrize("key,index,value,pattern", BAD_INPUTS)
 def test_kernel_rejects_bad_input(cpu_adam_module: Any, key: str, index: int, value: Any, pattern: str) -> None:
     args = _mutate(_kernel_args(), key, index, value)
+    before = [t.clone() for t in args["params"] + args["exp_avgs"] + args["exp_avg_sqs"]]
+    with pytest.raises(RuntimeError, match=pattern) as err:
+        _call(cpu_adam_module, args)
+    assert isinstance(err.value, RuntimeError) and not isinstance(err.value, NotImplementedError)
+    # the kernel's words alone: no "<function>, <file>:<line>, " prefix of a C++ source line
+    assert str(err.value).startswith("adam_step: "), str(err.value)
+    # Validation happens before any update: nothing was written.
+    after = args["params"] + args["exp_avgs"] + args["exp_avg_sqs"]
+    for a, b in zip(after, before, strict=True):
+        if a.shape == b.shape and a.dtype == b.dtype:
+            assert torch.equal(a, b), "validation must happen before any update"
+
+
+@pytest.mark.parametrize("copies,pattern", [
+    ([torch.zeros(10, dtype=torch.bfloat16)] * 2, r"got 3 params, 3 grads, 3 exp_avgs, 3 exp_avg_sqs and 2 "
+     r"model_copies; grads and every state list need one entry per parameter, model_copies none or one per "
+     r"parameter"),
+    ([torch.zeros(10)] * 3, r"params\[0\] has the dtype combination \(param, grad, state, model_copy\) = "
+     r"\(float32, float32, float32, float32\)"),
+    ([torch.zeros(10, dtype=torch.bfloat16), torch.zeros(9, dtype=torch.bfloat16),
+      torch.zeros(10, dtype=torch.bfloat16)], r"model_copies\[1\] has shape \[9\] but params\[1\] has shape \[10\]"),
+    ([torch.zeros(10, dtype=torch.bfloat16), torch.zeros(10, dtype=torch.bfloat16),
+      torch.zeros(20, dtype=torch.bfloat16)[::2]], r"model_copies\[2\] is not contiguous"),
+])
+def test_kernel_rejects_bad_model_copies(cpu_adam_module: Any, copies: list[torch.Tensor], pattern: str) -> None:
+    args = _kernel_args()
+    args["model_copies"] = copies
     before = [p.clone() for p in args["params"]]
     with pytest.raises(RuntimeError, match=pattern):
         _call(cpu_adam_module, args)
-    # Validation happens before any update: nothing was written.
-    for a, b in zip(args["params"], before):
-        if a.is_contiguous() and a.shape == b.shape:
-            assert torch.equal(a, b)
+    assert all(torch.equal(a, b) for a, b in zip(args["params"], before, strict=True))
+
+
+def test_model_copies_of_16bit_params_are_refused(cpu_adam_module: Any) -> None:
+    args = _kernel_args(n=1)
+    args["params"] = [args["params"][0].to(torch.bfloat16)]
+    args["grads"] = [args["grads"][0].to(torch.bfloat16)]
+    args["model_copies"] = [torch.zeros(10, dtype=torch.bfloat16)]
+    with pytest.raises(RuntimeError, match=r"= \(bfloat16, bfloat16, float32, bfloat16\), which is not supported"):
+        _call(cpu_adam_module, args)
 
 
 @pytest.mark.parametrize("key,index,value,pattern", [
-    ("grads", 2, torch.randn(10).to_sparse(), r"grads\[2\] has layout Sparse.*sparse gradients are not supported"),
-    ("grads", 0, torch.randn(10, device="meta"), r"grads\[0\] is on device meta.*CPU tensors only"),
+    ("grads", 2, torch.randn(10).to_sparse(),
+     r"grads\[2\] has (a non-strided layout|layout torch\.sparse_coo); only dense \(strided\) tensors are accepted, "
+     r"sparse gradients are not supported"),
+    ("grads", 0, torch.randn(10, device="meta"),
+     r"^adam_step: grads\[0\] is on device meta; the CPU kernel takes CPU tensors \(use FusedAdam for accelerator "
+     r"tensors, or move the tensor to the CPU\)$"),
     ("exp_avg_sqs", 1, torch.randn(10, device="meta"), r"exp_avg_sqs\[1\] is on device meta"),
 ])
 def test_kernel_rejects_sparse_and_meta_entries(cpu_adam_module: Any, key: str, index: int, value: Any,
@@ -538,7 +715,7 @@ def test_kernel_rejects_sparse_and_meta_entries(cpu_adam_module: Any, key: str, 
     before = [p.clone() for p in args["params"]]
     with pytest.raises(RuntimeError, match=pattern):
         _call(cpu_adam_module, args)
-    assert all(torch.equal(a, b) for a, b in zip(args["params"], before))
+    assert all(torch.equal(a, b) for a, b in zip(args["params"], before, strict=True))
 
 
 def test_kernel_rejects_all_meta_call(cpu_adam_module: Any) -> None:
@@ -546,14 +723,19 @@ def test_kernel_rejects_all_meta_call(cpu_adam_module: Any) -> None:
     args = _kernel_args(n=2)
     for key in ("params", "grads", "exp_avgs", "exp_avg_sqs"):
         args[key] = [torch.empty(10, device="meta") for _ in range(2)]
-    with pytest.raises(RuntimeError, match=r"params\[0\] is on device meta"):
+    with pytest.raises(RuntimeError, match=r"^adam_step: params\[0\] is on device meta; the CPU kernel takes CPU"):
         _call(cpu_adam_module, args)
 
 
-def test_kernel_rejects_list_length_mismatch(cpu_adam_module: Any) -> None:
+@pytest.mark.parametrize("drop,counts", [
+    ("exp_avgs", "got 3 params, 3 grads, 2 exp_avgs, 3 exp_avg_sqs and 0 model_copies"),
+    ("grads", "got 3 params, 2 grads, 3 exp_avgs, 3 exp_avg_sqs and 0 model_copies"),
+    ("exp_avg_sqs", "got 3 params, 3 grads, 3 exp_avgs, 2 exp_avg_sqs and 0 model_copies"),
+])
+def test_kernel_rejects_list_length_mismatch(cpu_adam_module: Any, drop: str, counts: str) -> None:
     args = _kernel_args()
-    args["exp_avgs"] = args["exp_avgs"][:2]
-    with pytest.raises(RuntimeError, match="got 3 params, 3 grads, 2 exp_avgs and 3 exp_avg_sqs"):
+    args[drop] = args[drop][:2]
+    with pytest.raises(RuntimeError, match=counts):
         _call(cpu_adam_module, args)
 
 
@@ -561,7 +743,8 @@ def test_kernel_rejects_unsupported_state_combo(cpu_adam_module: Any) -> None:
     args = _kernel_args(n=1)
     args["exp_avgs"] = [torch.rand(10).to(torch.bfloat16)]
     args["exp_avg_sqs"] = [torch.rand(10).to(torch.bfloat16)]
-    pattern = r"params\[0\] has dtype Float with optimizer state of dtype BFloat16.*Accepted"
+    pattern = r"params\[0\] has the dtype combination \(param, grad, state, model_copy\) = \(float32, float32, " \
+              r"bfloat16, none\), which is not supported; accepted: \(float32, float32, float32, none\)"
     with pytest.raises(RuntimeError, match=pattern):
         _call(cpu_adam_module, args)
 
@@ -573,20 +756,90 @@ def test_kernel_empty_tensors(cpu_adam_module: Any) -> None:
     assert all(p.numel() == 0 for p in args["params"])
 
 
+_HOSTILE = """
+import json, sys, torch
+from anyaccel.op_builder import CPUAdamBuilder
+m = CPUAdamBuilder().load()
+z = lambda ts, dt=None: [torch.zeros_like(t, dtype=dt or t.dtype) for t in ts]
+out = {}
+# 0-dim tensors, empty tensors of several shapes, and an empty model-copy list entry
+p = [torch.tensor(1.5), torch.zeros(0, 5), torch.randn(3, 0, 2), torch.randn(1)]
+g = [torch.tensor(0.5), torch.zeros(0, 5), torch.randn(3, 0, 2), torch.randn(1)]
+m.adam_step(p, g, z(p), z(p), z(p, torch.bfloat16), 1, 0.1, 0.9, 0.999, 1e-8, 0.0, True, True)
+out["scalar"] = p[0].item()
+# 10000 one-element tensors in one call (one thread range spans thousands of tensors)
+n = 10000
+p = [torch.randn(1) for _ in range(n)]
+g = [torch.randn(1) for _ in range(n)]
+c = [torch.zeros(1, dtype=torch.float16) for _ in range(n)]
+m.adam_step(p, g, z(p), z(p), c, 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
+out["copies"] = all(torch.equal(a.half(), b) for a, b in zip(p, c))
+# an empty call: refused by the dispatcher (no tensor to dispatch on), not by a crash
+try:
+    m.adam_step([], [], [], [], [], 1, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
+    out["empty"] = "accepted"
+except (RuntimeError, NotImplementedError) as exc:
+    out["empty"] = type(exc).__name__
+# a huge step count (pow underflow of beta**step)
+p = [torch.randn(7)]
+m.adam_step(p, [torch.randn(7)], z(p), z(p), [], 2**62, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, True)
+out["huge_step_finite"] = bool(torch.isfinite(p[0]).all())
+print(json.dumps(out))
+"""
+
+
+def test_hostile_but_valid_calls_in_a_subprocess(cpu_adam_module: Any) -> None:
+    """Shapes a kernel could mishandle (0-dim, empty, 10,000 tiny tensors, an empty call, a huge step),
+    in a child process so a crash fails this test instead of the session."""
+    proc = subprocess.run([sys.executable, "-c", _HOSTILE], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"the kernel crashed (rc {proc.returncode}): {proc.stderr[-3000:]}"
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"scalar": pytest.approx(1.4), "copies": True, "empty": "NotImplementedError",
+                   "huge_step_finite": True}
+
+
 # --------------------------------------------------------------------------------------------------------
 # torch.library contract (schema, fake, torch.compile tracing)
 # --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("param_dtype,state_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)])
-def test_opcheck(cpu_adam_module: Any, param_dtype: torch.dtype, state_dtype: torch.dtype) -> None:
+def _opcheck_args(combo: tuple, sizes: tuple[int, ...] = (5, 40, 0)) -> tuple:
     gen = torch.Generator().manual_seed(13)
-    sizes = [5, 40]
-    args = (
-        [torch.randn(s, generator=gen).to(param_dtype) for s in sizes],
-        [torch.randn(s, generator=gen).to(param_dtype) for s in sizes],
-        [torch.randn(s, generator=gen).to(state_dtype) for s in sizes],
-        [torch.rand(s, generator=gen).to(state_dtype) for s in sizes],
+    param, grad, state, copy_dtype = combo
+    return (
+        [torch.randn(s, generator=gen).to(param) for s in sizes],
+        [torch.randn(s, generator=gen).to(grad) for s in sizes],
+        [torch.randn(s, generator=gen).to(state) for s in sizes],
+        [torch.rand(s, generator=gen).to(state) for s in sizes],
+        [torch.zeros(s, dtype=copy_dtype) for s in sizes] if copy_dtype is not None else [],
         3, 1e-3, 0.9, 0.999, 1e-8, 0.01, True, True,
     )
-    torch.library.opcheck(cpu_adam_module.adam_step, args)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=_combo_id)
+def test_opcheck(cpu_adam_module: Any, combo: tuple) -> None:
+    torch.library.opcheck(cpu_adam_module.adam_step, _opcheck_args(combo))
+
+
+def test_schema_is_the_specs(cpu_adam_module: Any) -> None:
+    schema = str(cpu_adam_module.adam_step.default._schema)
+    assert schema == f"{cpu_adam_module.namespace}::{SPEC.function('adam_step').full_schema}"
+    assert str(getattr(torch.ops, cpu_adam_module.namespace).isa.default._schema).endswith("::isa() -> str")
+
+
+def test_torch_compile_traces_the_op_without_a_graph_break(cpu_adam_module: Any) -> None:
+    args = _opcheck_args(COMBOS[0], sizes=(5, 40))
+    eager = [[t.clone() for t in lst] if isinstance(lst, list) else lst for lst in args]
+    cpu_adam_module.adam_step(*eager)
+
+    def step(*a: Any) -> None:
+        cpu_adam_module.adam_step(*a)
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="eager", fullgraph=True)  # fullgraph: a graph break would raise
+    compiled(*args)
+    for a, b in zip(args[:4], eager[:4], strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x, y)
