@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops import dispatch, validation
+from anyaccel.ops import cpu_threads, dispatch, validation
 from anyaccel.ops.spec import Function
 from anyaccel.ops.spec import spec as family_spec
 
@@ -674,6 +674,8 @@ class ListOptimizer(torch.optim.Optimizer):
         cached = self._functions.get(device.type)
         if cached is not None and cached[0] is loaded:
             return cached[1]
+        if device.type == "cpu":
+            cpu_threads.apply_thread_policy()
         fam = self._FAMILY
         functions = {suffix: getattr(loaded, f"{fam}_{suffix}", None) for suffix in
                      ("step", "plan", "step_planned", "step_planned_capturable")}
