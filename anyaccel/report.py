@@ -86,8 +86,8 @@ def collect(build: bool = False) -> Dict[str, Any]:
         A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
         selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
         backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
-        build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`) and ``ops`` (a list of per-op dicts with ``op``, ``compatible``, ``reason``,
-        ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
+        build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a
+        list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
         (:func:`anyaccel.integrations.deepspeed.status`: installed, version, tested, startup hook, wired).
     """
     from anyaccel.op_builder.cli import info
