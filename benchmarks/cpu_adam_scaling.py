@@ -4,7 +4,8 @@ memory bandwidth measured by a STREAM-style probe (``benchmarks/native/stream_pr
 ZeRO-Offload runs the optimizer step on hosts of 16-128 cores, where thread scaling and memory bandwidth
 decide the step time. For each thread count (``torch.set_num_threads``; DeepSpeed's OpenMP kernel follows the
 same setting) the probe reports copy, triad and an Adam-pattern kernel (4 arrays read, 3 written in place:
-the bytes of an fp32 Adam step) in GB/s, and anyaccel's CPUAdam, torch's fused AdamW and DeepSpeedCPUAdam are timed on the same parameters, interleaved,
+the bytes of an fp32 Adam step) in GB/s, and anyaccel's CPUAdam, torch's fused AdamW and DeepSpeedCPUAdam
+are timed on the same parameters, interleaved,
 median of ``--repeats``. The table's percentage is of the probe's Adam-pattern bandwidth at that thread
 count; the ratio column is each row's time over anyaccel's with the same state dtype.
 
@@ -29,7 +30,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _common import REPO_ROOT, TABLE_HEADERS, format_table, parse_count, run_case
 from cpu_adam import bytes_per_element, implementations
 
