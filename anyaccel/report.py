@@ -86,11 +86,12 @@ def collect(build: bool = False) -> Dict[str, Any]:
         A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
         selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
         backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
-        build jobs, cache root) and ``ops`` (a list of per-op dicts with ``op``, ``compatible``, ``reason``,
-        ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
+        build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a
+        list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
         (:func:`anyaccel.integrations.deepspeed.status`: installed, version, tested, startup hook, wired).
     """
     from anyaccel.op_builder.cli import info
+    from anyaccel.ops.cpu_threads import thread_plan
     from anyaccel.version import __version__
 
     return {
@@ -106,6 +107,7 @@ def collect(build: bool = False) -> Dict[str, Any]:
         },
         "accelerator": _accelerator_section(),
         "toolchain": info.describe(),
+        "cpu_threads": thread_plan(),
         "ops": _op_rows(build),
         "deepspeed": _deepspeed_section(),
     }
@@ -145,6 +147,9 @@ def render(report: Dict[str, Any]) -> str:
         lines.append(f"{tool:<6} {_fmt(entry.get('path')):<40} {version[0] if version else '-'}")
     lines.append(f"python tag {tc['python_tag']}  build jobs {tc['build_jobs']}")
     lines.append(f"cache root: {tc['cache_root']}")
+    threads = report.get("cpu_threads")
+    if threads:
+        lines.append(_render_threads(threads))
     lines.append("")
     lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
     for row in report["ops"]:
@@ -153,6 +158,17 @@ def render(report: Dict[str, Any]) -> str:
     lines.append("")
     lines.append(_render_deepspeed(report.get("deepspeed")))
     return "\n".join(lines)
+
+
+def _render_threads(t: Dict[str, Any]) -> str:
+    """One line on the CPU kernels' threads (anyaccel.ops.cpu_threads.thread_plan)."""
+    line = (f"cpu kernels: up to {t['torch_threads']} threads (torch), affinity {t['affinity_cpus']} of "
+            f"{t['host_cpus']} CPUs ({'bound' if t['bound'] else 'not bound'}), {t['local_ranks']} rank(s) on this "
+            f"host, ANYACCEL_CPU_THREADS={t['policy']}")
+    if t["oversubscribed"]:
+        line += (f"; OVERSUBSCRIBED: {t['busy_threads']} busy threads on {t['affinity_cpus']} CPUs, the CPU "
+                 f"optimizers will use {t['recommended_threads']} (policy auto)")
+    return line
 
 
 def _render_deepspeed(ds: Any) -> str:

@@ -87,11 +87,13 @@ def scalar_problem(name: str, value: Any, interval: Interval, kind: str = "float
     Returns:
         ``"accepted: a finite 0 <= beta1 < 1"``-style text, or None.
     """
-    rule = f"a finite {interval.describe(name)}" + (" representable in float32" if kind == "float" else "")
+    def rule() -> str:
+        return f"a finite {interval.describe(name)}" + (" representable in float32" if kind == "float" else "")
+
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"accepted: {rule} (a Python {kind}, got {type(value).__name__})"
+        return f"accepted: {rule()} (a Python {kind}, got {type(value).__name__})"
     if not math.isfinite(value) or not interval.contains(value) or (kind == "float" and abs(value) > FLOAT32_MAX):
-        return f"accepted: {rule}"
+        return f"accepted: {rule()}"
     return None
 
 
@@ -216,6 +218,51 @@ def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], 
             raise error(f"{op}: params[{i}] has the dtype combination (param, grad, state, model_copy) = "
                         f"({', '.join(combo)}), which is not supported; accepted: "
                         + ", ".join("(" + ", ".join(c) + ")" for c in accepted))
+    check_no_overlap(op, params, grads, states, model_copies, error)
+
+
+def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], states: Mapping[str, Sequence[Any]],
+                     model_copies: Sequence[Any], error: type[Exception] = RuntimeError) -> None:
+    """Raise when a written tensor of a call shares memory with another tensor of the call (as the kernels do).
+
+    Written: params, every state list, model_copies; read: grads (which may share memory with each other).
+    Byte ranges are compared after sorting by (start, list, index), so the message names the same pair as
+    ``csrc/includes/stable/checks.h``'s ``check_no_overlap``. Tensors without real storage (meta, fake) are
+    not checked (their aliasing is unknown until run).
+
+    Raises:
+        error: ``"<op>: <list>[i] and <list>[j] share memory (...)"``.
+    """
+    lists: list[tuple[str, Sequence[Any]]] = [("params", params), ("grads", grads), *states.items()]
+    if model_copies:
+        lists.append(("model_copies", model_copies))
+    spans = []
+    for order, (name, values) in enumerate(lists):
+        for i, t in enumerate(values):
+            n = t.numel()
+            if n == 0:
+                continue
+            if t.device.type == "meta":
+                return
+            try:
+                start = t.data_ptr()
+            except RuntimeError:  # a fake tensor has no data pointer
+                return
+            spans.append((start, order, i, start + n * t.element_size(), name))
+    spans.sort()
+    widest_any: tuple[int, str] | None = None
+    widest_written: tuple[int, str] | None = None
+    for start, order, i, end, name in spans:
+        written = order != 1
+        other = widest_any if written else widest_written
+        if other is not None and start < other[0]:
+            raise error(f"{op}: {name}[{i}] and {other[1]} share memory (the same tensor twice, or overlapping views "
+                        "of one storage); updating them in one call is a data race. Pass each tensor once, each with "
+                        "its own storage")
+        if widest_any is None or end > widest_any[0]:
+            widest_any = (end, f"{name}[{i}]")
+        if written and (widest_written is None or end > widest_written[0]):
+            widest_written = (end, f"{name}[{i}]")
 
 
 def _strided() -> Any:

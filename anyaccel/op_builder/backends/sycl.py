@@ -143,7 +143,7 @@ class SYCLOpBuilder(OpBuilder):
 
         if not torch_has_xpu():
             return False, f"torch {torch.__version__} is not built with XPU support (torch.xpu._is_compiled() is False)"
-        if not torch.xpu.is_available():
+        if not torch.get_device_module("xpu").is_available():
             return False, "no XPU device is visible"
         try:
             if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):

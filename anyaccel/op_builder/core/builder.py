@@ -215,6 +215,28 @@ class OpBuilder:
             fake = fn.load_fake()
             if fake is not None:
                 torch.library.register_fake(f"{namespace}::{fn.name}")(functools.partial(fake, self.DEVICE_TYPE))
+        self._register_fallbacks(namespace)
+
+    def _register_fallbacks(self, namespace: str) -> None:
+        """Register a CompositeExplicitAutograd kernel that explains a call no native kernel takes.
+
+        The dispatcher picks a kernel from the call's tensors: a call whose tensor lists are all empty has none
+        ("no tensor arguments"), and tensors of another device type find no kernel of this build. Both then
+        reach this kernel, which raises a ``RuntimeError`` in the ops' own words. Calls the native kernels
+        serve never reach it (a backend kernel wins over a composite one).
+
+        Side effects: registers with the torch dispatcher (kept alive on the builder class).
+        """
+        if self.SPEC is None or self.BUILD is None:
+            return
+        import torch
+
+        library = torch.library.Library(namespace, "IMPL")
+        for fn in self.SPEC.functions_of(self.BUILD):
+            if any(a.type.startswith("Tensor") for a in fn.arguments):
+                library.impl(fn.name, functools.partial(_no_kernel, fn.name, self.DEVICE_TYPE),
+                             "CompositeExplicitAutograd")
+        _FALLBACK_LIBRARIES.append(library)
 
     # ----- compatibility --------------------------------------------------------------------------------
     def compatibility(self) -> tuple[bool, str]:
@@ -654,3 +676,26 @@ def _torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+#: The torch.library handles of the fallback kernels (a dropped handle would unregister them).
+_FALLBACK_LIBRARIES: list[Any] = []
+
+
+def _no_kernel(op: str, device_type: str, *args: Any) -> None:
+    """The fallback kernel of :meth:`OpBuilder._register_fallbacks`: always raises.
+
+    Raises:
+        RuntimeError: ``"<op>: every tensor list is empty ..."`` or ``"<op>: this build runs on <type> tensors;
+            got tensors on <devices> ..."``.
+    """
+    import torch
+
+    tensors = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+    if not tensors:
+        raise RuntimeError(f"{op}: every tensor list is empty; pass at least one parameter (anyaccel's optimizers "
+                           "skip a step that has nothing to update)")
+    devices = ", ".join(sorted({str(t.device) for t in tensors}))
+    raise RuntimeError(f"{op}: this build runs on {device_type} tensors, got tensors on {devices}; load the "
+                       f"implementation for their device (anyaccel.ops.dispatch.load(family, device_type)) or "
+                       "move the tensors")

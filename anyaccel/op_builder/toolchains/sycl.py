@@ -208,4 +208,4 @@ def xpu_arch_list(env: Mapping[str, str] | None = None) -> list[str]:
         return parse_arch_list(env[ARCH_LIST_ENV])
     import torch
 
-    return sorted(a for a in torch.xpu.get_arch_list() if not a.startswith("dg2"))
+    return sorted(a for a in torch.get_device_module("xpu").get_arch_list() if not a.startswith("dg2"))

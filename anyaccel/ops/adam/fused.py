@@ -1,10 +1,11 @@
-"""``FusedAdam``: Adam / AdamW on GPU parameters, one multi-tensor kernel launch per dtype bucket.
+"""``FusedAdam``: Adam / AdamW on accelerator (or CPU) parameters, one multi-tensor launch per bucket.
 
 Drop-in for DeepSpeed's ``deepspeed.ops.adam.FusedAdam`` (same argument names: ``adam_w_mode``,
 ``bias_correction``, ``set_grad_none``) computing what ``torch.optim.AdamW`` (``adam_w_mode=True``) or
 ``torch.optim.Adam`` (False) computes (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html;
-Kingma & Ba 2015; Loshchilov & Hutter 2019). The kernel is the ``fused_adam`` op, chosen among its
-implementations (CUDA C++, Triton) by :mod:`anyaccel.ops.dispatch`.
+Kingma & Ba 2015; Loshchilov & Hutter 2019). The kernel is the ``adam`` family's implementation for the
+parameters' device type (CUDA C++, Triton, SYCL, NPU, or the CPU SIMD kernel), chosen by
+:mod:`anyaccel.ops.dispatch`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from anyaccel.ops.fused_buckets import Bucket
-from anyaccel.ops.fused_optimizer import FusedOptimizer
+from anyaccel.ops.adam.cpu import ADAM_HYPERS
+from anyaccel.ops.optimizer import Hyper, ListOptimizer
 
 __all__ = ["FusedAdam"]
 
 
-class FusedAdam(FusedOptimizer):
-    """Adam / AdamW for parameters on a GPU (CUDA, or XPU through Triton).
+class FusedAdam(ListOptimizer):
+    """Adam / AdamW for parameters on an accelerator (CUDA, XPU, NPU) or the CPU.
 
     Per element, with ``t`` the parameter's step count (from 1)::
 
@@ -39,28 +40,34 @@ class FusedAdam(FusedOptimizer):
     state) that the kernel updates and then writes, rounded to nearest, into the parameter in the same
     pass (no separate cast kernel).
 
-    The bucketing of parameters into launches is cached between steps (see
-    :class:`~anyaccel.ops.fused_buckets.BucketPlanner`); replacing a state tensor by assignment rather than
-    in place needs ``load_state_dict`` (which clears the cache).
+    Many small tensors: the CUDA implementation keeps each bucket's validated tensor table on the device
+    (``adam_plan``), so a step costs a few list operations per tensor on the host and one launch per bucket
+    (see :class:`~anyaccel.ops.optimizer.ListOptimizer`). ``capturable=True`` keeps the step count and the
+    learning rate on the device so a training step can be captured in a CUDA graph and replayed; pass the
+    learning rate as a float32 device tensor and update it in place to schedule it under a graph.
 
     Args:
-        params: parameters or parameter-group dicts, on one GPU device type, contiguous.
-        lr: learning rate, ``>= 0``.
+        params: parameters or parameter-group dicts, contiguous, fp32/bf16/fp16.
+        lr: learning rate, finite ``>= 0`` (or a 0-dim tensor; on the device with ``capturable``).
         bias_correction: divide the moments by ``1 - beta**t``.
         betas: ``(beta1, beta2)`` in ``[0, 1)``.
-        eps: added to the denominator, ``>= 0``.
+        eps: added to the denominator, finite ``> 0``.
         adam_w_mode: decoupled (AdamW) weight decay; else L2 added to the gradient.
-        weight_decay: ``>= 0``.
+        weight_decay: finite ``>= 0``.
         amsgrad: must be False (not implemented, as in DeepSpeed's FusedAdam).
         set_grad_none: ``zero_grad()`` sets gradients to None (DeepSpeed's argument).
         master_weights: keep fp32 master weights for 16-bit parameters (see above).
+        impl: force an implementation (``"cuda"``, ``"triton"`` or a registered one); else
+            ``ANYACCEL_IMPL_ADAM`` or the available one of highest priority.
         fp32_optimizer_states: keep the moments in fp32 for 16-bit parameters (see above; DeepSpeed's
             CPUAdam argument name).
-        impl: force an implementation (``"cuda"``, ``"triton"`` or a registered one); else
-            ``ANYACCEL_IMPL_FUSED_ADAM`` or the available one of highest priority.
+        capturable: step count and learning rate in device memory (CUDA graphs); needs the CUDA
+            implementation.
 
     Raises:
-        ValueError: a hyper-parameter is out of range (named with its value and range).
+        ValueError: a hyper-parameter is out of range (named with its value and range), or a parameter does
+            not fit (dtype, contiguity, inference tensor).
+        TypeError: a hyper-parameter has the wrong type.
         NotImplementedError: ``amsgrad=True``.
 
     Side effects: none at construction; the first ``step()`` loads the op (the CUDA implementation may
@@ -68,9 +75,11 @@ class FusedAdam(FusedOptimizer):
     """
 
     _NAME: ClassVar[str] = "FusedAdam"
-    _OP: ClassVar[str] = "adam"
+    _FAMILY: ClassVar[str] = "adam"
     _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq")
-    _COUNT_STEPS: ClassVar[bool] = True
+    _HYPERS: ClassVar[tuple[Hyper, ...]] = ADAM_HYPERS + (Hyper("adam_w_mode", "adamw_mode", kind="bool"),)
+    _KEY_ALIASES: ClassVar[dict[str, str]] = {"decoupled_weight_decay": "adam_w_mode", "adamw_mode": "adam_w_mode"}
+    _FIXED: ClassVar[dict[str, Any]] = {"amsgrad": False}
 
     def __init__(
         self,
@@ -86,24 +95,11 @@ class FusedAdam(FusedOptimizer):
         master_weights: bool = False,
         impl: str | None = None,
         fp32_optimizer_states: bool = True,
+        capturable: bool = False,
     ) -> None:
-        if amsgrad:
-            raise NotImplementedError("FusedAdam does not implement amsgrad; use torch.optim.AdamW(amsgrad=True)")
         defaults = dict(lr=lr, bias_correction=bias_correction, betas=betas, eps=eps, weight_decay=weight_decay,
-                        adam_w_mode=adam_w_mode)
-        checks = (
-            ("lr", lr, lr >= 0.0, ">= 0"),
-            ("eps", eps, eps >= 0.0, ">= 0"),
-            ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
-            ("betas[0]", betas[0], 0.0 <= betas[0] < 1.0, "in [0, 1)"),
-            ("betas[1]", betas[1], 0.0 <= betas[1] < 1.0, "in [0, 1)"),
-        )
-        super().__init__(params, defaults, checks, set_grad_none, master_weights, fp32_optimizer_states, impl)
-
-    def _step_bucket(self, op: Any, group: dict[str, Any], bucket: Bucket) -> None:
-        """One ``adam_step`` launch (schema in docs/architecture.md) for the bucket's tensors."""
-        beta1, beta2 = group["betas"]
-        op.adam_step(bucket.params, bucket.grads, bucket.states["exp_avg"], bucket.states["exp_avg_sq"],
-                     bucket.copies, bucket.step, float(group["lr"]), float(beta1), float(beta2),
-                     float(group["eps"]), float(group["weight_decay"]), bool(group["bias_correction"]),
-                     bool(group["adam_w_mode"]))
+                        adam_w_mode=adam_w_mode, amsgrad=amsgrad)
+        self.set_grad_none = set_grad_none
+        super().__init__(params, defaults, master_weights=master_weights,
+                         fp32_optimizer_states=fp32_optimizer_states, capturable=capturable, impl=impl)
+        self.adam_w_mode = adam_w_mode  # DeepSpeed's attribute

@@ -16,12 +16,20 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.host_optimizer import GroupTensors, HostOptimizer, check_beta_pair, check_hyper_parameters
+from anyaccel.ops.optimizer import Hyper, ListOptimizer
 
-__all__ = ["CPULion"]
+__all__ = ["LION_HYPERS", "CPULion"]
+
+#: Lion's group hyper-parameters and the ``lion_step`` arguments they feed (ranges from the op spec).
+LION_HYPERS: tuple[Hyper, ...] = (
+    Hyper("lr", "lr"),
+    Hyper("betas", "beta1", 0),
+    Hyper("betas", "beta2", 1),
+    Hyper("weight_decay", "weight_decay"),
+)
 
 
-class CPULion(HostOptimizer):
+class CPULion(ListOptimizer):
     """Lion for parameters that live in CPU memory (ZeRO-Offload style).
 
     One ``step()`` makes one kernel call per parameter group, covering every parameter of the group that
@@ -40,8 +48,8 @@ class CPULion(HostOptimizer):
     * bf16 or fp16 parameters: fp32 ``exp_avg`` (``fp32_optimizer_states=True``, the default) or
       ``exp_avg`` in the parameter dtype (``fp32_optimizer_states=False``). Stores round to nearest even.
 
-    State per parameter: ``step`` (a Python ``int``, counted for checkpoints and schedulers; Lion itself
-    does not use it) and ``exp_avg`` (contiguous, shaped like the parameter). ``state_dict()`` /
+    State per parameter: ``step`` (a 0-dim float32 tensor as in ``torch.optim``, counted for checkpoints and
+    schedulers; Lion itself does not use it) and ``exp_avg`` (contiguous, shaped like the parameter). ``state_dict()`` /
     ``load_state_dict()`` round-trip exactly, including an fp32 ``exp_avg`` of a 16-bit parameter (which
     ``torch.optim.Optimizer`` alone would cast to the parameter dtype).
 
@@ -56,8 +64,9 @@ class CPULion(HostOptimizer):
             False, keep it in the parameter dtype (halves its memory, loses precision).
 
     Raises:
-        ValueError: A hyper-parameter is out of range or not a Python number (the message names it, its
-            value and the accepted range).
+        ValueError: A hyper-parameter is out of range (the message names it, its value and the accepted
+            range), or a parameter is not a contiguous CPU fp32/bf16/fp16 tensor.
+        TypeError: A hyper-parameter is not a Python number.
 
     Side effects:
         None at construction. The first ``step()`` with at least one gradient builds (cold cache: one
@@ -69,14 +78,9 @@ class CPULion(HostOptimizer):
     _NAME: ClassVar[str] = "CPULion"
     _FAMILY: ClassVar[str] = "lion"
     _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg",)
-    _ACCELERATOR_ALTERNATIVE: ClassVar[str] = "anyaccel's FusedLion"
-    _SPARSE_FIX: ClassVar[str] = "Densify the gradient (grad.to_dense()) or use torch.optim.SparseAdam."
-    _NOT_CONTIGUOUS: ClassVar[str] = (
-        "{where} or its gradient is not contiguous (shape {shape}, strides {strides}, gradient strides "
-        "{grad_strides}); the kernel updates parameters in place, so make the parameter contiguous before "
-        "building the optimizer (p.data = p.data.contiguous()) and pass contiguous gradients."
-    )
-    _CHECK_GRAD_CONTIGUOUS: ClassVar[bool] = True
+    _HYPERS: ClassVar[tuple[Hyper, ...]] = LION_HYPERS
+    _HOST: ClassVar[bool] = True
+    _ALTERNATIVE: ClassVar[str] = "anyaccel's FusedLion"
 
     def __init__(
         self,
@@ -86,43 +90,5 @@ class CPULion(HostOptimizer):
         weight_decay: float = 0.0,
         fp32_optimizer_states: bool = True,
     ) -> None:
-        _check_hyper_parameters(lr=lr, betas=betas, weight_decay=weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
-        super().__init__(params, defaults, fp32_optimizer_states)
-
-    def _check_group(self, group_index: int, group: dict[str, Any]) -> None:
-        """Rejects out-of-range hyper-parameters of ``param_groups[group_index]``.
-
-        Raises:
-            ValueError: A hyper-parameter is out of range (see :func:`_check_hyper_parameters`).
-        """
-        _check_hyper_parameters(lr=group["lr"], betas=group["betas"], weight_decay=group["weight_decay"])
-
-    def _step_group(self, kernel: Any, group: dict[str, Any], tensors: GroupTensors) -> None:
-        """One ``lion_step`` call for the whole group (Lion does not use the step count).
-
-        Args:
-            kernel: The ``cpu_lion`` op module (``kernel.lion_step``: schema in ``docs/architecture.md``).
-            group: ``lr``, ``betas``, ``weight_decay``.
-            tensors: Parameters, gradients and ``exp_avg`` tensors.
-        """
-        beta1, beta2 = group["betas"]
-        kernel.lion_step(tensors.params, tensors.grads, tensors.states["exp_avg"], [], float(group["lr"]),
-                         float(beta1), float(beta2), float(group["weight_decay"]))
-
-
-def _check_hyper_parameters(lr: float, betas: tuple[float, float], weight_decay: float) -> None:
-    """Validates Lion hyper-parameters.
-
-    Raises:
-        ValueError: naming the parameter, its value and the accepted range, when ``betas`` is not a pair,
-            ``lr < 0``, a beta is not in ``[0, 1]``, ``weight_decay < 0``, a value is not finite, or a value
-            is a tensor.
-    """
-    check_beta_pair("CPULion", betas)
-    check_hyper_parameters("CPULion", (
-        ("lr", lr, "a finite lr >= 0", lambda v: v >= 0),
-        ("betas[0]", betas[0], "0 <= beta1 <= 1", lambda v: 0 <= v <= 1),
-        ("betas[1]", betas[1], "0 <= beta2 <= 1", lambda v: 0 <= v <= 1),
-        ("weight_decay", weight_decay, "a finite weight_decay >= 0", lambda v: v >= 0),
-    ))
+        defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay}
+        super().__init__(params, defaults, fp32_optimizer_states=fp32_optimizer_states)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from anyaccel.ops.fused_buckets import Bucket
-from anyaccel.ops.fused_optimizer import FusedOptimizer
+from anyaccel.ops.lion.cpu import LION_HYPERS
+from anyaccel.ops.optimizer import Hyper, ListOptimizer
 
 __all__ = ["FusedLion"]
 
 
-class FusedLion(FusedOptimizer):
-    """Lion for parameters on a GPU (CUDA, or XPU through Triton).
+class FusedLion(ListOptimizer):
+    """Lion for parameters on an accelerator (CUDA, XPU, NPU) or the CPU.
 
     Per element, in fp32::
 
@@ -27,30 +27,33 @@ class FusedLion(FusedOptimizer):
 
     Storage: params fp32/bf16/fp16 with an fp32 ``exp_avg`` (or, with ``fp32_optimizer_states=False``,
     one in the 16-bit parameters' dtype); ``master_weights=True`` keeps fp32 masters for 16-bit
-    parameters and writes the parameters from them in the same pass. The bucketing is cached between
-    steps (:class:`~anyaccel.ops.fused_buckets.BucketPlanner`).
+    parameters and writes the parameters from them in the same pass. The step's plan is cached and, on
+    CUDA, kept on the device (:class:`~anyaccel.ops.optimizer.ListOptimizer`); ``capturable=True`` reads the
+    learning rate from device memory (CUDA graphs).
 
     Args:
-        params: parameters or parameter-group dicts, contiguous, on a GPU.
-        lr: learning rate, ``>= 0`` (Lion's is typically 3-10x smaller than AdamW's).
+        params: parameters or parameter-group dicts, contiguous, fp32/bf16/fp16.
+        lr: learning rate, finite ``>= 0`` (Lion's is typically 3-10x smaller than AdamW's).
         betas: ``(beta1, beta2)`` in ``[0, 1]``.
-        weight_decay: decoupled weight decay, ``>= 0``.
+        weight_decay: decoupled weight decay, finite ``>= 0``.
         set_grad_none: ``zero_grad()`` sets gradients to None.
         master_weights: fp32 master weights for 16-bit parameters.
+        impl: force an implementation (``"cuda"``, ``"triton"``); else ``ANYACCEL_IMPL_LION`` or the available
+            one of highest priority.
         fp32_optimizer_states: keep ``exp_avg`` in fp32 for 16-bit parameters (default True).
-        impl: force an implementation (``"cuda"``, ``"triton"``); else ``ANYACCEL_IMPL_FUSED_LION`` or the
-            available one of highest priority.
+        capturable: learning rate (and step count) in device memory; needs the CUDA implementation.
 
     Raises:
-        ValueError: a hyper-parameter is out of range.
+        ValueError: a hyper-parameter is out of range, or a parameter does not fit.
+        TypeError: a hyper-parameter has the wrong type.
 
     Side effects: the first ``step()`` loads the op (may compile).
     """
 
     _NAME: ClassVar[str] = "FusedLion"
-    _OP: ClassVar[str] = "lion"
+    _FAMILY: ClassVar[str] = "lion"
     _STATE_KEYS: ClassVar[tuple[str, ...]] = ("exp_avg",)
-    _COUNT_STEPS: ClassVar[bool] = False
+    _HYPERS: ClassVar[tuple[Hyper, ...]] = LION_HYPERS
 
     def __init__(
         self,
@@ -62,18 +65,8 @@ class FusedLion(FusedOptimizer):
         master_weights: bool = False,
         impl: str | None = None,
         fp32_optimizer_states: bool = True,
+        capturable: bool = False,
     ) -> None:
-        checks = (
-            ("lr", lr, lr >= 0.0, ">= 0"),
-            ("weight_decay", weight_decay, weight_decay >= 0.0, ">= 0"),
-            ("betas[0]", betas[0], 0.0 <= betas[0] <= 1.0, "in [0, 1]"),
-            ("betas[1]", betas[1], 0.0 <= betas[1] <= 1.0, "in [0, 1]"),
-        )
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay), checks, set_grad_none,
-                         master_weights, fp32_optimizer_states, impl)
-
-    def _step_bucket(self, op: Any, group: dict[str, Any], bucket: Bucket) -> None:
-        """One ``lion_step`` launch (schema in docs/architecture.md); Lion uses no step count."""
-        beta1, beta2 = group["betas"]
-        op.lion_step(bucket.params, bucket.grads, bucket.states["exp_avg"], bucket.copies, float(group["lr"]),
-                     float(beta1), float(beta2), float(group["weight_decay"]))
+        self.set_grad_none = set_grad_none
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay), master_weights=master_weights,
+                         fp32_optimizer_states=fp32_optimizer_states, capturable=capturable, impl=impl)

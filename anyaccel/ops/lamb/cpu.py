@@ -1,0 +1,5 @@
+"""``CPULamb``: LAMB on CPU parameters (defined with :class:`~anyaccel.ops.lamb.fused.FusedLamb`)."""
+
+from anyaccel.ops.lamb.fused import CPULamb
+
+__all__ = ["CPULamb"]
