@@ -173,7 +173,8 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
     Args:
         op: the family's name.
         device_type: a torch device type (``"cuda"``, ``"xpu"``, ``"cpu"``).
-        name: force this implementation; else ``ANYACCEL_IMPL_<OP>`` if set.
+        name: force this implementation; else ``ANYACCEL_IMPL_<OP>`` if set and the implementation it names
+            serves ``device_type`` (the variable does not apply to other device types).
 
     Raises:
         UnknownImplementationError: the forced name is not registered for ``op`` (lists those that are).
@@ -181,6 +182,10 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
     """
     impls = implementations(op)
     forced = forced_name(op, name)
+    if forced and not name and all(device_type not in i.device_types for i in impls if i.name == forced):
+        # ANYACCEL_IMPL_<OP> picks among the implementations of the device types the named one serves
+        # (ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; the CPU optimizers keep theirs).
+        forced = None
     if forced:
         match = [i for i in impls if i.name == forced]
         if not match:

@@ -482,3 +482,42 @@ def test_capturable_needs_an_implementation_with_device_scalars() -> None:
     with pytest.raises(RuntimeError, match=r"capturable=True\) needs an implementation with adam_step_planned_capt"):
         opt.step()
     assert not any(len(v) for v in opt.state.values())
+
+
+# ---- implementation choice ---------------------------------------------------------------------------------
+
+
+def test_each_optimizer_class_names_its_own_family_and_state() -> None:
+    assert (CPUAdam._FAMILY, CPULion._FAMILY, FusedLamb._FAMILY) == ("adam", "lion", "lamb")
+    assert CPUAdam._STATE_KEYS == ("exp_avg", "exp_avg_sq") and CPULion._STATE_KEYS == ("exp_avg",)
+
+    class MyAdam(CPUAdam):  # a user subclass that does not set _FAMILY shares its parent's op
+        pass
+
+    assert MyAdam._FAMILY == "adam" and MyAdam._NAME == "CPUAdam"
+
+
+@pytest.mark.parametrize(("cls", "variable"), [(CPUAdam, "ANYACCEL_IMPL_ADAM"), (CPULion, "ANYACCEL_IMPL_LION"),
+                                               (FusedAdam, "ANYACCEL_IMPL_ADAM")])
+def test_forcing_the_accelerator_implementation_leaves_cpu_tensors_alone(cls: type, variable: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; it does not apply to the CPU device type."""
+    from anyaccel.ops import dispatch
+
+    monkeypatch.setattr(dispatch, "_chosen", {})
+    monkeypatch.setenv(variable, "triton")
+    (p,) = _params(9)
+    p.grad = torch.randn(9)
+    before = p.detach().clone()
+    cls([p], lr=1e-2).step()
+    assert not torch.equal(p.detach(), before)
+
+
+def test_an_explicit_implementation_for_the_wrong_device_type_is_an_error() -> None:
+    from anyaccel.ops import dispatch
+
+    (p,) = _params(4)
+    p.grad = torch.randn(4)
+    with pytest.raises(dispatch.NoImplementationError, match="'triton' of op 'adam' is unavailable on cpu"):
+        FusedAdam([p], impl="triton").step()
+    assert len(FusedAdam([p]).state) == 0
