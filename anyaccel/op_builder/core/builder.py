@@ -26,6 +26,7 @@ import logging
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -447,14 +448,16 @@ class OpBuilder:
     def _load_from_cache(self, cache: Cache, key: str, inputs: dict[str, Any], verbose: bool) -> OpModule:
         entry = cache.entry(self.NAME, key)
         man = self._valid_entry(entry, key, inputs)
+        source = "cache"
         if man is None:
             with BuildLock(cache.lock_path(self.NAME, key), what=f"op {self.NAME} ({key[:10]})"):
                 man = self._valid_entry(entry, key, inputs)  # another process may have built it meanwhile
                 if man is None:
                     self._build_and_publish(cache.tmp, cache.logs, entry, key, inputs, verbose)
                     man = mf.read_manifest(entry) or {}
+                    source = "built"
         return self._open_library(entry / LIBRARY_NAME, man.get("namespace", self.namespace(key)), man.get("isa"),
-                                  key, "cache")
+                                  key, source)
 
     # ----- building -----------------------------------------------------------------------------------------
     def preflight(self) -> dict[str, str | None]:
@@ -658,7 +661,6 @@ def _dlopen_error(path: Path) -> str:
     return ""
 
 
-@functools.lru_cache(maxsize=None)
 def _fast_linker(cxx: str) -> tuple[str, ...]:
     """``("-fuse-ld=gold",)`` when GNU gold is installed beside a GCC or Clang driver, else ``()``.
 
@@ -669,7 +671,29 @@ def _fast_linker(cxx: str) -> tuple[str, ...]:
     name = Path(cxx).name
     if shutil.which("ld.gold") is None or not any(k in name for k in ("g++", "c++", "clang")):
         return ()
-    return ("-fuse-ld=gold",)
+    return ("-fuse-ld=gold",) if _gold_links(cxx, shutil.which("ld.gold")) else ()
+
+
+@functools.cache
+def _gold_links(cxx: str, gold: str | None) -> bool:
+    """Whether ``cxx -shared -fuse-ld=gold`` links a C++ shared library here (once per compiler, gold found on
+    ``PATH`` (``gold``, part of the cache key) and process).
+
+    Gold can fail where the default linker succeeds (a GCC whose ``libstdc++.so`` symlink dangles: BFD skips
+    it, gold stops), so it is used only after a trial link of an empty library; the trial costs about 0.1 s
+    and runs only when a build is about to link.
+    """
+    with tempfile.TemporaryDirectory(prefix="anyaccel_gold_") as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("int anyaccel_gold_probe() { return 0; }\n")
+        try:
+            proc = subprocess.run([cxx, "-shared", "-fPIC", "-fuse-ld=gold", str(src), "-o", str(Path(tmp) / "p.so")],
+                                  capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    if proc.returncode != 0:
+        logger.info("gold cannot link with %s here; using the default linker", cxx)
+    return proc.returncode == 0
 
 
 def _torch_version() -> str:

@@ -38,9 +38,16 @@ def hash_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+#: Inputs recorded in a manifest but not hashed into the key: the torch that compiled a stable-ABI build does
+#: not change the contract (the ABI target does, and it is hashed), so a torch upgrade keeps every key.
+NOT_IN_KEY = ("built_with_torch",)
+
+
 def compute_key(inputs: Mapping[str, Any]) -> str:
-    """The cache key: SHA-256 hex of ``inputs`` as canonical JSON (sorted keys, no whitespace)."""
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    """The cache key: SHA-256 hex of ``inputs`` (less :data:`NOT_IN_KEY`) as canonical JSON (sorted keys, no
+    whitespace)."""
+    hashed = {k: v for k, v in inputs.items() if k not in NOT_IN_KEY}
+    blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

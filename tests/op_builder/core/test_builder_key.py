@@ -114,10 +114,6 @@ def test_python_version_and_cxx11_abi_do_not_change_the_key(monkeypatch) -> None
     assert key_of(ToyBuilder()) == base
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: OpBuilder.key_inputs (anyaccel/op_builder/core/builder.py) puts "
-                   "'built_with_torch' into the hashed inputs, so the cache key (and the namespace) changes with "
-                   "every torch upgrade and every cached artifact is rebuilt, although the stable-ABI build is the "
-                   "same and the field is documented as a build-host field ignored when matching")
 def test_a_torch_upgrade_keeps_the_key(monkeypatch) -> None:
     import torch
 
