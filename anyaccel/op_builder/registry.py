@@ -85,8 +85,9 @@ def register_builder(name: str, accelerator_name: str, cls: str | type, override
     """Add a hand-written builder for ``name`` on ``accelerator_name`` (``"*"`` for every accelerator).
 
     Args:
-        name: the builder class name (``"MyOpBuilder"``) or the op's ``NAME`` (``"my_op"``); the row is keyed
-            by the class name and the other spelling becomes an alias.
+        name: a builder name (``"FusedAdamBuilder"``, ``"MyOpBuilder"``: the row, so a plug-in's row for its
+            accelerator leaves other accelerators' rows of that name alone; the class's own name becomes an
+            alias when free) or the op's ``NAME`` (``"my_op"``: an alias of the class's row).
         accelerator_name: an accelerator's ``_name`` ("cpu", "cuda", ...) or ``"*"``.
         cls: the builder class, or ``"module:Class"`` to import it lazily.
         override: replace an existing row (a spec-derived one included) instead of raising.
@@ -95,14 +96,19 @@ def register_builder(name: str, accelerator_name: str, cls: str | type, override
         ValueError: the row exists and ``override`` is False.
     """
     class_name = cls.rpartition(":")[2] if isinstance(cls, str) else cls.__name__
+    # A builder name ("FusedAdamBuilder": DeepSpeed's, or a plug-in's own) is the row itself, so a plug-in row
+    # for its accelerator leaves the other accelerators' rows of that name alone; an op NAME ("my_op") is an
+    # alias of the class's row.
+    row = name if name.endswith("Builder") else class_name
     with _LOCK:
-        exists = accelerator_name in _EXTRA.get(class_name, {}) or accelerator_name in _spec_rows().get(class_name, {})
+        exists = accelerator_name in _EXTRA.get(row, {}) or accelerator_name in _spec_rows().get(row, {})
         if exists and not override:
             raise ValueError(f"op {name!r} already has a builder for {accelerator_name!r}; pass override=True to "
                              "replace it")
-        if name != class_name:
-            _EXTRA_ALIASES[name] = class_name
-        _EXTRA.setdefault(class_name, {})[accelerator_name] = cls
+        alias = class_name if row == name else name
+        if alias != row and alias not in _spec_rows() and alias not in _EXTRA:
+            _EXTRA_ALIASES[alias] = row
+        _EXTRA.setdefault(row, {})[accelerator_name] = cls
 
 
 def all_builder_names() -> list[str]:

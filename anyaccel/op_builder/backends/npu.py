@@ -19,6 +19,7 @@ join the cache key.
 
 from __future__ import annotations
 
+
 import importlib.metadata
 import importlib.util
 import logging
@@ -273,7 +274,8 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         Raises:
             ImportError: torch_npu is not installed (the message names it).
 
-        Side effects: registers the Python-level ops; imports torch_npu at their first call.
+        Side effects: imports torch_npu (which registers the ``npu`` device type), then registers the
+        Python-level ops.
         """
         ok, reason = self.compatibility()
         if not ok:
@@ -282,6 +284,9 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         assert self.BUILD is not None and self.BUILD.module is not None
         if verbose:
             logger.info("op %s on NPU: %s (torch_npu kernels, nothing to build)", self.NAME, self.BUILD.module)
+        # torch knows the "npu" device type only after torch_npu renamed PrivateUse1; the ops are registered
+        # for it below, so the vendor package is imported first (an installed package: compatibility() said so).
+        importlib.import_module(VENDOR_PACKAGE)
         return resolve(self.BUILD.module)()
 
     @override

@@ -212,11 +212,6 @@ def test_delegating_builders_load_the_specs_ops_for_the_npu(tmp_path):
     assert out["lion"].startswith("anyaccel_npu_lion::lion_step(Tensor(a!)[] params")
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: NPUDelegatingBuilder.load (anyaccel/op_builder/backends/npu.py) "
-                   "calls anyaccel.ops.<family>.npu:load, which registers the torch op for device type 'npu' "
-                   "without importing torch_npu first; until torch_npu is imported (it names PrivateUse1 'npu') "
-                   "torch refuses the device type: RuntimeError 'Expected one of cpu, cuda, ... device type at "
-                   "start of device string: npu' (the docstring says torch_npu is imported at the ops' first call)")
 def test_delegating_builders_load_before_torch_npu_is_imported(tmp_path):
     proc = _load_in_a_child(tmp_path, "pass")
     assert proc.returncode == 0, proc.stderr[-3000:]
