@@ -19,7 +19,7 @@ join the cache key.
 
 from __future__ import annotations
 
-
+import importlib
 import importlib.metadata
 import importlib.util
 import logging
