@@ -233,17 +233,19 @@ def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], state
     Raises:
         error: ``"<op>: <list>[i] and <list>[j] share memory (...)"``.
     """
+    import torch
+
     lists: list[tuple[str, Sequence[Any]]] = [("params", params), ("grads", grads), *states.items()]
     if model_copies:
         lists.append(("model_copies", model_copies))
     spans = []
     for order, (name, values) in enumerate(lists):
         for i, t in enumerate(values):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                return  # stand-ins and meta tensors have no addresses
             n = t.numel()
             if n == 0:
                 continue
-            if t.device.type == "meta":
-                return
             try:
                 start = t.data_ptr()
             except RuntimeError:  # a tensor without storage (functional wrappers) has no data pointer

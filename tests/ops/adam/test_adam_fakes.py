@@ -83,9 +83,6 @@ def test_fake_and_kernel_say_the_same_words(cpu_adam_module: Any, case: str) -> 
     assert kernel.startswith("adam_step: ")
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: the kernels print an int argument through the double overload "
-                   "(csrc/includes/stable/checks.h, scalar(..., int64_t ...) -> number_text(double)), so step=0 reads "
-                   "'step=0.0' from the kernel but 'step=0' from the fakes and the other implementations")
 @pytest.mark.parametrize("step", [0, -5])
 def test_int_arguments_are_written_alike(cpu_adam_module: Any, step: int) -> None:
     kernel, fake = _messages(cpu_adam_module, _set("step", -1, step))
@@ -93,9 +90,6 @@ def test_int_arguments_are_written_alike(cpu_adam_module: Any, step: int) -> Non
     assert kernel == fake
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: a sparse tensor is reported as 'has a non-strided layout' by "
-                   "the kernels (checks.h check_optimizer_lists) but as 'has layout torch.sparse_coo' by the fakes "
-                   "(validation.check_optimizer_lists)")
 def test_sparse_gradients_are_reported_alike(cpu_adam_module: Any) -> None:
     kernel, fake = _messages(cpu_adam_module, _set("grads", 2, torch.randn(10).to_sparse()))
     assert kernel == fake

@@ -177,10 +177,6 @@ def test_cuda_and_triton_fail_with_the_same_words():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-@pytest.mark.xfail(strict=True, reason="source bug: for a tensor of another device type in an accelerator call, the "
-                   "compiled kernels say 'every tensor of one call must be on cuda:0 (params[0]'s device)' "
-                   "(csrc/includes/stable/checks.h check_optimizer_lists, non-host branch) while Triton and the fakes "
-                   "say 'this kernel takes cuda tensors' (anyaccel/ops/validation.py); seen on an H100")
 def test_a_cpu_tensor_is_reported_alike():
     p, g, m = (_rand(64) for _ in range(3))
     messages = []

@@ -75,9 +75,6 @@ def test_fake_and_kernel_say_the_same_words(cpu_lion_module: Any, case: str) -> 
     assert kernel.startswith("lion_step: ")
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: a sparse tensor is reported as 'has a non-strided layout' by "
-                   "the kernels (checks.h check_optimizer_lists) but as 'has layout torch.sparse_coo' by the fakes "
-                   "(validation.check_optimizer_lists)")
 def test_sparse_gradients_are_reported_alike(cpu_lion_module: Any) -> None:
     kernel, fake = _messages(cpu_lion_module, _set("grads", 0, torch.randn(10).to_sparse()))
     assert kernel == fake

@@ -71,7 +71,11 @@ inline void scalar(const char* op, const char* name, double value, const Interva
   }
 }
 inline void scalar(const char* op, const char* name, int64_t value, const Interval& iv, bool /*is_float*/) {
-  scalar(op, name, static_cast<double>(value), iv, false);
+  const double v = static_cast<double>(value);
+  const bool in_range = (iv.low_closed ? v >= iv.low : v > iv.low) && (iv.high_closed ? v <= iv.high : v < iv.high);
+  if (!in_range) {  // an int prints as Python prints it ("step=0"), as the fakes do
+    fail(std::string(op) + ": " + name + "=" + std::to_string(value) + " is invalid; accepted: a finite " + iv.words);
+  }
 }
 
 // One accepted dtype combination (param, grad, state, model copy or kUndefined).
@@ -196,12 +200,16 @@ OptimizerPlan<kStates> check_optimizer_lists(const char* op, const stable::Tenso
         fail(where(list, i) + " is on device " + t.device_text() + "; the CPU kernel takes CPU tensors (use " +
              host_alternative + " for accelerator tensors, or move the tensor to the CPU)");
       }
+      if (t_type != device_type) {
+        fail(where(list, i) + " is on device " + t.device_text() + "; this kernel takes " +
+             stable::device_type_name(device_type) + " tensors");
+      }
       fail(where(list, i) + " is on device " + t.device_text() + "; every tensor of one call must be on " +
            first_device + " (params[0]'s device)");
     }
     if (!t.is_strided()) {
-      fail(where(list, i) + " has a non-strided layout; only dense (strided) tensors are accepted, sparse gradients "
-           "are not supported");
+      fail(where(list, i) + " has layout " + t.layout_text() + "; only dense (strided) tensors are accepted, sparse "
+           "gradients are not supported");
     }
     if (!t.is_contiguous()) {
       fail(where(list, i) + " is not contiguous (sizes " + t.shape_text() + ", strides " + t.strides_text() +

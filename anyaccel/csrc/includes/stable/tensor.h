@@ -124,6 +124,19 @@ class TensorView {
   std::string strides_text() const { return list_text(strides(), dim()); }
   // "cpu", "cuda:0", ...
   std::string device_text() const;
+  // "torch.strided", "torch.sparse_coo", ...: the layout as torch prints it.
+  std::string layout_text() const {
+    const int32_t l = layout();
+    if (l == aoti_torch_layout_strided()) return "torch.strided";
+    if (l == aoti_torch_layout_sparse_coo()) return "torch.sparse_coo";
+    if (l == aoti_torch_layout_sparse_csr()) return "torch.sparse_csr";
+    if (l == aoti_torch_layout_sparse_csc()) return "torch.sparse_csc";
+    if (l == aoti_torch_layout_sparse_bsr()) return "torch.sparse_bsr";
+    if (l == aoti_torch_layout_sparse_bsc()) return "torch.sparse_bsc";
+    if (l == aoti_torch_layout__mkldnn()) return "torch._mkldnn";
+    if (l == aoti_torch_layout_jagged()) return "torch.jagged";
+    return "layout " + std::to_string(l);
+  }
 
   static std::string list_text(const int64_t* v, int64_t n) {
     std::string out = "[";
