@@ -12,9 +12,11 @@ from anyaccel.op_builder.registry import builder_class, spec_builds
 from anyaccel.op_builder.toolchains import torch_abi
 
 #: What a stable-ABI op may leave undefined: torch's stable C shim, the C and C++ runtimes, and nothing else.
+#: The C++ standard library's own symbols (std::, operator new/delete) are allowed with or without a version:
+#: GCC 13 on the GPU image leaves them unversioned. Only torch's C++ symbols (below) would tie a binary to one torch.
 ALLOWED = re.compile(r"^(aoti_torch_\w+|torch_\w+|_ITM_\w+|__gmon_start__|_Unwind_\w+|__cxa_\w+|__gxx_personality_v0"
                      r"|__libc_single_threaded|__stack_chk_fail|_Z\w+@(GLIBCXX|CXXABI)_[\d.]+|\w+@(GLIBC|GLIBCXX|CXXABI|GCC)"
-                     r"_[\d.]+)$")
+                     r"_[\d.]+|_Z(NK?St|St|dl|da|nw|na)\w*)$")
 #: Versioned torch C++ symbols (c10::, at::, torch:: mangled names), which would tie a binary to one torch.
 TORCH_CXX = re.compile(r"^_ZN?K?\d*(c10|at|torch|caffe2)")
 
