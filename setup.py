@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 logger = logging.getLogger("anyaccel.setup")
 
@@ -58,10 +64,40 @@ class BuildPyWithOps(build_py):
             return
         dest = Path(self.build_lib) / "anyaccel" / "_prebuilt"
         outcomes = build_prebuilt_ops(classes, dest)
+        # Build logs and scratch space stay out of the package: the logs move beside build_lib.
+        logs = Path(self.build_lib).parent / "anyaccel-op-logs"
+        if (dest / ".logs").is_dir():
+            shutil.rmtree(logs, ignore_errors=True)
+            shutil.move(str(dest / ".logs"), str(logs))
+        shutil.rmtree(dest / ".tmp", ignore_errors=True)
         sys.stderr.write("anyaccel ahead-of-time op builds:\n" + format_table(outcomes) + "\n")
         for o in outcomes:
             if o.status == "failed":
-                sys.stderr.write(o.error + "\n")
+                sys.stderr.write(o.error.replace(str(dest / ".logs"), str(logs)) + "\n")
 
 
-setup(cmdclass={"build_py": BuildPyWithOps})
+def ops_selected() -> bool:
+    """Whether this build carries native ops (``ANYACCEL_BUILD_OPS=1`` or an ``ANYACCEL_BUILD_<OP>=1``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from anyaccel.op_builder.cli.aot import selected_builds
+    except ImportError:
+        return False
+    return bool(selected_builds(os.environ))
+
+
+class BdistWheelWithOps(bdist_wheel):
+    """A wheel with prebuilt ops is platform-specific: ``py3-none-<platform>`` (the ops use torch's stable C
+    ABI and no Python C API, so one wheel serves every Python 3 and every torch from the ABI target on)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if ops_selected():
+            self.root_is_pure = False
+
+    def get_tag(self) -> tuple[str, str, str]:
+        python, abi, plat = super().get_tag()
+        return (python, abi, plat) if self.root_is_pure else ("py3", "none", plat)
+
+
+setup(cmdclass={"build_py": BuildPyWithOps, "bdist_wheel": BdistWheelWithOps})

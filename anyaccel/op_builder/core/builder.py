@@ -618,13 +618,13 @@ class OpBuilder:
         Raises:
             BuildError: as :meth:`load`.
         """
+        dest_root = Path(dest_root).resolve()  # ninja runs in the build directory: relative paths would break
         inputs = self.key_inputs()
         key = mf.compute_key(inputs)
-        entry = Path(dest_root) / self.NAME / key
+        entry = dest_root / self.NAME / key
         if self._valid_entry(entry, key, inputs) is None:
             with _key_lock(key):
-                self._build_and_publish(Path(dest_root) / ".tmp", Path(dest_root) / ".logs", entry, key, inputs,
-                                        verbose)
+                self._build_and_publish(dest_root / ".tmp", dest_root / ".logs", entry, key, inputs, verbose)
         return entry
 
     def builder(self) -> Any:
