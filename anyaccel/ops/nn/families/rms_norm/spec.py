@@ -19,7 +19,8 @@ The backward, with ``n = x * rstd`` and ``dn = dy * weight``::
     dweight = sum over rows of dy * n     (n rounded as in the forward for casting="llama")
 """
 
-from anyaccel.ops.spec import Function, Implementation, OpSpec
+from anyaccel.ops.nn.families.standard import standard_implementations
+from anyaccel.ops.spec import Function, OpSpec
 
 SPEC = OpSpec(
     family="rms_norm",
@@ -38,16 +39,7 @@ SPEC = OpSpec(
                  fake="anyaccel.ops.nn.families.rms_norm.fakes:rms_norm_backward",
                  doc="grad of x (plus grad_residual) and of weight (empty unless weight_grad)"),
     ),
-    implementations=(
-        Implementation("triton", 20, ("cuda", "xpu"), module="anyaccel.ops.nn.families.rms_norm.triton:load",
-                       requires=("triton",), 
-                       description="Triton kernels (anyaccel/ops/nn/families/rms_norm/triton.py)"),
-        Implementation("torch", 10, ("*",), module="anyaccel.ops.nn.families.rms_norm.portable:load",
-                       description="portable torch ops (anyaccel/ops/nn/families/rms_norm/portable.py)"),
-        Implementation("triton_interpreter", 1, ("cpu",), module="anyaccel.ops.nn.families.rms_norm.triton:load",
-                       requires=("triton",), probe="anyaccel.ops.nn.probes:triton_interpreter",
-                       description="the Triton kernels in Triton's CPU interpreter (tests)"),
-    ),
+    implementations=standard_implementations("rms_norm"),
     benchmarks=("benchmarks/nn_ops.py",),
 )
 

@@ -1,0 +1,35 @@
+"""Backward formulas of ``swiglu`` and ``silu`` (save the inputs, recompute the sigmoid)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+
+def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Sum a broadcast gradient back to ``like``'s shape."""
+    return grad if grad.shape == like.shape else grad.sum_to_size(like.shape)
+
+
+def attach(ns: SimpleNamespace) -> None:
+    """Register autograd on ``ns.defs["swiglu"]`` and ``ns.defs["silu"]``."""
+
+    def setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(*inputs)
+
+    def backward_swiglu(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:
+        a, b = ctx.saved_tensors
+        da, db = ns.swiglu_backward(grad_y, a, b)
+        return _reduce_to(da, a), _reduce_to(db, b)
+
+    def setup_silu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    def backward_silu(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        return (_reduce_to(ns.silu_backward(grad_y, x), x),)
+
+    ns.defs["swiglu"].register_autograd(backward_swiglu, setup_context=setup_swiglu)
+    ns.defs["silu"].register_autograd(backward_silu, setup_context=setup_silu)
