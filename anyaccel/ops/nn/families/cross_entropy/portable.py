@@ -65,11 +65,11 @@ def cross_entropy_backward(grad_loss: torch.Tensor, logits: torch.Tensor, target
     check_backward(grad_loss, logits, target, lse, label_smoothing)
     out = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
     step = _row_chunks(logits.shape[0], logits.shape[1])
-    for z, t, l, g, o in zip(logits.split(step), target.split(step), lse.split(step), grad_loss.split(step),
-                             out.split(step), strict=True):
+    for z, t, lse_c, g, o in zip(logits.split(step), target.split(step), lse.split(step), grad_loss.split(step),
+                                 out.split(step), strict=True):
         valid = t != ignore_index
         safe = torch.where(valid, t, torch.zeros_like(t)).long().clamp(0, z.shape[-1] - 1)
-        o.copy_(_grad(z.float(), l.float(), valid, safe, label_smoothing, g.float()))
+        o.copy_(_grad(z.float(), lse_c.float(), valid, safe, label_smoothing, g.float()))
     return out
 
 

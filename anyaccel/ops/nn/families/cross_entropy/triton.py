@@ -99,8 +99,8 @@ def _launch_fwd(z: torch.Tensor, target: torch.Tensor, ignore_index: int, label_
     with device_of(z):
         wrap_triton(_ce_fwd_kernel)[(rows,)](
             z, target, loss, lse, scale if scale is not None else loss, vocab, z.stride(0), z.stride(1),
-            target.stride(0), ignore_index, label_smoothing, HAS_SMOOTH=label_smoothing > 0, WRITE_GRAD=scale is not None,
-            BLOCK=block, num_warps=warps)
+            target.stride(0), ignore_index, label_smoothing, HAS_SMOOTH=label_smoothing > 0,
+            WRITE_GRAD=scale is not None, BLOCK=block, num_warps=warps)
     return loss, lse
 
 
