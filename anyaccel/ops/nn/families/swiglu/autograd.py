@@ -9,8 +9,8 @@ import torch
 
 
 def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Sum a broadcast gradient back to ``like``'s shape."""
-    return grad if grad.shape == like.shape else grad.sum_to_size(like.shape)
+    """Sum a broadcast gradient (float32, see ``fakes.grad_dtype``) back to ``like``'s shape and dtype."""
+    return grad if grad.shape == like.shape else grad.sum_to_size(like.shape).to(like.dtype)
 
 
 def attach(ns: SimpleNamespace) -> None:

@@ -32,11 +32,19 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return empty_output([a, b], shape, torch.result_type(a, b), a.device)
 
 
+def grad_dtype(t: torch.Tensor, shape: torch.Size) -> torch.dtype:
+    """The dtype of an element-wise backward's gradient for input ``t``: ``t``'s own, or float32 when ``t`` was
+    broadcast (the autograd formula then sums the gradient over the broadcast dimensions in float32 and
+    rounds once, instead of summing values already rounded to 16 bits)."""
+    return t.dtype if tuple(t.shape) == tuple(shape) else torch.float32
+
+
 def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake of ``swiglu_backward``: two tensors of the broadcast shape, in a's and b's dtypes."""
+    """Fake of ``swiglu_backward``: two tensors of the broadcast shape, in :func:`grad_dtype` of a and b."""
     shape = check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
     ops = [grad_y, a, b]
-    return empty_output(ops, shape, a.dtype, a.device), empty_output(ops, shape, b.dtype, a.device)
+    return (empty_output(ops, shape, grad_dtype(a, shape), a.device),
+            empty_output(ops, shape, grad_dtype(b, shape), a.device))
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -46,6 +54,6 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Fake of ``silu_backward``: the broadcast shape in x's dtype."""
+    """Fake of ``silu_backward``: the broadcast shape in :func:`grad_dtype` of x."""
     shape = check("silu_backward", {"grad_y": grad_y, "x": x})
-    return empty_output([grad_y, x], shape, x.dtype, x.device)
+    return empty_output([grad_y, x], shape, grad_dtype(x, shape), x.device)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from anyaccel.ops.nn.families.swiglu.fakes import check
+from anyaccel.ops.nn.families.swiglu.fakes import check, grad_dtype
 from anyaccel.ops.triton.pointwise import pointwise
 
 
@@ -48,8 +48,8 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Grads of a and b (broadcast shape), in one pass."""
-    check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
-    da, db = _swiglu_bwd(grad_y, a, b, out_dtypes=(a.dtype, b.dtype))
+    shape = check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
+    da, db = _swiglu_bwd(grad_y, a, b, out_dtypes=(grad_dtype(a, shape), grad_dtype(b, shape)))
     return da, db
 
 
@@ -61,8 +61,8 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Grad of x."""
-    check("silu_backward", {"grad_y": grad_y, "x": x})
-    return _silu_bwd(grad_y, x, out_dtypes=(x.dtype,))
+    shape = check("silu_backward", {"grad_y": grad_y, "x": x})
+    return _silu_bwd(grad_y, x, out_dtypes=(grad_dtype(x, shape),))
 
 
 def load() -> Any:
