@@ -3,11 +3,14 @@ trace the front ends without a graph break.
 
 The front ends (:mod:`anyaccel.ops.nn.functional`) look up the op namespace of the chosen implementation
 (:func:`anyaccel.ops.dispatch.load`: forced name, ``ANYACCEL_IMPL_<FAMILY>``, else priority) and call
-``torch.ops.<namespace>.<function>``. The lookup is marked ``torch.compiler.assume_constant_result``:
-Dynamo runs it once while tracing (loading the implementation may register ops, which Dynamo must not
-trace) and bakes the namespace into the graph as a constant. Consequence: a compiled function keeps the
-implementation chosen when it was traced; changing ``ANYACCEL_IMPL_<FAMILY>`` afterwards needs
-``torch._dynamo.reset()``.
+``torch.ops.<namespace>.<function>``. The lookup is marked as ``torch.compiler.assume_constant_result``
+marks functions: Dynamo runs it once while tracing (loading the implementation may register ops, which
+Dynamo must not trace) and bakes the namespace into the graph as a constant. The mark is set directly
+(``_dynamo_marked_constant``, what that decorator sets; a test checks it still is), because calling the
+decorator imports Dynamo, and with it Triton, which importing the front ends must not.
+
+Consequence: a compiled function keeps the implementation chosen when it was traced; changing
+``ANYACCEL_IMPL_<FAMILY>`` afterwards needs ``torch._dynamo.reset()``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import Any
 import torch
 
 
-@torch.compiler.assume_constant_result
 def namespace(family: str, device_type: str, impl: str | None = None) -> str:
     """The torch op namespace of the implementation of ``family`` chosen for ``device_type``.
 
@@ -37,6 +39,11 @@ def namespace(family: str, device_type: str, impl: str | None = None) -> str:
     from anyaccel.ops import dispatch
 
     return str(dispatch.load(family, device_type, impl).namespace)
+
+
+#: torch.compiler.assume_constant_result's mark (torch/_dynamo/decorators.py), set without importing Dynamo.
+DYNAMO_CONSTANT_MARK = "_dynamo_marked_constant"
+setattr(namespace, DYNAMO_CONSTANT_MARK, True)
 
 
 def ops(family: str, device_type: str, impl: str | None = None) -> Any:

@@ -22,7 +22,8 @@ SPEC = OpSpec(
     functions=(
         Function("swiglu", "(Tensor a, Tensor b) -> Tensor", fake=f"{_FAKES}:swiglu", doc="silu(a) * b"),
         Function("swiglu_backward", "(Tensor grad_y, Tensor a, Tensor b) -> (Tensor, Tensor)",
-                 fake=f"{_FAKES}:swiglu_backward", doc="grads of a and b (broadcast shape; an input's dtype, fp32 if it was broadcast)"),
+                 fake=f"{_FAKES}:swiglu_backward",
+                 doc="grads of a and b (broadcast shape; an input's dtype, fp32 if it was broadcast)"),
         Function("silu", "(Tensor x) -> Tensor", fake=f"{_FAKES}:silu", doc="x * sigmoid(x)"),
         Function("silu_backward", "(Tensor grad_y, Tensor x) -> Tensor", fake=f"{_FAKES}:silu_backward",
                  doc="grad of x"),
