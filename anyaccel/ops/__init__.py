@@ -21,7 +21,7 @@ _EXPORTS = {
     "enable": "anyaccel.ops.override.mode:enable",
     "disable": "anyaccel.ops.override.mode:disable",
     "use_ops": "anyaccel.ops.override.mode:use_ops",
-    "patch": "anyaccel.ops.nn.patch:patch",
+    "patch": "anyaccel.ops.nn.hf_patch:patch",
 }
 
 __all__ = sorted(_EXPORTS)

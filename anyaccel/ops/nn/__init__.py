@@ -5,7 +5,7 @@ Three ways to use them (docs/nn_ops.md):
 - direct calls: ``anyaccel.ops.nn.families.rms_norm(x, weight)``, ... (:mod:`anyaccel.ops.nn.functional`);
 - the aten-override mode: ``anyaccel.ops.enable()`` / ``with anyaccel.ops.use_ops():``
   (:mod:`anyaccel.ops.override`);
-- patching a Hugging Face model: ``anyaccel.ops.patch(model)`` (:mod:`anyaccel.ops.nn.patch`).
+- patching a Hugging Face model: ``anyaccel.ops.patch(model)`` (:mod:`anyaccel.ops.nn.hf_patch`).
 
 Each op family (``families/rms_norm``, ``layer_norm``, ``softmax``, ``swiglu``, ``rope``, ``cross_entropy``)
 has an op spec, a Triton implementation and a portable torch one, chosen by :mod:`anyaccel.ops.dispatch`.
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(functional, name)
     if name in ("patch", "unpatch"):
-        from anyaccel.ops.nn import patch
+        from anyaccel.ops.nn import hf_patch
 
-        return getattr(patch, name)
+        return getattr(hf_patch, name)
     raise AttributeError(f"module 'anyaccel.ops.nn' has no attribute {name!r}")
