@@ -9,11 +9,10 @@ import copy
 
 import pytest
 import torch
+from conftest import HAS_CUDA, HAS_TRITON, INTERPRETER
 
 import anyaccel.ops
 from anyaccel.ops.nn import hf_patch as patch_mod
-
-from conftest import HAS_CUDA, HAS_TRITON, INTERPRETER
 
 transformers = pytest.importorskip("transformers")
 
