@@ -71,6 +71,13 @@ def time_call(fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup
     return statistics.median(times)
 
 
+def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    def call() -> Any:
+        return fn(*args)
+
+    return call
+
+
 def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
          dtypes: Sequence[str] = ("bfloat16",), reps: int = 20, save: bool = True) -> dict[str, float]:
     """Measure the speed-ups and store them in the device's policy table.
@@ -115,11 +122,11 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                 k = entry.describe(args)
                 if k is None:
                     continue
-                t_aten = time_call(lambda a=args, f=aten_op: f(*a), sync, reps)
+                t_aten = time_call(_caller(aten_op, args), sync, reps)
                 with mode.use_ops(include=[entry.name], policy="always") as replaced:
                     if entry.name not in replaced:
                         break
-                    t_ours = time_call(lambda a=args, f=aten_op: f(*a), sync, reps)
+                    t_ours = time_call(_caller(aten_op, args), sync, reps)
                 measured[k] = t_aten / t_ours
                 policy.record(k, measured[k])
                 logger.info("tune: %s aten %.1f us, anyaccel %.1f us: %.2fx", k, t_aten * 1e6, t_ours * 1e6,

@@ -61,7 +61,7 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             fn = spec.function(name)
             qualname = f"{namespace}::{name}"
             if triton:
-                op = torch.library.triton_op(qualname, impl, mutates_args=fn.mutated)
+                op: Any = torch.library.triton_op(qualname, impl, mutates_args=fn.mutated)
                 _check_schema(qualname, str(op._opoverload._schema), fn.schema)
             else:
                 op = torch.library.custom_op(qualname, impl, mutates_args=fn.mutated, schema=fn.schema)

@@ -79,7 +79,7 @@ def _arch(model: torch.nn.Module) -> tuple[str, str, str]:
 def _set_forward(module: torch.nn.Module, forward: Any) -> None:
     if not hasattr(module, _ORIG):
         setattr(module, _ORIG, module.forward)
-    module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
+    setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 (an instance attribute)
 
 
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True, rope: bool = True,
@@ -118,7 +118,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
                 report.skipped.append(f"{name}: activation {act!r} is not SiLU")
     if rope and not getattr(model, "_anyaccel_rope", False):
         _swap_rope(module_name, impl)
-        model._anyaccel_rope = True  # type: ignore[assignment]
+        setattr(model, "_anyaccel_rope", True)  # noqa: B010 (a marker on the instance)
     report.rope = bool(getattr(model, "_anyaccel_rope", False))
     if loss and type(model).__name__.endswith("ForCausalLM") and hasattr(model, "lm_head"):
         if not hasattr(model, _ORIG):
@@ -165,7 +165,7 @@ def _rope_function(impl: str | None) -> Any:
 
 
 def _swap_rope(module_name: str, impl: str | None) -> None:
-    mod = importlib.import_module(module_name)
+    mod: Any = importlib.import_module(module_name)
     with _ROPE_LOCK:
         original, count = _ROPE_SWAPS.get(module_name, (mod.apply_rotary_pos_emb, 0))
         if count == 0:
@@ -179,7 +179,8 @@ def _restore_rope(module_name: str) -> None:
             return
         original, count = _ROPE_SWAPS[module_name]
         if count <= 1:
-            importlib.import_module(module_name).apply_rotary_pos_emb = original
+            mod: Any = importlib.import_module(module_name)
+            mod.apply_rotary_pos_emb = original
             del _ROPE_SWAPS[module_name]
         else:
             _ROPE_SWAPS[module_name] = (original, count - 1)
@@ -214,7 +215,8 @@ def _causal_lm_forward(impl: str | None) -> Any:
                                             else "mean", impl=impl)
         if items is not None:
             loss = loss / (items.to(loss.device) if isinstance(items, torch.Tensor) else items)
-        return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                                      hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        result: Any = CausalLMOutputWithPast
+        return result(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                      hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
     return forward

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 _LOCK = threading.RLock()
 _ENABLED: list[Any] = []  # layers created by enable()
 _LAYERS: list[Any] = []  # every live layer (enable() and use_ops())
+_REPLACED: dict[int, list[str]] = {}  # id(layer) -> the aten ops it replaced
 _ORIGINALS: dict[tuple[str, str], Any] = {}
 _TLS = threading.local()
 
@@ -118,7 +119,7 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
             warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
             for entry, ns, original in plan:
                 lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
-        lib._anyaccel_ops = [e.name for e, _, _ in plan]  # what this layer replaced, for replaced_ops()
+        _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
                     ", ".join(e.name for e, _, _ in plan))
@@ -129,6 +130,7 @@ def _drop(lib: Any) -> None:
     with _LOCK:
         if lib in _LAYERS:
             _LAYERS.remove(lib)
+            _REPLACED.pop(id(lib), None)
             lib._destroy()
 
 
@@ -158,7 +160,7 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
         disable()
         lib = _layer(include, exclude, policy)
         _ENABLED.append(lib)
-        return list(lib._anyaccel_ops)
+        return list(_REPLACED[id(lib)])
 
 
 def disable() -> None:
@@ -180,7 +182,7 @@ def use_ops(include: Sequence[str] | None = None, exclude: Sequence[str] | None 
     """
     lib = _layer(include, exclude, policy)
     try:
-        yield list(lib._anyaccel_ops)
+        yield list(_REPLACED[id(lib)])
     finally:
         _drop(lib)
 
@@ -188,4 +190,4 @@ def use_ops(include: Sequence[str] | None = None, exclude: Sequence[str] | None 
 def replaced_ops() -> list[str]:
     """The aten ops currently replaced by any live layer (``enable`` or ``use_ops``), sorted."""
     with _LOCK:
-        return sorted({name for lib in _LAYERS for name in lib._anyaccel_ops})
+        return sorted({name for lib in _LAYERS for name in _REPLACED[id(lib)]})

@@ -95,7 +95,7 @@ class Pointwise:
         self.num_inputs = num_inputs
         self.num_outputs = num_outputs
         self.promotion = promotion
-        self.name = name or getattr(getattr(body, "fn", body), "__name__", "body")
+        self.name: str = name or str(getattr(getattr(body, "fn", body), "__name__", "body"))
         self._kernels: dict[tuple[tuple[bool, ...], int], Any] = {}
         self._lock = threading.Lock()
 
