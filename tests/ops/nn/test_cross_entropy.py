@@ -1,16 +1,16 @@
 """cross_entropy and fused_linear_cross_entropy against float64 references (FlagGems's tolerances):
 label smoothing, ignore_index, the three reductions, prime vocabularies and the 128k vocabulary
-(Llama 3's 128256), forward and gradients, on every (device, implementation) pair of conftest."""
+(Llama 3's 128256), forward and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DTYPES
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
+from anyaccel.testing.nn_impls import DTYPES
 from anyaccel.testing.tolerances import assert_close
 
 VOCAB_128K = 128256

@@ -1,5 +1,5 @@
 """rms_norm, fused_add_rms_norm and layer_norm against float64 references (FlagGems's tolerances,
-anyaccel.testing.tolerances), forward and gradients, on every (device, implementation) pair of conftest:
+anyaccel.testing.tolerances), forward and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls:
 one row, one column, prime sizes, a row wider than the register tile (the looped kernels), strided inputs.
 """
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DTYPES, round_like
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError
+from anyaccel.testing.nn_impls import DTYPES, round_like
 from anyaccel.testing.tolerances import assert_close
 
 SHAPES = [(1, 1), (1, 64), (7, 1), (13, 37), (3, 5, 64), (2, 16411)]

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import HAS_CUDA, HAS_TRITON
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops import dispatch
 from anyaccel.ops.spec import all_specs
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON
 
 NN_SPECS = [s for s in all_specs() if s.source.startswith("anyaccel.ops.nn.")]
 REPO = Path(__file__).resolve().parents[3]

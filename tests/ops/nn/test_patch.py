@@ -9,10 +9,10 @@ import copy
 
 import pytest
 import torch
-from conftest import HAS_CUDA, HAS_TRITON, INTERPRETER
 
 import anyaccel.ops
 from anyaccel.ops.nn import hf_patch as patch_mod
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, interpreter
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,7 +20,7 @@ _gpu = [pytest.mark.gpu, pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON), reaso
 CASES = [
     pytest.param(("cpu", "torch"), id="cpu-torch"),
     pytest.param(("cpu", "triton_interpreter"), id="cpu-triton_interpreter",
-                 marks=pytest.mark.skipif(not INTERPRETER, reason="needs triton and TRITON_INTERPRET=1")),
+                 marks=pytest.mark.skipif(not interpreter(), reason="needs triton and TRITON_INTERPRET=1")),
     pytest.param(("cuda", "triton"), id="cuda-triton", marks=_gpu),
 ]
 

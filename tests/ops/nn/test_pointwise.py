@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import HAS_CUDA, HAS_TRITON, INTERPRETER
 
-pytestmark = pytest.mark.skipif(not (INTERPRETER or (HAS_CUDA and HAS_TRITON)),
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, interpreter
+
+pytestmark = pytest.mark.skipif(not (interpreter() or (HAS_CUDA and HAS_TRITON)),
                                 reason="needs triton with TRITON_INTERPRET=1, or a CUDA GPU")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 

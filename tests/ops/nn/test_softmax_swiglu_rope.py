@@ -1,14 +1,14 @@
 """softmax/log_softmax, swiglu/silu and rope against float64 references (FlagGems's tolerances), forward
-and gradients, on every (device, implementation) pair of conftest."""
+and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DTYPES
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError
+from anyaccel.testing.nn_impls import DTYPES
 from anyaccel.testing.tolerances import assert_close
 
 

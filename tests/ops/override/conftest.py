@@ -4,17 +4,13 @@ replaces the CPU's aten kernels."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 
 import pytest
-import torch
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-if HAS_TRITON and not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-INTERPRETER = HAS_TRITON and os.environ.get("TRITON_INTERPRET") == "1" and not torch.cuda.is_available()
+from anyaccel.testing import nn_impls
+
+nn_impls.use_interpreter_without_gpu()
 FAMILIES = ("rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy")
 
 
@@ -22,7 +18,7 @@ FAMILIES = ("rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entrop
 def interpreter_impls(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Force the Triton-interpreter implementation of every family (CPU), so the mode has kernels that are
     not aten's to register."""
-    if not INTERPRETER:
+    if not nn_impls.interpreter():
         pytest.skip("needs triton and TRITON_INTERPRET=1 on a machine without a GPU")
     for f in FAMILIES:
         monkeypatch.setenv(f"ANYACCEL_IMPL_{f.upper()}", "triton_interpreter")
