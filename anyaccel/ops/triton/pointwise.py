@@ -220,7 +220,7 @@ def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: in
         if is_t:
             lines.append(f"    v{i} = tl.load({a} + {offset(a)}, mask=mask).to(COMPUTE)")
         else:
-            lines.append(f"    v{i} = tl.full([BLOCK], {a}, COMPUTE)")
+            lines.append(f"    v{i} = ({a} + tl.zeros([BLOCK], COMPUTE)).to(COMPUTE)")
         values.append(f"v{i}")
     results = [f"r{k}" for k in range(num_outputs)]
     lhs = results[0] if num_outputs == 1 else ", ".join(results)

@@ -121,4 +121,4 @@ def test_generated_source_is_readable() -> None:
 
     src = generate_source("f", (True, False), 2, 1)
     assert "def f_kernel(in0, in1, out0, n, size0, size1, in0_s0, in0_s1, out0_s0, out0_s1," in src
-    assert "tl.full([BLOCK], in1, COMPUTE)" in src
+    assert "v1 = (in1 + tl.zeros([BLOCK], COMPUTE)).to(COMPUTE)" in src

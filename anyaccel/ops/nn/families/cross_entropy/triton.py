@@ -31,9 +31,9 @@ def _ce_fwd_kernel(Z, T, LOSS, LSE, SCALE, V, szm, szn, st, ignore_index, smooth
     row = tl.program_id(0).to(tl.int64)
     zrow = Z + row * szm
     t = tl.load(T + row * st).to(tl.int64)
-    mx = -float("inf")
-    s = 0.0
-    zsum = 0.0
+    mx = tl.full([], -float("inf"), tl.float32)  # loop-carried: typed fp32 scalars, not constexprs
+    s = tl.full([], 0.0, tl.float32)
+    zsum = tl.full([], 0.0, tl.float32)
     for start in range(0, V, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < V
