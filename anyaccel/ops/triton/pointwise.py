@@ -28,8 +28,9 @@ The callable:
   kernel.
 
 Kernels are generated per signature (which operands are tensors, the coalesced rank, the number of
-outputs), compiled from source registered in ``linecache`` (so Triton and its interpreter can read it, with
-no file written), and cached for the process. Importing this module imports Triton.
+outputs), call the body by its own name, are compiled from source registered in ``linecache`` (so Triton,
+its interpreter and Inductor can read it, with no file written), and are cached for the process. Importing
+this module imports Triton.
 """
 
 from __future__ import annotations
@@ -187,10 +188,13 @@ def pointwise(num_inputs: int, num_outputs: int = 1, promotion: str = "default")
     return wrap
 
 
-def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: int) -> str:
+def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: int,
+                    body_name: str = "_body") -> str:
     """The Triton source of one kernel: operands ``in<i>`` (tensor pointers, or scalars when ``kinds[i]`` is
     False), outputs ``out<k>``, the element count, ``rank`` sizes, then per tensor operand and output its
-    ``rank`` strides; ``COMPUTE`` and ``BLOCK`` are compile-time constants. The body is ``_body``."""
+    ``rank`` strides; ``COMPUTE`` and ``BLOCK`` are compile-time constants. The body is called by its own
+    name, ``body_name``: Inductor copies a user kernel's ``@triton.jit`` dependencies into its generated code
+    under their function names, so an alias would not resolve there."""
     ins = [f"in{i}" for i in range(len(kinds))]
     outs = [f"out{k}" for k in range(num_outputs)]
     sizes = [f"size{d}" for d in range(rank)]
@@ -224,7 +228,7 @@ def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: in
         values.append(f"v{i}")
     results = [f"r{k}" for k in range(num_outputs)]
     lhs = results[0] if num_outputs == 1 else ", ".join(results)
-    lines.append(f"    {lhs} = _body({', '.join(values)})")
+    lines.append(f"    {lhs} = {body_name}({', '.join(values)})")
     for k, o in enumerate(outs):
         lines.append(f"    tl.store({o} + {offset(o)}, r{k}.to({o}.dtype.element_ty), mask=mask)")
     return "\n".join(lines) + "\n"
@@ -233,10 +237,14 @@ def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: in
 def _compile(name: str, body: Any, kinds: tuple[bool, ...], rank: int, num_outputs: int) -> Any:
     """Generate, register in ``linecache`` and execute one kernel's source; returns the ``@triton.jit``
     kernel."""
-    src = generate_source(name, kinds, rank, num_outputs)
+    body_name = str(getattr(getattr(body, "fn", body), "__name__", "_body"))
+    if not body_name.isidentifier() or body_name in ("triton", "tl") or body_name.startswith(("in", "out", "size")):
+        raise PointwiseError(f"{name}: the body's name {body_name!r} would clash with the generated kernel's "
+                             "names; rename it (e.g. with a leading underscore)")
+    src = generate_source(name, kinds, rank, num_outputs, body_name)
     digest = hashlib.sha256(src.encode()).hexdigest()[:12]
     filename = f"<anyaccel-pointwise:{name}:{digest}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    scope: dict[str, Any] = {"__name__": f"anyaccel_pointwise_{name}_{digest}", "_body": body}
+    scope: dict[str, Any] = {"__name__": f"anyaccel_pointwise_{name}_{digest}", body_name: body}
     exec(compile(src, filename, "exec"), scope)  # our generated source (generate_source)
     return scope[f"{name}_kernel"]
