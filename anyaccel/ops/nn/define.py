@@ -12,8 +12,17 @@ Two kinds, one contract (the op spec's function names and schemas, :mod:`anyacce
   schema from the function's annotations; :func:`define` checks it equals the spec's, so the schema is
   still written once.
 
-Autograd is attached per family (``<family>/autograd.py``) with ``register_autograd`` on the forward ops,
-calling the same implementation's backward ops.
+Autograd is described per family (``<family>/autograd.py``: ``formulas(ns)`` returns, per forward function,
+a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) and attached twice:
+
+- with ``register_autograd`` on the torch ops (what ``torch.compile``, ``opcheck``, tensor subclasses and
+  dispatch modes see);
+- as ``torch.autograd.Function`` s over the plain Python implementations: the **eager fast path**
+  (``result.eager``). A custom op's Python dispatch (autograd wrapper, backend wrapper, aliasing checks,
+  ``wrap_triton``'s higher-order op outside of tracing) costs a hundred microseconds and more per call on
+  the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
+  eager mode when no dispatch mode is active, and the torch ops otherwise
+  (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas.
 """
 
 from __future__ import annotations
@@ -25,12 +34,46 @@ from typing import Any
 
 from anyaccel.ops.spec import OpSpec, SpecError
 
+#: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
+Formula = tuple[Callable[..., None], Callable[..., Any]]
+
 _LOCK = threading.Lock()
 _DEFINED: dict[str, SimpleNamespace] = {}
 
 
+def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``wrap_triton`` returning the plain kernel (what ``triton_op`` does around its eager
+    calls): launching through the higher-order op outside of tracing costs about a millisecond."""
+    from torch._library import triton as triton_lib
+
+    state = triton_lib.wrap_triton_enabled
+
+    def call(*args: Any) -> Any:
+        prev = getattr(state, "value", triton_lib.wrap_triton_enabled_default)
+        state.value = False
+        try:
+            return fn(*args)
+        finally:
+            state.value = prev
+
+    call.__name__ = getattr(fn, "__name__", "call")
+    return call
+
+
+def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
+    """A ``torch.autograd.Function`` running ``forward`` with ``formula``'s context setup and backward."""
+    import torch
+
+    setup, backward = formula
+    return type(f"{name}_eager", (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
+        "setup_context": staticmethod(setup),
+        "backward": staticmethod(backward),
+    })
+
+
 def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *, triton: bool,
-           autograd: Callable[[SimpleNamespace], None] | None = None) -> SimpleNamespace:
+           autograd: Callable[[Any], dict[str, Formula]] | None = None) -> SimpleNamespace:
     """Register ``impls`` (function name -> implementation) as ``<namespace>::<name>`` torch ops, once.
 
     Args:
@@ -38,11 +81,12 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
         namespace: the torch namespace (``"anyaccel_triton_rms_norm"``).
         impls: spec function name -> Python implementation with the schema's parameters and annotations.
         triton: register with ``triton_op`` (Triton kernels) instead of ``custom_op`` (portable torch).
-        autograd: called once with the result to register the backward formulas.
+        autograd: the family's ``formulas(ns)`` (see the module docstring).
 
     Returns:
-        An object whose attributes are the ops (``ns.rms_norm``, torch op packets), ``namespace`` and
-        ``defs`` (name -> ``CustomOpDef``).
+        An object whose attributes are the ops (``ns.rms_norm``, torch op packets), ``namespace``, ``defs``
+        (name -> ``CustomOpDef``) and ``eager`` (the same functions as plain Python calls, forward functions
+        wrapped in ``torch.autograd.Function`` s: the eager fast path).
 
     Raises:
         SpecError: a name is not a function of the spec, or a Triton function's annotations give another
@@ -70,9 +114,14 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
                     op.register_fake(fake)
             defs[name] = op
             ops[name] = getattr(getattr(torch.ops, namespace), name)
-        result = SimpleNamespace(namespace=namespace, defs=defs, **ops)
+        plain = {name: (_untraced(fn) if triton else fn) for name, fn in impls.items()}
+        eager = SimpleNamespace(**plain)
+        result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, **ops)
         if autograd is not None:
-            autograd(result)
+            for name, (setup, backward) in autograd(result).items():
+                defs[name].register_autograd(backward, setup_context=setup)
+            for name, formula in autograd(eager).items():
+                setattr(eager, name, _function(f"{namespace}_{name}", plain[name], formula).apply)
         _DEFINED[namespace] = result
         return result
 

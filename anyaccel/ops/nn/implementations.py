@@ -47,5 +47,12 @@ setattr(namespace, DYNAMO_CONSTANT_MARK, True)
 
 
 def ops(family: str, device_type: str, impl: str | None = None) -> Any:
-    """``torch.ops.<namespace>`` of the chosen implementation (see :func:`namespace`)."""
-    return getattr(torch.ops, namespace(family, device_type, impl))
+    """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
+    torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
+    mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
+    :mod:`anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return getattr(torch.ops, namespace(family, device_type, impl))
+    from anyaccel.ops import dispatch
+
+    return dispatch.load(family, device_type, impl).eager

@@ -94,5 +94,9 @@ def device_of(t: torch.Tensor) -> Iterator[None]:
     if t.device.type == "cpu":
         yield
         return
-    with torch.get_device_module(t.device.type).device(t.device):
+    module = torch.get_device_module(t.device.type)
+    if t.device.index is None or t.device.index == module.current_device():
+        yield  # already current: skip the device guard's set/restore
+        return
+    with module.device(t.device):
         yield

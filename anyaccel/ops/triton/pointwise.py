@@ -98,6 +98,7 @@ class Pointwise:
         self.promotion = promotion
         self.name: str = name or str(getattr(getattr(body, "fn", body), "__name__", "body"))
         self._kernels: dict[tuple[tuple[bool, ...], int], Any] = {}
+        self._plans: dict[tuple[Any, ...], tuple[list[int], list[int], Any]] = {}
         self._lock = threading.Lock()
 
     def dtypes(self, *args: torch.Tensor | Scalar) -> tuple[torch.dtype, torch.dtype]:
@@ -159,17 +160,34 @@ class Pointwise:
         if n == 0:
             return outs[0] if self.num_outputs == 1 else tuple(outs)
         dev_tensors = [a for a in operands if isinstance(a, torch.Tensor)]
-        strides = [list(t.expand(shape).stride()) for t in dev_tensors]
-        strides += [list(o.stride()) for o in outs]
-        sizes, co = coalesce(list(shape), strides)
         kinds = tuple(isinstance(a, torch.Tensor) for a in operands)
-        kernel = self._kernel(kinds, len(sizes))
-        flat_strides = [s for st in co for s in st]
+        sizes, flat_strides, kernel = self._plan(shape, dev_tensors, outs, kinds)
         with device_of(outs[0]):
             wrap_triton(kernel)[(triton.cdiv(n, BLOCK),)](
                 *operands, *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
                 num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
+
+    def _plan(self, shape: torch.Size, tensors: list[torch.Tensor], outs: list[torch.Tensor],
+              kinds: tuple[bool, ...]) -> tuple[list[int], list[int], Any]:
+        """Coalesced sizes, flattened strides and the kernel of a launch; cached by the operands' shapes and
+        strides for real tensors (fake or symbolic ones, while tracing, are planned afresh)."""
+        key = None
+        if torch._C._len_torch_dispatch_stack() == 0:
+            key = (kinds, tuple(shape), *((tuple(t.shape), t.stride()) for t in tensors),
+                   *(o.stride() for o in outs))
+            hit = self._plans.get(key)
+            if hit is not None:
+                return hit
+        strides = [list(t.expand(shape).stride()) for t in tensors] + [list(o.stride()) for o in outs]
+        sizes, co = coalesce(list(shape), strides)
+        plan = (sizes, [s for st in co for s in st], self._kernel(kinds, len(sizes)))
+        if key is not None:
+            with self._lock:
+                if len(self._plans) > 1024:
+                    self._plans.clear()
+                self._plans[key] = plan
+        return plan
 
     def _kernel(self, kinds: tuple[bool, ...], rank: int) -> Any:
         key = (kinds, rank)

@@ -1,6 +1,7 @@
 """rms_norm, fused_add_rms_norm and layer_norm against float64 references (FlagGems's tolerances,
-anyaccel.testing.tolerances), forward and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls:
-one row, one column, prime sizes, a row wider than the register tile (the looped kernels), strided inputs.
+anyaccel.testing.tolerances), forward and gradients, on every (device, implementation) pair of
+anyaccel.testing.nn_impls: one row, one column, prime sizes, a row wider than the register tile (the looped
+kernels), strided inputs.
 """
 
 from __future__ import annotations

@@ -173,3 +173,25 @@ def test_importing_the_ops_imports_no_triton() -> None:
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
                          timeout=300)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_eager_fast_path_matches_the_torch_op_path_and_yields_to_dispatch_modes() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from anyaccel.ops.nn.implementations import ops
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            return func(*args, **(kwargs or {}))
+
+    eager = ops("rms_norm", "cpu", "torch")
+    via_ops = getattr(torch.ops, dispatch.load("rms_norm", "cpu", "torch").namespace)
+    with Passthrough():
+        assert ops("rms_norm", "cpu", "torch") is via_ops  # dispatch modes see the torch ops
+    x, w = torch.randn(4, 9, requires_grad=True), torch.randn(9, requires_grad=True)
+    results = []
+    for path in (eager, via_ops):
+        y = path.rms_norm(x, w, 1e-6, "llama")[0]
+        results.append((y, *torch.autograd.grad(y.square().sum(), (x, w))))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import Formula
 from anyaccel.ops.nn.errors import UnsupportedOpError
 
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["cross_entropy"]`` (saves logits, target, lse; recomputes the softmax
-    in the backward) and ``ns.defs["fused_linear_cross_entropy"]`` (saves the gradients computed in the
-    forward and scales them by the incoming gradient)."""
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formulas of ``cross_entropy`` (saves logits, target and lse; ``ns``'s backward op recomputes
+    the softmax) and ``fused_linear_cross_entropy`` (saves the gradients computed in the forward and scales
+    them by the incoming gradient)."""
 
     def setup_ce(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
         logits, target, ignore_index, label_smoothing = inputs
@@ -43,8 +43,7 @@ def attach(ns: SimpleNamespace) -> None:
         db = scaled(gb, grad_loss) if ctx.has_bias and ctx.needs_input_grad[3] else None
         return dh, dw, None, db, None, None, None, None
 
-    ns.defs["cross_entropy"].register_autograd(backward_ce, setup_context=setup_ce)
-    ns.defs["fused_linear_cross_entropy"].register_autograd(backward_fused, setup_context=setup_fused)
+    return {"cross_entropy": (setup_ce, backward_ce), "fused_linear_cross_entropy": (setup_fused, backward_fused)}
 
 
 #: Elements per fp32 temporary in :func:`scaled` (16 Mi elements: 64 MiB).

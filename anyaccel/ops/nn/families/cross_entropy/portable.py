@@ -99,4 +99,4 @@ def load() -> Any:
     return define(SPEC, "anyaccel_torch_cross_entropy",
                   {"cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
                    "fused_linear_cross_entropy": fused_linear_cross_entropy}, triton=False,
-                  autograd=autograd.attach)
+                  autograd=autograd.formulas)

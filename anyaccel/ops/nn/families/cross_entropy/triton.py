@@ -151,4 +151,4 @@ def load() -> Any:
     return define(SPEC, "anyaccel_triton_cross_entropy",
                   {"cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
                    "fused_linear_cross_entropy": fused_linear_cross_entropy}, triton=True,
-                  autograd=autograd.attach)
+                  autograd=autograd.formulas)

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import Formula
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["layer_norm"]``. Saves x, weight, mean and rstd (fp32 per row).
+
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formula of ``layer_norm``, calling ``ns``'s backward ops. Saves x, weight, mean and rstd (fp32 per row).
     The bias gradient is computed by the backward op when bias requires grad (its dtype is weight's)."""
 
     def setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
@@ -25,4 +26,4 @@ def attach(ns: SimpleNamespace) -> None:
         dx, dw, db = ns.layer_norm_backward(grad_y, x, weight, mean, rstd, need_w, need_b)
         return dx, (dw if need_w else None), (db.to(ctx.bias_dtype) if need_b else None), None
 
-    ns.defs["layer_norm"].register_autograd(backward, setup_context=setup)
+    return {"layer_norm": (setup, backward)}

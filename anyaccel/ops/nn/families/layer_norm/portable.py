@@ -50,4 +50,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_torch_layer_norm",
                   {"layer_norm": layer_norm, "layer_norm_backward": layer_norm_backward},
-                  triton=False, autograd=autograd.attach)
+                  triton=False, autograd=autograd.formulas)

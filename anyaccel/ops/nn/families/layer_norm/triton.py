@@ -205,4 +205,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_triton_layer_norm",
                   {"layer_norm": layer_norm, "layer_norm_backward": layer_norm_backward},
-                  triton=True, autograd=autograd.attach)
+                  triton=True, autograd=autograd.formulas)

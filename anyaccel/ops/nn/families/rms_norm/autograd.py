@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import Formula
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["rms_norm"]`` and ``ns.defs["fused_add_rms_norm"]``.
+
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formulas of ``rms_norm`` and ``fused_add_rms_norm``, calling ``ns``'s backward ops.
 
     What is saved: x (or h), weight and rstd (fp32, one per row); nothing of size N x rows in fp32.
     No gradient flows through the returned rstd (it is a statistic for the backward).
@@ -38,5 +39,4 @@ def attach(ns: SimpleNamespace) -> None:
         dh, dw = ns.rms_norm_backward(grad_y, h, weight, rstd, grad_h, ctx.casting, need_w)
         return dh, dh, (dw if need_w else None), None, None
 
-    ns.defs["rms_norm"].register_autograd(backward_rms, setup_context=setup_rms)
-    ns.defs["fused_add_rms_norm"].register_autograd(backward_fused, setup_context=setup_fused)
+    return {"rms_norm": (setup_rms, backward_rms), "fused_add_rms_norm": (setup_fused, backward_fused)}

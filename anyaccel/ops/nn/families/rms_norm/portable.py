@@ -71,4 +71,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_torch_rms_norm", {"rms_norm": rms_norm, "fused_add_rms_norm": fused_add_rms_norm,
                                                     "rms_norm_backward": rms_norm_backward},
-                  triton=False, autograd=autograd.attach)
+                  triton=False, autograd=autograd.formulas)

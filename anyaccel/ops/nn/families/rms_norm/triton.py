@@ -236,4 +236,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_triton_rms_norm", {"rms_norm": rms_norm, "fused_add_rms_norm": fused_add_rms_norm,
                                                      "rms_norm_backward": rms_norm_backward},
-                  triton=True, autograd=autograd.attach)
+                  triton=True, autograd=autograd.formulas)

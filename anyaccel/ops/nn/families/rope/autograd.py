@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import Formula
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["rope"]`` (saves cos and sin only)."""
+
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formula of ``rope``, calling ``ns``'s backward ops (saves cos and sin only)."""
 
     def setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         _x, cos, sin, interleaved = inputs
@@ -20,4 +21,4 @@ def attach(ns: SimpleNamespace) -> None:
         cos, sin = ctx.saved_tensors
         return ns.rope_backward(grad_y, cos, sin, ctx.interleaved), None, None, None
 
-    ns.defs["rope"].register_autograd(backward, setup_context=setup)
+    return {"rope": (setup, backward)}

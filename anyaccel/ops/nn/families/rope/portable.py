@@ -44,4 +44,4 @@ def load() -> Any:
     from anyaccel.ops.nn.families.rope.spec import SPEC
 
     return define(SPEC, "anyaccel_torch_rope", {"rope": rope, "rope_backward": rope_backward}, triton=False,
-                  autograd=autograd.attach)
+                  autograd=autograd.formulas)

@@ -107,4 +107,4 @@ def load() -> Any:
     from anyaccel.ops.nn.families.rope.spec import SPEC
 
     return define(SPEC, "anyaccel_triton_rope", {"rope": rope, "rope_backward": rope_backward}, triton=True,
-                  autograd=autograd.attach)
+                  autograd=autograd.formulas)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import Formula
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["softmax"]`` and ``ns.defs["log_softmax"]``."""
+
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formulas of ``softmax`` and ``log_softmax``, calling ``ns``'s backward ops."""
 
     def setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(output)
@@ -23,5 +24,4 @@ def attach(ns: SimpleNamespace) -> None:
         (y,) = ctx.saved_tensors
         return ns.log_softmax_backward(grad_y, y, ctx.dim), None
 
-    ns.defs["softmax"].register_autograd(backward_softmax, setup_context=setup)
-    ns.defs["log_softmax"].register_autograd(backward_log_softmax, setup_context=setup)
+    return {"softmax": (setup, backward_softmax), "log_softmax": (setup, backward_log_softmax)}

@@ -44,4 +44,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_torch_softmax",
                   {"softmax": softmax, "log_softmax": log_softmax, "softmax_backward": softmax_backward,
-                   "log_softmax_backward": log_softmax_backward}, triton=False, autograd=autograd.attach)
+                   "log_softmax_backward": log_softmax_backward}, triton=False, autograd=autograd.formulas)

@@ -178,4 +178,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_triton_softmax",
                   {"softmax": softmax, "log_softmax": log_softmax, "softmax_backward": softmax_backward,
-                   "log_softmax_backward": log_softmax_backward}, triton=True, autograd=autograd.attach)
+                   "log_softmax_backward": log_softmax_backward}, triton=True, autograd=autograd.formulas)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from anyaccel.ops.nn.define import Formula
 
 
 def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -13,8 +14,8 @@ def _reduce_to(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return grad if grad.shape == like.shape else grad.sum_to_size(like.shape).to(like.dtype)
 
 
-def attach(ns: SimpleNamespace) -> None:
-    """Register autograd on ``ns.defs["swiglu"]`` and ``ns.defs["silu"]``."""
+def formulas(ns: Any) -> dict[str, Formula]:
+    """Backward formulas of ``swiglu`` and ``silu``, calling ``ns``'s backward ops."""
 
     def setup_swiglu(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(*inputs)
@@ -31,5 +32,4 @@ def attach(ns: SimpleNamespace) -> None:
         (x,) = ctx.saved_tensors
         return (_reduce_to(ns.silu_backward(grad_y, x), x),)
 
-    ns.defs["swiglu"].register_autograd(backward_swiglu, setup_context=setup_swiglu)
-    ns.defs["silu"].register_autograd(backward_silu, setup_context=setup_silu)
+    return {"swiglu": (setup_swiglu, backward_swiglu), "silu": (setup_silu, backward_silu)}

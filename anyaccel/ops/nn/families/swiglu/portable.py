@@ -51,4 +51,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_torch_swiglu", {"swiglu": swiglu, "swiglu_backward": swiglu_backward,
                                                   "silu": silu, "silu_backward": silu_backward},
-                  triton=False, autograd=autograd.attach)
+                  triton=False, autograd=autograd.formulas)

@@ -73,4 +73,4 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_triton_swiglu", {"swiglu": swiglu, "swiglu_backward": swiglu_backward,
                                                    "silu": silu, "silu_backward": silu_backward},
-                  triton=True, autograd=autograd.attach)
+                  triton=True, autograd=autograd.formulas)
