@@ -85,8 +85,9 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
 
     Returns:
         An object whose attributes are the ops (``ns.rms_norm``, torch op packets), ``namespace``, ``defs``
-        (name -> ``CustomOpDef``) and ``eager`` (the same functions as plain Python calls, forward functions
-        wrapped in ``torch.autograd.Function`` s: the eager fast path).
+        (name -> ``CustomOpDef``), ``eager`` (the same functions as plain Python calls, forward functions
+        wrapped in ``torch.autograd.Function`` s: the eager fast path) and ``plain`` (the Python functions
+        without autograd: for callers below autograd, such as the aten-override kernels).
 
     Raises:
         SpecError: a name is not a function of the spec, or a Triton function's annotations give another
@@ -116,7 +117,7 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             ops[name] = getattr(getattr(torch.ops, namespace), name)
         plain = {name: (_untraced(fn) if triton else fn) for name, fn in impls.items()}
         eager = SimpleNamespace(**plain)
-        result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, **ops)
+        result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, plain=SimpleNamespace(**plain), **ops)
         if autograd is not None:
             for name, (setup, backward) in autograd(result).items():
                 defs[name].register_autograd(backward, setup_context=setup)

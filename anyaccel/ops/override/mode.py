@@ -113,7 +113,9 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
                 logger.info("override: %s runs the portable torch implementation on %s (it would call aten "
                             "itself); aten::%s not replaced", entry.family, device_type, entry.name)
                 continue
-            plan.append((entry, dispatch.load(entry.family, device_type), _original(entry.name, dkey)))
+            # the implementation's plain functions: the kernel runs below autograd (aten's autograd formula
+            # wraps it), and a second trip through the dispatcher would cost more than small ops take
+            plan.append((entry, dispatch.load(entry.family, device_type).plain, _original(entry.name, dkey)))
         lib = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
