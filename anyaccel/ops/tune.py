@@ -1,9 +1,11 @@
 """``python -m anyaccel.ops.tune`` / ``anyaccel tune``: measure the override mode's per-shape policy.
 
 For each replaced aten op, dtype and shape (``rows x row length``), the op is timed as a user calls it
-(``torch.ops.aten.<op>``) with the override mode off (aten's kernel) and on with ``policy="always"``
-(anyaccel's kernel through the override, Python overhead included); the speed-up ``aten / anyaccel`` is
-stored under the call's policy key in the device's table (:mod:`anyaccel.ops.override.policy`). The
+(``torch.ops.aten.<op>``) with the override mode off (aten's kernel), on with ``policy="always"``
+(anyaccel's kernel through the override, Python overhead included) and on with ``policy="never"`` (aten's
+kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel`` and the fallback's speed
+``aten / fallback`` are stored under the call's policy key in the device's table
+(:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
 default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
 256x1024). Timing: median of ``--reps`` runs after warm-up, device-synchronised, wall clock.
 """
@@ -127,10 +129,12 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                     if entry.name not in replaced:
                         break
                     t_ours = time_call(_caller(aten_op, args), sync, reps)
+                with mode.use_ops(include=[entry.name], policy="never"):
+                    t_fallback = time_call(_caller(aten_op, args), sync, reps)
                 measured[k] = t_aten / t_ours
-                policy.record(k, measured[k])
-                logger.info("tune: %s aten %.1f us, anyaccel %.1f us: %.2fx", k, t_aten * 1e6, t_ours * 1e6,
-                            measured[k])
+                policy.record(k, measured[k], t_aten / t_fallback)
+                logger.info("tune: %s aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode %.1f us", k,
+                            t_aten * 1e6, t_ours * 1e6, measured[k], t_fallback * 1e6)
                 del args
     if save:
         path = policy.save(name)

@@ -108,6 +108,11 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
             if not torch._C._dispatch_has_kernel_for_dispatch_key(qual, dkey):
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
+            if not pol.registrable(entry.name):
+                logger.info("override: aten::%s not replaced: the tuned table shows no win for it on this device, "
+                            "or its aten fallback through the mode would cost more than 5%% somewhere "
+                            "(python -m anyaccel.ops.tune measures it)", entry.name)
+                continue
             impl = dispatch.choose(entry.family, device_type)
             if impl.name == "torch":
                 logger.info("override: %s runs the portable torch implementation on %s (it would call aten "

@@ -6,6 +6,12 @@ time / anyaccel time``, as measured through the override itself, Python overhead
 to anyaccel's kernel only when its key was measured **faster** (``> 1 + margin``). Unmeasured keys go to
 aten: switching the mode on never makes a tuned shape slower, and leaves untuned shapes as they were.
 
+The mode pays for itself only where it is registered: a replaced op's Python kernel costs host time on
+every call, also when it hands the call to aten (tens of microseconds). So under the tuned policy an op is
+registered only if the table shows a win for it and, at every measured key of that op, the call as the mode
+would route it (anyaccel's kernel where it wins, else aten through the mode's fallback, both measured by
+the tuning) keeps at least :data:`FLOOR` of aten's speed; otherwise the op is left to aten untouched.
+
 Tables are JSON files under the anyaccel cache root, one per device name
 (``<cache>/tune/<device name>.json``, written by ``python -m anyaccel.ops.tune``). ``mode="always"``
 skips the table (every eligible call goes to anyaccel: for tests and for measuring); ``mode="never"``
@@ -27,6 +33,8 @@ logger = logging.getLogger(__name__)
 MODES = ("tuned", "always", "never")
 #: Required speed-up over aten for a tuned key to go to anyaccel (noise margin).
 MARGIN = 0.03
+#: The slowest a registered op may make any measured call, relative to aten.
+FLOOR = 0.95
 ENV_MODE = "ANYACCEL_OVERRIDE_POLICY"
 
 
@@ -56,23 +64,41 @@ class Policy:
         speedups: key -> measured speed-up of anyaccel over aten.
     """
 
-    def __init__(self, mode: str = "tuned", speedups: dict[str, float] | None = None) -> None:
+    def __init__(self, mode: str = "tuned", speedups: dict[str, float] | None = None,
+                 fallbacks: dict[str, float] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"override policy mode={mode!r} is not one of {', '.join(MODES)}")
         self.mode = mode
         self.speedups = dict(speedups or {})
+        self.fallbacks = dict(fallbacks or {})
         self._lock = threading.Lock()
+
+    def registrable(self, op: str) -> bool:
+        """Whether the mode should replace aten ``op`` at all (see the module docstring)."""
+        if self.mode != "tuned":
+            return True
+        keys = [k for k in self.speedups if k.split("|", 1)[0] == op]
+        if not any(self._wins(k) for k in keys):
+            return False
+        effective = [self.speedups[k] if self._wins(k) else self.fallbacks.get(k, 1.0) for k in keys]
+        return min(effective) >= FLOOR
+
+    def _wins(self, k: str) -> bool:
+        return self.speedups.get(k, 0.0) > 1.0 + MARGIN
 
     def use_ours(self, k: str) -> bool:
         """Whether the call with key ``k`` goes to anyaccel's kernel."""
         if self.mode != "tuned":
             return self.mode == "always"
-        return self.speedups.get(k, 0.0) > 1.0 + MARGIN
+        return self._wins(k)
 
-    def record(self, k: str, speedup: float) -> None:
-        """Store a measured speed-up (thread-safe)."""
+    def record(self, k: str, speedup: float, fallback: float | None = None) -> None:
+        """Store a measured speed-up of anyaccel's kernel (and, when given, the speed of the mode's aten
+        fallback relative to aten without the mode) for key ``k`` (thread-safe)."""
         with self._lock:
             self.speedups[k] = float(speedup)
+            if fallback is not None:
+                self.fallbacks[k] = float(fallback)
 
     @classmethod
     def load(cls, device_name: str, mode: str | None = None, root: Path | None = None) -> Policy:
@@ -81,13 +107,15 @@ class Policy:
         mode = mode or os.environ.get(ENV_MODE) or "tuned"
         path = table_path(device_name, root)
         speedups: dict[str, float] = {}
+        fallbacks: dict[str, float] = {}
         if path.is_file():
             try:
                 data = json.loads(path.read_text())
                 speedups = {str(k): float(v) for k, v in data.get("speedups", {}).items()}
+                fallbacks = {str(k): float(v) for k, v in data.get("fallbacks", {}).items()}
             except (OSError, ValueError, AttributeError) as exc:
                 logger.warning("override policy table %s is unreadable (%s); every call goes to aten", path, exc)
-        return cls(mode, speedups)
+        return cls(mode, speedups, fallbacks)
 
     def save(self, device_name: str, root: Path | None = None) -> Path:
         """Write the table for ``device_name`` atomically (mode 0600 file in a 0700 directory).
@@ -100,6 +128,7 @@ class Policy:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"device": device_name, "speedups": dict(sorted(self.speedups.items()))}, f, indent=1)
+            json.dump({"device": device_name, "speedups": dict(sorted(self.speedups.items())),
+                       "fallbacks": dict(sorted(self.fallbacks.items()))}, f, indent=1)
         os.replace(tmp, path)
         return path

@@ -95,21 +95,29 @@ def test_out_of_order_exit_across_threads_restores_aten(interpreter_impls: None)
     assert all(p.ours == [] for p in pols) and mode.replaced_ops() == []
 
 
-def test_tuned_policy_defaults_to_aten_and_follows_the_table(interpreter_impls: None) -> None:
+def test_tuned_policy_routes_by_the_table(interpreter_impls: None) -> None:
     x = torch.randn(8, 32)
     k = key("_softmax", torch.float32, 8, 32)
     pol = CountingPolicy("tuned")
-    with anyaccel.ops.use_ops(include=["_softmax"], policy=pol):
-        torch.softmax(x, -1)
-        assert pol.ours == []  # not measured: aten
-        pol.record(k, 0.9)
-        torch.softmax(x, -1)
-        assert pol.ours == []  # measured slower: aten
-        pol.record(k, 1.5)
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == []  # nothing measured: nothing registered, aten untouched
+    pol.record(k, 1.5, 0.99)
+    pol.record(key("_softmax", torch.float32, 64, 32), 0.8, 0.97)
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == ["_softmax"]  # the only op with a win
         torch.softmax(x, -1)
         assert pol.ours == ["_softmax"]  # measured faster: anyaccel
-        torch.softmax(torch.randn(9, 32), -1)  # 9 rows bucket to 16: another key, aten
+        torch.softmax(torch.randn(9, 32), -1)  # 9 rows bucket to 16: unmeasured, aten
+        torch.softmax(torch.randn(64, 32), -1)  # measured slower: aten
         assert pol.ours == ["_softmax"]
+
+
+def test_tuned_policy_skips_ops_whose_fallback_costs_too_much(interpreter_impls: None) -> None:
+    pol = CountingPolicy("tuned")
+    pol.record(key("_softmax", torch.float32, 8, 32), 1.5, 0.99)
+    pol.record(key("_softmax", torch.float32, 1, 8), 0.5, 0.6)  # a small shape the mode's overhead would slow
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == []
 
 
 def test_ineligible_calls_go_to_aten(interpreter_impls: None) -> None:
@@ -142,4 +150,5 @@ def test_tune_writes_a_table_the_policy_reads(interpreter_impls: None, tmp_path:
     measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1)
     k = key("_softmax", torch.float32, 4, 8)
     assert set(measured) == {k} and measured[k] > 0
-    assert Policy.load("cpu").speedups[k] == pytest.approx(measured[k])
+    table = Policy.load("cpu")
+    assert table.speedups[k] == pytest.approx(measured[k]) and table.fallbacks[k] > 0
