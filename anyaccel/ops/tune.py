@@ -7,7 +7,8 @@ kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel
 ``aten / fallback`` are stored under the call's policy key in the device's table
 (:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
 default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
-256x1024). Timing: median of ``--reps`` runs after warm-up, device-synchronised, wall clock.
+256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
+each batch device-synchronised once.
 """
 
 from __future__ import annotations
@@ -59,17 +60,24 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
     raise ValueError(f"tune: no sample call for aten::{op}")
 
 
+#: Calls per timed batch: a device synchronisation per call would cost more than a small op and hide the
+#: host overhead the policy must see.
+BATCH = 10
+
+
 def time_call(fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> float:
-    """Median seconds of ``fn()`` over ``reps`` synchronised runs after ``warmup`` runs."""
+    """Median seconds per call of ``fn()`` over ``reps`` batches of :data:`BATCH` back-to-back calls, each batch
+    synchronised once, after ``warmup`` calls."""
     for _ in range(warmup):
         fn()
     sync()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(BATCH):
+            fn()
         sync()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / BATCH)
     return statistics.median(times)
 
 
