@@ -12,11 +12,11 @@ cross-entropy vs linear + cross_entropy: time and peak memory), ``llama`` (a Lla
 sequence 4096: tokens/s and peak memory). Contenders missing on the machine (flag_gems, liger_kernel) are
 reported as such. "override" is the eager aten call with ``anyaccel.ops.enable()`` on after
 ``anyaccel.ops.tune`` measured these shapes in this run; its ratio to aten is what the per-shape policy
-guarantees (>= ~1 where tuned). Times: ``triton.testing.do_bench`` (CUDA events, L2 flushed), median in
-microseconds; every ratio is within this run. Eager times include the host's Python and launch overhead
-whenever it exceeds the kernel's time (on the gVisor hosts here: ~80-150 us per Python-launched op, ~10 us
-per aten op), so "ours kernel us" also gives the forward's device time alone (CUDA-graph replay), from
-which the GB/s and the share of the copy ceiling are computed.
+guarantees (>= 0.95 at the tuned shapes). Times: ``triton.testing.do_bench`` (CUDA events, L2 flushed),
+median in microseconds, the best of 2-3 round-robin rounds; every ratio is within this run. Eager times
+include the host's Python and launch overhead whenever it exceeds the kernel's time (on the gVisor hosts
+here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us" also gives the forward's
+device time alone (CUDA-graph replay), from which the GB/s and the share of the copy ceiling are computed.
 """
 
 from __future__ import annotations
@@ -176,27 +176,31 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
         "ours": lambda: ours(*inputs),
         "override": None if args.no_override else (lambda: aten(*inputs)),  # timed with the mode on, below
     }
-    us: dict[str, float | None] = {}
-    for name, fn in contenders.items():
-        if fn is None:
-            us[name] = None
-            continue
-        run = fn if mode == "fwd" else _backward_of(fn)
-        try:
-            if name == "override":
-                anyaccel.ops.enable()  # the tuned policy, switched on once for the whole measurement
-                try:
-                    us[name] = bench(run, args.quick)
-                finally:
-                    anyaccel.ops.disable()
-            else:
-                us[name] = bench(run, args.quick)
-        except Exception as exc:  # a contender that cannot run this case: reported, not fatal
-            print(f"  ({name} failed on {t}x{h}: {type(exc).__name__}: {str(exc)[:120]})")
-            us[name] = None
-        for x in inputs:
-            if isinstance(x, torch.Tensor):
-                x.grad = None
+    us: dict[str, float | None] = {name: None for name in contenders}
+    # round-robin rounds, best of each: the hosts' timing noise (shared, sandboxed) moves eager times of
+    # host-bound calls by up to 2-3x between one measurement and the next
+    for _ in range(2 if args.quick else 3):
+        for name, fn in contenders.items():
+            if fn is None:
+                continue
+            run = fn if mode == "fwd" else _backward_of(fn)
+            try:
+                if name == "override":
+                    anyaccel.ops.enable()  # the tuned policy, switched on once for the whole measurement
+                    try:
+                        t_us = bench(run, args.quick)
+                    finally:
+                        anyaccel.ops.disable()
+                else:
+                    t_us = bench(run, args.quick)
+                prev = us[name]
+                us[name] = t_us if prev is None else min(prev, t_us)
+            except Exception as exc:  # a contender that cannot run this case: reported, not fatal
+                print(f"  ({name} failed on {t}x{h}: {type(exc).__name__}: {str(exc)[:120]})")
+                contenders[name] = None
+            for x in inputs:
+                if isinstance(x, torch.Tensor):
+                    x.grad = None
     kernel_us = _graph_us(lambda: ours(*(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)),
                           args.quick) if mode == "fwd" else None
     base = us["aten"]
