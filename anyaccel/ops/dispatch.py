@@ -136,8 +136,13 @@ def implementations(op: str) -> list[Implementation]:
     return sorted(per_op.values(), key=lambda i: (-i.priority, i.name))
 
 
+def _serves(impl: Implementation, device_type: str) -> bool:
+    """Whether ``impl`` runs on ``device_type`` (``"*"``: every device type)."""
+    return device_type in impl.device_types or "*" in impl.device_types
+
+
 def _probe(impl: Implementation, device_type: str) -> tuple[bool, str]:
-    if device_type not in impl.device_types and "*" not in impl.device_types:
+    if not _serves(impl, device_type):
         return False, f"serves {', '.join(impl.device_types)}, not {device_type}"
     try:
         return impl.probe()
@@ -182,7 +187,7 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
     """
     impls = implementations(op)
     forced = forced_name(op, name)
-    if forced and not name and all(device_type not in i.device_types for i in impls if i.name == forced):
+    if forced and not name and not any(_serves(i, device_type) for i in impls if i.name == forced):
         # ANYACCEL_IMPL_<OP> picks among the implementations of the device types the named one serves
         # (ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; the CPU optimizers keep theirs).
         forced = None

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-HAS_CUDA = torch.cuda.is_available()
+HAS_CUDA = bool(torch.get_device_module("cuda").is_available())
 #: The model ops' dtypes.
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
