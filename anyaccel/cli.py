@@ -1,4 +1,4 @@
-"""The ``anyaccel`` command line: ``report``, ``build``, ``cache`` and ``migrate``.
+"""The ``anyaccel`` command line: ``report``, ``build``, ``cache``, ``migrate`` and ``tune``.
 
 Each subcommand lives in the module that owns its concern; this file only wires them together. A
 subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and is imported only when
@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "build": ("anyaccel.op_builder.cli.build", "build ops into the cache ahead of time"),
     "cache": ("anyaccel.op_builder.cli.cache", "list or clean the op cache"),
     "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
+    "tune": ("anyaccel.ops.tune", "measure the aten-override mode's per-shape policy on this device"),
 }
 
 #: Warnings that torch emits at import and that a user of this command cannot act on, as (message regex,

@@ -18,6 +18,10 @@ _EXPORTS = {
     "FusedAdam": "anyaccel.ops.adam.fused:FusedAdam",
     "CPULion": "anyaccel.ops.lion.cpu:CPULion",
     "FusedLion": "anyaccel.ops.lion.fused:FusedLion",
+    "enable": "anyaccel.ops.override.mode:enable",
+    "disable": "anyaccel.ops.override.mode:disable",
+    "use_ops": "anyaccel.ops.override.mode:use_ops",
+    "patch": "anyaccel.ops.nn.hf_patch:patch",
 }
 
 __all__ = sorted(_EXPORTS)

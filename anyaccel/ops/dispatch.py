@@ -58,7 +58,7 @@ class Implementation:
         op: the family's name (``"adam"``).
         name: the implementation's name (``"cuda"``, ``"triton"``), unique per op.
         priority: higher wins among available implementations.
-        device_types: torch device types it runs on (``("cuda",)``).
+        device_types: torch device types it runs on (``("cuda",)``; ``("*",)`` for every one).
         probe: cheap availability check returning ``(available, reason)``; it must not compile, start a
             process or initialise a device.
         loader: returns an object whose attributes are the op's functions; may compile (called once per
@@ -136,8 +136,13 @@ def implementations(op: str) -> list[Implementation]:
     return sorted(per_op.values(), key=lambda i: (-i.priority, i.name))
 
 
+def _serves(impl: Implementation, device_type: str) -> bool:
+    """Whether ``impl`` runs on ``device_type`` (``"*"``: every device type)."""
+    return device_type in impl.device_types or "*" in impl.device_types
+
+
 def _probe(impl: Implementation, device_type: str) -> tuple[bool, str]:
-    if device_type not in impl.device_types:
+    if not _serves(impl, device_type):
         return False, f"serves {', '.join(impl.device_types)}, not {device_type}"
     try:
         return impl.probe()
@@ -182,7 +187,7 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
     """
     impls = implementations(op)
     forced = forced_name(op, name)
-    if forced and not name and all(device_type not in i.device_types for i in impls if i.name == forced):
+    if forced and not name and not any(_serves(i, device_type) for i in impls if i.name == forced):
         # ANYACCEL_IMPL_<OP> picks among the implementations of the device types the named one serves
         # (ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; the CPU optimizers keep theirs).
         forced = None
@@ -251,11 +256,15 @@ class _Bound:
 # ---- implementations derived from the op specs ---------------------------------------------------------
 
 
-def _requires_probe(packages: tuple[str, ...]) -> Callable[[], tuple[bool, str]]:
+def _requires_probe(packages: tuple[str, ...], extra: str | None = None) -> Callable[[], tuple[bool, str]]:
     def probe() -> tuple[bool, str]:
         missing = [p for p in packages if importlib.util.find_spec(p) is None]
         if missing:
             return False, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+        if extra is not None:
+            ok, reason = spec_mod.resolve(extra)()
+            if not ok:
+                return False, reason
         return True, f"{', '.join(packages)} installed" if packages else ""
 
     return probe
@@ -285,7 +294,7 @@ def _from_spec(s: spec_mod.OpSpec, impl: spec_mod.Implementation) -> Implementat
     else:
         assert impl.module is not None  # OpSpec.validate: exactly one of build and module
         target = impl.module
-        probe, loader = _requires_probe(impl.requires), (lambda: spec_mod.resolve(target)())
+        probe, loader = _requires_probe(impl.requires, impl.probe), (lambda: spec_mod.resolve(target)())
     return Implementation(s.family, impl.name, impl.priority, impl.device_types, probe, loader, impl.description)
 
 

@@ -13,14 +13,17 @@ later layers attach to it (DeepSpeed's module ABI, benchmarks). Everything else 
   ``anyaccel build``;
 - the tests' parametrisation (``tests/ops/test_specs.py`` walks every spec).
 
-Specs live in ``anyaccel/ops/<family>/spec.py`` as a module-level ``SPEC``; :func:`all_specs` finds them by
-that convention (and through the ``anyaccel.ops`` entry-point group for plug-in op families), so adding an
-op family edits no table. Importing a spec module is cheap: it imports neither torch nor a builder; fakes
+Specs live in ``anyaccel/ops/<family>/spec.py`` as a module-level ``SPEC``, or deeper for a group of
+families (``anyaccel/ops/nn/families/<family>/spec.py``: the model ops); :func:`all_specs` finds them by that
+convention (and through the ``anyaccel.ops`` entry-point group for plug-in op families), so adding an op
+family edits no table. Importing a spec module is cheap: it imports neither torch nor a builder; fakes
 and loaders are named as ``"module:attribute"`` strings and imported on first use.
 
-Schemas use torch's schema language (``torch/csrc/jit/frontend/function_schema_parser.cpp``; the subset
-accepted here is :data:`CXX_TYPES`), written without the function name:
-``"(Tensor(a!)[] params, Tensor[] grads, float lr) -> ()"``.
+Schemas use torch's schema language (``torch/csrc/jit/frontend/function_schema_parser.cpp``), written
+without the function name: ``"(Tensor(a!)[] params, Tensor[] grads, float lr) -> ()"``. Functions a native
+build registers use the subset with a C++ mapping (:data:`CXX_TYPES`, :data:`CXX_RETURNS`); functions
+offered only by Python-level implementations (``custom_op``/``triton_op``) may also take optional tensors
+(``Tensor? weight``) and return tuples (``-> (Tensor, Tensor)``).
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ CXX_RETURNS: dict[str, str] = {"()": "void", "str": "std::string", "int": "int64
 #: torch dtype name -> ``c10::ScalarType`` enumerator name (what the C++ X-macros use).
 SCALAR_TYPES: dict[str, str] = {"float32": "Float", "bfloat16": "BFloat16", "float16": "Half", "none": "Undefined"}
 
-_ARG = re.compile(r"^(?P<type>Tensor|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?"
+_ARG = re.compile(r"^(?P<type>Tensor\??|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?"
                   r"\s+(?P<name>[A-Za-z_]\w*)$")
+#: Return types a Python-level function may have (one of these, or a parenthesised tuple of them, or ``()``).
+PYTHON_RETURNS = frozenset({"Tensor", "int", "float", "bool", "str"})
 
 
 class SpecError(ValueError):
@@ -119,7 +124,7 @@ class Function:
             m = _ARG.match(raw)
             if m is None:
                 raise SpecError(f"function {self.name!r}: argument {raw!r} is not '<type>[(a!)][[]] <name>' with a "
-                                f"type in {sorted(CXX_TYPES)}")
+                                f"type in {sorted(CXX_TYPES) + ['Tensor?']}")
             out.append(Argument(m["name"], m["type"] + (m["list"] or ""), bool(m["alias"] and "!" in m["alias"])))
         return tuple(out)
 
@@ -127,6 +132,21 @@ class Function:
     def returns(self) -> str:
         """The return type text (``"()"``, ``"str"``)."""
         return self._split()[1]
+
+    @property
+    def return_types(self) -> tuple[str, ...]:
+        """The returned types in order: ``()`` for none, ``("Tensor", "Tensor")`` for a tuple.
+
+        Raises:
+            SpecError: a returned type is not one of :data:`PYTHON_RETURNS`.
+        """
+        text = self.returns
+        inner = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+        types = tuple(t.strip() for t in inner.split(",") if t.strip())
+        bad = [t for t in types if t not in PYTHON_RETURNS]
+        if bad:
+            raise SpecError(f"function {self.name!r}: return type {bad[0]!r} is not one of {sorted(PYTHON_RETURNS)}")
+        return types
 
     @property
     def mutated(self) -> tuple[str, ...]:
@@ -224,7 +244,11 @@ class Implementation:
         build: the :attr:`NativeBuild.name` whose builder loads it (probe: the builder's ``compatibility()``).
         module: for Python-level implementations (Triton), ``"module:load"`` returning the op module.
         requires: Python packages that must be importable (checked with ``find_spec``, never imported).
+        probe: ``"module:function"`` of a further cheap availability check returning ``(available, reason)``
+            (e.g. "the Triton interpreter is switched on"), run after ``requires``; None for none.
         description: one line for ``anyaccel report``.
+
+    ``device_types`` may be ``("*",)``: every device type (portable torch implementations).
     """
 
     name: str
@@ -233,6 +257,7 @@ class Implementation:
     build: str | None = None
     module: str | None = None
     requires: tuple[str, ...] = ()
+    probe: str | None = None
     description: str = ""
 
 
@@ -297,14 +322,18 @@ class OpSpec:
         """Check the spec's internal consistency.
 
         Raises:
-            SpecError: a schema does not parse, a build names an unknown function or backend, an
-                implementation names an unknown build, or names are not unique.
+            SpecError: a schema does not parse (or, for a function a native build registers, has no C++
+                mapping), a build names an unknown function or backend, an implementation names an unknown
+                build, or names are not unique.
         """
         names = [f.name for f in self.functions]
         if len(set(names)) != len(names):
             raise SpecError(f"op {self.family!r}: function names repeat: {names}")
+        native = {name for b in self.builds if not b.module for name in b.functions}
         for fn in self.functions:
-            fn.cxx_signature()
+            _ = fn.arguments, fn.return_types  # parse them (SpecError when malformed)
+            if fn.name in native:
+                fn.cxx_signature()
             arg_types = {a.name: a.type for a in fn.arguments}
             for arg, interval in fn.ranges:
                 if arg_types.get(arg) not in ("int", "float"):
@@ -380,12 +409,7 @@ def all_specs() -> tuple[OpSpec, ...]:
             raise SpecError(f"op family {spec.family!r} is defined twice ({found[spec.family].source} and {origin})")
         found[spec.family] = _with_source(spec, origin)
 
-    for info in sorted(pkgutil.iter_modules(ops_pkg.__path__), key=lambda i: i.name):
-        if not info.ispkg:
-            continue
-        if not any((Path(p) / info.name / "spec.py").is_file() for p in ops_pkg.__path__):
-            continue
-        module_name = f"anyaccel.ops.{info.name}.spec"
+    for module_name in _spec_modules(ops_pkg.__path__):
         add(importlib.import_module(module_name).SPEC, module_name)
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -393,6 +417,21 @@ def all_specs() -> tuple[OpSpec, ...]:
         except (ImportError, AttributeError, SpecError) as exc:
             logger.warning("op spec entry point %s (%s) skipped: %s", ep.name, ep.value, exc)
     return tuple(found[k] for k in sorted(found))
+
+
+def _spec_modules(paths: list[str], prefix: str = "anyaccel.ops", depth: int = 3) -> list[str]:
+    """``<prefix>.<pkg>.spec`` for each package with a ``spec.py``; packages without one (groups such as
+    ``nn/families``) are searched in turn, ``depth`` levels deep at most."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(paths), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        dirs = [Path(p) / info.name for p in paths]
+        if any((d / "spec.py").is_file() for d in dirs):
+            found.append(f"{prefix}.{info.name}.spec")
+        elif depth > 1:
+            found += _spec_modules([str(d) for d in dirs if d.is_dir()], f"{prefix}.{info.name}", depth - 1)
+    return found
 
 
 def spec(family: str) -> OpSpec:

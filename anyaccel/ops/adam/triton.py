@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from anyaccel.ops.triton import multi_tensor
+from anyaccel.ops.triton.launch import device_of
 
 #: Elements per Triton program and warps per program (16 elements, four 16-byte fp32 accesses per
 #: thread and array).
@@ -140,7 +141,7 @@ def adam_step(
         has_copy = len(lists) == 5
         table = multi_tensor.work_table(lists, BLOCK)
         p, g, m, v = (lst[0] for lst in lists[:4])
-        with torch.get_device_module(p.device.type).device(p.device):
+        with device_of(p):
             _adam_kernel[(table.num_chunks,)](
                 p, g, m, v, lists[4][0] if has_copy else p, table.rows, table.chunks,
                 1.0 - lr * weight_decay, weight_decay, beta1, beta2, 1.0 - beta1, 1.0 - beta2, eps, lr / bc1,

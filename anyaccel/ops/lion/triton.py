@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from anyaccel.ops.triton import multi_tensor
+from anyaccel.ops.triton.launch import device_of
 
 BLOCK = 4096
 NUM_WARPS = 8
@@ -108,7 +109,7 @@ def lion_step(
         has_copy = len(lists) == 4
         table = multi_tensor.work_table(lists, BLOCK)
         p, g, m = (lst[0] for lst in lists[:3])
-        with torch.get_device_module(p.device.type).device(p.device):
+        with device_of(p):
             _lion_kernel[(table.num_chunks,)](
                 p, g, m, lists[3][0] if has_copy else p, table.rows, table.chunks, 1.0 - lr * weight_decay, lr,
                 beta1, beta2, 1.0 - beta1, 1.0 - beta2, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,

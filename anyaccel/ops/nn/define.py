@@ -1,0 +1,138 @@
+"""Register one implementation of a model-op family as torch ops with the spec's schemas.
+
+Two kinds, one contract (the op spec's function names and schemas, :mod:`anyaccel.ops.spec`):
+
+- **portable** implementations (torch ops only) become ``torch.library.custom_op`` s with the spec's schema
+  and validating fake, registered for every device type. ``torch.compile`` treats each as one opaque call,
+  so the memory behaviour of the backward (what is saved, what is recomputed) is the op's own, the same
+  as the Triton implementation's, and ``opcheck`` tests them like any torch op.
+- **Triton** implementations become ``torch.library.triton_op`` s: their function (torch ops plus
+  ``wrap_triton`` kernel launches) is the fake, and under ``torch.compile`` AOTAutograd decomposes the op
+  into its kernels, which Inductor then schedules with the rest of the graph. ``triton_op`` infers the
+  schema from the function's annotations; :func:`define` checks it equals the spec's, so the schema is
+  still written once.
+
+Autograd is described per family (``<family>/autograd.py``: ``formulas(ns)`` returns, per forward function,
+a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) and attached twice:
+
+- with ``register_autograd`` on the torch ops (what ``torch.compile``, ``opcheck``, tensor subclasses and
+  dispatch modes see);
+- as ``torch.autograd.Function`` s over the plain Python implementations: the **eager fast path**
+  (``result.eager``). A custom op's Python dispatch (autograd wrapper, backend wrapper, aliasing checks,
+  ``wrap_triton``'s higher-order op outside of tracing) costs a hundred microseconds and more per call on
+  the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
+  eager mode when no dispatch mode is active, and the torch ops otherwise
+  (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from anyaccel.ops.spec import OpSpec, SpecError
+
+#: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
+Formula = tuple[Callable[..., None], Callable[..., Any]]
+
+_LOCK = threading.Lock()
+_DEFINED: dict[str, SimpleNamespace] = {}
+
+
+def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with ``wrap_triton`` returning the plain kernel (what ``triton_op`` does around its eager
+    calls): launching through the higher-order op outside of tracing costs about a millisecond."""
+    from torch._library import triton as triton_lib
+
+    state = triton_lib.wrap_triton_enabled
+
+    def call(*args: Any) -> Any:
+        prev = getattr(state, "value", triton_lib.wrap_triton_enabled_default)
+        state.value = False
+        try:
+            return fn(*args)
+        finally:
+            state.value = prev
+
+    call.__name__ = getattr(fn, "__name__", "call")
+    return call
+
+
+def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
+    """A ``torch.autograd.Function`` running ``forward`` with ``formula``'s context setup and backward."""
+    import torch
+
+    setup, backward = formula
+    return type(f"{name}_eager", (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
+        "setup_context": staticmethod(setup),
+        "backward": staticmethod(backward),
+    })
+
+
+def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *, triton: bool,
+           autograd: Callable[[Any], dict[str, Formula]] | None = None) -> SimpleNamespace:
+    """Register ``impls`` (function name -> implementation) as ``<namespace>::<name>`` torch ops, once.
+
+    Args:
+        spec: the family's op spec.
+        namespace: the torch namespace (``"anyaccel_triton_rms_norm"``).
+        impls: spec function name -> Python implementation with the schema's parameters and annotations.
+        triton: register with ``triton_op`` (Triton kernels) instead of ``custom_op`` (portable torch).
+        autograd: the family's ``formulas(ns)`` (see the module docstring).
+
+    Returns:
+        An object whose attributes are the ops (``ns.rms_norm``, torch op packets), ``namespace``, ``defs``
+        (name -> ``CustomOpDef``), ``eager`` (the same functions as plain Python calls, forward functions
+        wrapped in ``torch.autograd.Function`` s: the eager fast path) and ``plain`` (the Python functions
+        without autograd: for callers below autograd, such as the aten-override kernels).
+
+    Raises:
+        SpecError: a name is not a function of the spec, or a Triton function's annotations give another
+            schema than the spec's.
+
+    Side effects: registers the ops with the torch dispatcher (once per process and namespace).
+    """
+    import torch
+
+    with _LOCK:
+        if namespace in _DEFINED:
+            return _DEFINED[namespace]
+        defs: dict[str, Any] = {}
+        ops: dict[str, Any] = {}
+        for name, impl in impls.items():
+            fn = spec.function(name)
+            qualname = f"{namespace}::{name}"
+            if triton:
+                op: Any = torch.library.triton_op(qualname, impl, mutates_args=fn.mutated)
+                _check_schema(qualname, str(op._opoverload._schema), fn.schema)
+            else:
+                op = torch.library.custom_op(qualname, impl, mutates_args=fn.mutated, schema=fn.schema)
+                fake = fn.load_fake()
+                if fake is not None:
+                    op.register_fake(fake)
+            defs[name] = op
+            ops[name] = getattr(getattr(torch.ops, namespace), name)
+        plain = {name: (_untraced(fn) if triton else fn) for name, fn in impls.items()}
+        eager = SimpleNamespace(**plain)
+        result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, plain=SimpleNamespace(**plain), **ops)
+        if autograd is not None:
+            for name, (setup, backward) in autograd(result).items():
+                defs[name].register_autograd(backward, setup_context=setup)
+            for name, formula in autograd(eager).items():
+                setattr(eager, name, _function(f"{namespace}_{name}", plain[name], formula).apply)
+        _DEFINED[namespace] = result
+        return result
+
+
+def _check_schema(qualname: str, registered: str, declared: str) -> None:
+    """Raise unless the schema torch inferred for ``qualname`` is the declared one (argument names and types,
+    returns)."""
+    import torch
+
+    want = str(torch._C.parse_schema(f"{qualname}{declared}"))
+    if registered.replace("SymInt", "int") != want:  # annotations' ``int`` is inferred as SymInt
+        raise SpecError(f"{qualname}: the implementation's annotations give the schema {registered!r} but the op "
+                        f"spec declares {want!r}; make the annotations match the spec")

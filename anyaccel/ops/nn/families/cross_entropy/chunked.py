@@ -1,0 +1,91 @@
+"""The fused linear + cross-entropy, written once for both implementations.
+
+Rows of ``hidden`` are processed in chunks; for each chunk the logits ``hidden_chunk @ weight.T (+ bias)``
+are computed (in hidden's dtype, as ``nn.Linear`` does), the implementation's ``ce_chunk`` turns them in
+place into ``dz * scale`` and returns the chunk's per-row losses, and the gradients are accumulated:
+``grad_hidden[chunk] = dz @ weight``, ``grad_weight += dz.T @ hidden_chunk`` (fp32 accumulator),
+``grad_bias += sum(dz)``. Peak extra memory: one chunk of logits plus the fp32 weight-gradient
+accumulator, instead of ``rows x V`` logits and their gradient (Liger-Kernel's scheme).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from anyaccel.ops.nn.families.cross_entropy.fakes import check_fused
+
+#: ``ce_chunk(logits, target, ignore_index, label_smoothing, scale)``: per-row fp32 losses of a chunk; when
+#: ``scale`` (a 0-dim fp32 tensor) is given, also overwrites ``logits`` with ``dz * scale`` (0 for ignored
+#: rows).
+ChunkLoss = Callable[[torch.Tensor, torch.Tensor, int, float, "torch.Tensor | None"], torch.Tensor]
+
+
+def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
+    """Rows per chunk: a power of two near ``rows * hidden / vocab``, so a chunk's logits take about as much
+    memory as ``hidden`` (Liger-Kernel's choice), at least 1 and at most ``rows``."""
+    inc = max(1, -(-vocab // max(hidden, 1)))
+    want = max(1, -(-rows // inc))
+    return max(1, min(rows, 1 << (want - 1).bit_length()))
+
+
+def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` accumulated and returned in fp32 (one rounding per product on CUDA via ``out_dtype``)."""
+    if a.dtype == torch.float32:
+        return a @ b
+    if a.device.type == "cuda":
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return (a.float() @ b.float())
+
+
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                               bias: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
+                               compute_grad: bool, *, ce_chunk: ChunkLoss
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Loss of ``hidden @ weight.T + bias`` against ``target`` and, when ``compute_grad``, the gradients of
+    ``hidden``, ``weight`` and ``bias`` (of the reduced loss), without the full logits.
+
+    Args:
+        hidden: ``[rows, H]``. weight: ``[V, H]``, hidden's dtype. target: ``[rows]`` int64/int32.
+        bias: ``[V]`` or None. ignore_index: rows with this target add nothing. label_smoothing: in [0, 1].
+        reduction: ``"mean"`` (over non-ignored rows; NaN when there are none, as torch) or ``"sum"``.
+        compute_grad: also compute the gradients (else they are returned empty).
+        ce_chunk: the implementation's per-chunk loss (see :data:`ChunkLoss`).
+
+    Returns:
+        ``(loss, grad_hidden, grad_weight, grad_bias)``: loss fp32 0-dim; gradients in their tensors' dtypes.
+
+    Raises:
+        OpInputError: see :func:`~anyaccel.ops.nn.families.cross_entropy.fakes.check_fused`.
+    """
+    check_fused(hidden, weight, target, bias, label_smoothing, reduction)
+    rows, h = hidden.shape
+    vocab = weight.shape[0]
+    n_valid = (target != ignore_index).sum().to(torch.float32)
+    scale = 1.0 / n_valid if reduction == "mean" else torch.ones((), dtype=torch.float32, device=hidden.device)
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    if compute_grad:
+        gh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
+        gw = torch.zeros((vocab, h), dtype=torch.float32, device=hidden.device)
+        gb = torch.zeros((vocab,), dtype=torch.float32, device=hidden.device) if bias is not None else None
+    step = chunk_rows(rows, h, vocab)
+    for start in range(0, rows, step):
+        hc = hidden[start:start + step]
+        z = hc @ weight.t()
+        if bias is not None:
+            z = z + bias
+        losses = ce_chunk(z, target[start:start + step], ignore_index, label_smoothing,
+                          scale if compute_grad else None)
+        total = total + losses.sum()
+        if compute_grad:
+            torch.mm(z, weight, out=gh[start:start + step])
+            gw += _mm_fp32(z.t(), hc)
+            if gb is not None:
+                gb += z.float().sum(0)
+    loss = total * scale
+    if not compute_grad:
+        empty = hidden.new_empty((0,))
+        return loss, empty, torch.empty_like(empty), torch.empty_like(empty)
+    grad_bias = gb.to(bias.dtype) if gb is not None and bias is not None else hidden.new_empty((0,))
+    return loss, gh, gw.to(weight.dtype), grad_bias

@@ -1,0 +1,45 @@
+"""The cross-entropy op family, described once (see :mod:`anyaccel.ops.spec`).
+
+Per row of logits ``z`` (``V`` classes) with target ``t`` and label smoothing ``e``, in fp32 as
+``torch.nn.functional.cross_entropy`` (Szegedy et al. 2016 for label smoothing)::
+
+    lse  = log(sum(exp(z)))                               (online max/sum over tiles of the row)
+    loss = (1 - e) * (lse - z[t]) + e * (lse - mean(z))   0 for rows whose target is ignore_index
+    dz   = (softmax(z) - (1 - e) * onehot(t) - e / V) * dloss
+
+``fused_linear_cross_entropy`` computes the loss of ``hidden @ weight.T (+ bias)`` without materialising
+the ``rows x V`` logits: it walks the rows in chunks (a chunk's logits about as large as ``hidden``),
+computes each chunk's loss and ``dz`` in place of its logits, and accumulates the input and weight
+gradients (fp32 for the weight) in the same pass, so the backward only scales them by the incoming
+gradient (Liger-Kernel's FusedLinearCrossEntropy; Wijmans et al., "Cut Your Losses in Large-Vocabulary
+Language Models", 2024). Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
+"""
+
+from anyaccel.ops.nn.families.standard import standard_implementations
+from anyaccel.ops.spec import Function, OpSpec
+
+_FAKES = "anyaccel.ops.nn.families.cross_entropy.fakes"
+
+SPEC = OpSpec(
+    family="cross_entropy",
+    summary="cross-entropy over large vocabularies and fused linear + cross-entropy (Triton, portable torch)",
+    functions=(
+        Function("cross_entropy", "(Tensor logits, Tensor target, int ignore_index, float label_smoothing) -> "
+                 "(Tensor, Tensor)", fake=f"{_FAKES}:cross_entropy",
+                 doc="per-row loss and log-sum-exp (fp32, [rows]) of logits [rows, V]"),
+        Function("cross_entropy_backward",
+                 "(Tensor grad_loss, Tensor logits, Tensor target, Tensor lse, int ignore_index, "
+                 "float label_smoothing) -> Tensor", fake=f"{_FAKES}:cross_entropy_backward",
+                 doc="grad of the logits from the per-row loss gradient"),
+        Function("fused_linear_cross_entropy",
+                 "(Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, "
+                 "float label_smoothing, str reduction, bool compute_grad) -> (Tensor, Tensor, Tensor, Tensor)",
+                 fake=f"{_FAKES}:fused_linear_cross_entropy",
+                 doc="loss of hidden @ weight.T (+ bias) and the grads of hidden, weight, bias, chunked"),
+    ),
+    implementations=standard_implementations("cross_entropy"),
+    benchmarks=("benchmarks/nn_ops.py",),
+)
+
+#: Reductions of the fused linear cross-entropy.
+FUSED_REDUCTIONS = ("mean", "sum")

@@ -1,0 +1,1 @@
+"""LayerNorm over the last dimension (op spec in ``spec.py``)."""

@@ -1,0 +1,1 @@
+"""Rotary position embedding, Hugging Face (half-split) and interleaved layouts (op spec in ``spec.py``)."""

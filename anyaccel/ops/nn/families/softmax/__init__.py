@@ -1,0 +1,1 @@
+"""Softmax and log-softmax (op spec in ``spec.py``)."""

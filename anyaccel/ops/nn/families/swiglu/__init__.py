@@ -1,0 +1,1 @@
+"""SwiGLU (``silu(a) * b``) and SiLU (op spec in ``spec.py``)."""

@@ -1,0 +1,261 @@
+"""The model ops' front ends: ``anyaccel.ops.nn.families.rms_norm(x, weight)`` and friends.
+
+Each front end picks the implementation for the inputs' device type (:mod:`anyaccel.ops.nn.implementations`:
+``impl=`` argument, else ``ANYACCEL_IMPL_<FAMILY>``, else Triton on CUDA/XPU and the portable torch ops
+elsewhere) and calls its torch op, which carries the autograd formula. Every front end works under
+``torch.compile(fullgraph=True)`` without a graph break.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anyaccel.ops.nn import validation as v
+from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
+from anyaccel.ops.nn.implementations import ops
+
+__all__ = [
+    "cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax", "rms_norm",
+    "rope", "silu", "softmax", "swiglu",
+]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *, casting: str = "torch",
+             impl: str | None = None) -> torch.Tensor:
+    """RMSNorm over the last dimension (Zhang & Sennrich 2019), computed in fp32.
+
+    Args:
+        x: ``[..., N]``, float32/bfloat16/float16, any strides.
+        weight: ``[N]`` (any of the three float dtypes) or None.
+        eps: added to the mean square, ``>= 0``.
+        casting: ``"torch"`` (as ``torch.nn.functional.rms_norm``: one rounding, result in x's dtype) or
+            ``"llama"`` (as Hugging Face ``LlamaRMSNorm``: rounds the normalised value to x's dtype before
+            the weight; result in ``promote(x, weight)``).
+        impl: force an implementation (``"triton"``, ``"torch"``, ``"triton_interpreter"``).
+
+    Returns:
+        ``y``, x's shape, contiguous.
+
+    Raises:
+        OpInputError: bad dtype, device, shape, eps or casting (the message names the fix).
+    """
+    return ops("rms_norm", x.device.type, impl).rms_norm(x, weight, float(eps), casting)[0]
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                       eps: float = 1e-6, *, casting: str = "torch", impl: str | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h = x + residual`` (rounded to x's dtype) and ``rms_norm(h)``, in one pass over memory.
+
+    The functional form of vLLM's/FlagGems's in-place ``fused_add_rms_norm``: it returns new tensors, so
+    autograd can differentiate it (the gradient of ``h`` is added to ``x``'s and ``residual``'s).
+
+    Args:
+        x, residual: ``[..., N]``, one float dtype, one shape (any strides).
+        weight, eps, casting, impl: as for :func:`rms_norm`.
+
+    Returns:
+        ``(y, h)``: the normalised output and the new residual stream.
+
+    Raises:
+        OpInputError: as :func:`rms_norm`, or residual of another shape or dtype.
+    """
+    y, h, _ = ops("rms_norm", x.device.type, impl).fused_add_rms_norm(x, residual, weight, float(eps), casting)
+    return y, h
+
+
+def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, ...],
+               weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
+               impl: str | None = None) -> torch.Tensor:
+    """LayerNorm over the trailing ``normalized_shape`` dimensions (as ``torch.nn.functional.layer_norm``).
+
+    Args:
+        x: ``[..., *normalized_shape]``, float32/bfloat16/float16.
+        normalized_shape: the trailing dimensions normalised together (flattened into one row).
+        weight, bias: ``normalized_shape``-shaped, or None.
+        eps: added to the variance, ``>= 0``.
+        impl: force an implementation.
+
+    Returns:
+        ``y``, x's shape and dtype, contiguous.
+
+    Raises:
+        OpInputError: x's trailing dimensions are not ``normalized_shape``, or a bad dtype/device/eps.
+    """
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(shape)
+    if k == 0 or tuple(x.shape[x.dim() - k:]) != shape or x.dim() < k:
+        raise OpInputError(f"layer_norm: normalized_shape={list(shape)} does not match the trailing dimensions "
+                           f"of x {list(x.shape)}; accepted: a non-empty suffix of x's shape")
+    n = 1
+    for s in shape:
+        n *= s
+    xr = x.reshape(*x.shape[:x.dim() - k], n) if k > 1 else x
+    w = weight.reshape(n) if weight is not None and k > 1 else weight
+    b = bias.reshape(n) if bias is not None and k > 1 else bias
+    y = ops("layer_norm", x.device.type, impl).layer_norm(xr, w, b, float(eps))[0]
+    return y.view(x.shape) if k > 1 else y
+
+
+def softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
+            impl: str | None = None) -> torch.Tensor:
+    """Softmax along ``dim`` (as ``torch.softmax``), computed in fp32.
+
+    Args:
+        x: float32/bfloat16/float16, any strides.
+        dim: the reduced dimension.
+        dtype: cast x to this dtype first (torch's ``dtype=``).
+        impl: force an implementation.
+
+    Returns:
+        x's shape and dtype (or ``dtype``), contiguous.
+
+    Raises:
+        OpInputError: bad dtype or dim.
+    """
+    if dtype is not None:
+        x = x.to(dtype)
+    return ops("softmax", x.device.type, impl).softmax(x, dim)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
+                impl: str | None = None) -> torch.Tensor:
+    """Log-softmax along ``dim`` (as ``torch.log_softmax``); arguments as :func:`softmax`."""
+    if dtype is not None:
+        x = x.to(dtype)
+    return ops("softmax", x.device.type, impl).log_softmax(x, dim)
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
+    """``silu(a) * b`` (Shazeer 2020), broadcasting, computed in fp32 and rounded once.
+
+    Args:
+        a: the gate (``gate_proj(x)`` in Llama's MLP). b: the up projection. Float dtypes, any strides,
+            broadcastable shapes.
+        impl: force an implementation.
+
+    Returns:
+        The broadcast shape in ``torch.result_type(a, b)``.
+
+    Raises:
+        OpInputError: bad dtype/device or shapes that do not broadcast.
+    """
+    return ops("swiglu", a.device.type, impl).swiglu(a, b)
+
+
+def silu(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``), computed in fp32."""
+    return ops("swiglu", x.device.type, impl).silu(x)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
+         impl: str | None = None) -> torch.Tensor:
+    """Rotary position embedding of ``x`` (Su et al. 2021).
+
+    Args:
+        x: ``[..., D]`` (D even), e.g. ``[B, H, S, D]`` queries, any strides (kept in the output).
+        cos, sin: one value per pair, ``[..., D/2]``, or a Hugging Face table ``[..., D]`` whose halves repeat
+            (``cat(freqs, freqs)``; interleaved: ``repeat_interleave(freqs, 2)``), of which the first half
+            (interleaved: every other value) is used; broadcastable against ``x.shape[:-1]``.
+        interleaved: pairs ``(x[2j], x[2j+1])`` (GPT-J/RoFormer) instead of ``(x[j], x[j + D/2])``
+            (Llama/``rotate_half``).
+        impl: force an implementation.
+
+    Returns:
+        x rotated, x's shape, dtype and layout. No gradient flows into ``cos`` and ``sin``.
+
+    Raises:
+        OpInputError: odd D, or cos/sin of another size or not broadcastable.
+    """
+    d = x.shape[-1] if x.dim() else 0
+    if cos.dim() and cos.shape[-1] == d and d % 2 == 0 and d > 0:
+        cos = cos[..., 0::2] if interleaved else cos[..., : d // 2]
+        sin = sin[..., 0::2] if interleaved else sin[..., : d // 2]
+    return ops("rope", x.device.type, impl).rope(x, cos, sin, bool(interleaved))
+
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
+                  label_smoothing: float = 0.0, reduction: str = "mean", impl: str | None = None) -> torch.Tensor:
+    """Cross-entropy of ``logits [..., V]`` against class indices ``target [...]``, for large vocabularies.
+
+    As ``torch.nn.functional.cross_entropy`` with the class dimension last (the language-model layout),
+    without class weights; the log-softmax is never materialised (one pass over the logits forward, one
+    backward).
+
+    Args:
+        logits: ``[..., V]`` float32/bfloat16/float16 (any row stride).
+        target: ``logits.shape[:-1]``, int64/int32 in ``[0, V)`` or ``ignore_index``.
+        ignore_index: rows with this target contribute nothing (and no gradient).
+        label_smoothing: in ``[0, 1]`` (torch's definition).
+        reduction: ``"mean"`` (over non-ignored rows), ``"sum"`` or ``"none"``.
+        impl: force an implementation.
+
+    Returns:
+        The loss in logits' dtype: 0-dim, or ``target``'s shape for ``"none"``.
+
+    Raises:
+        OpInputError: bad shapes, dtypes, label_smoothing or reduction.
+    """
+    v.check_choice("cross_entropy", "reduction", reduction, _REDUCTIONS)
+    if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise OpInputError(f"cross_entropy: target has shape {list(target.shape)} and logits "
+                           f"{list(logits.shape)}; accepted: target.shape == logits.shape[:-1] (class dimension "
+                           "last)")
+    vocab = logits.shape[-1]
+    z = logits.reshape(-1, vocab) if logits.dim() != 2 else logits
+    t = target.reshape(-1)
+    loss, _ = ops("cross_entropy", logits.device.type, impl).cross_entropy(z, t, int(ignore_index),
+                                                                            float(label_smoothing))
+    if reduction == "none":
+        return loss.view(target.shape).to(logits.dtype)
+    total = loss.sum()
+    if reduction == "mean":
+        total = total / (t != ignore_index).sum()
+    return total.to(logits.dtype)
+
+
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+                               bias: torch.Tensor | None = None, *, ignore_index: int = -100,
+                               label_smoothing: float = 0.0, reduction: str = "mean",
+                               impl: str | None = None) -> torch.Tensor:
+    """``cross_entropy(hidden @ weight.T + bias, target)`` without materialising the logits.
+
+    The rows are processed in chunks whose logits take about as much memory as ``hidden``; the gradients of
+    hidden, weight and bias are computed in the same pass (Liger-Kernel's FusedLinearCrossEntropy), so peak
+    memory drops from ``rows x V`` logits (and their fp32 copies and gradient) to one chunk plus an fp32
+    weight-gradient accumulator.
+
+    Args:
+        hidden: ``[..., H]`` (the last hidden states), float32/bfloat16/float16.
+        weight: ``[V, H]`` (the lm_head weight), hidden's dtype.
+        target: ``hidden.shape[:-1]`` class indices or ``ignore_index``.
+        bias: ``[V]`` or None.
+        ignore_index, label_smoothing: as :func:`cross_entropy`.
+        reduction: ``"mean"`` or ``"sum"``.
+        impl: force an implementation.
+
+    Returns:
+        The loss, fp32, 0-dim.
+
+    Raises:
+        OpInputError: bad shapes, dtypes or arguments.
+        UnsupportedOpError: ``reduction="none"`` (per-row weights cannot be applied to a weight gradient
+            accumulated in the forward; use :func:`cross_entropy` on the logits).
+    """
+    if reduction == "none":
+        raise UnsupportedOpError("fused_linear_cross_entropy: reduction='none' is not supported (the weight "
+                                 "gradient is accumulated during the forward for a scalar loss); accepted: "
+                                 "'mean', 'sum'. Use cross_entropy(hidden @ weight.T, target, reduction='none')")
+    if hidden.dim() < 1 or tuple(target.shape) != tuple(hidden.shape[:-1]):
+        raise OpInputError(f"fused_linear_cross_entropy: target has shape {list(target.shape)} and hidden "
+                           f"{list(hidden.shape)}; accepted: target.shape == hidden.shape[:-1]")
+    h2 = hidden.reshape(-1, hidden.shape[-1]) if hidden.dim() != 2 else hidden
+    t = target.reshape(-1)
+    needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or
+                                         (bias is not None and bias.requires_grad))
+    loss = ops("cross_entropy", hidden.device.type, impl).fused_linear_cross_entropy(
+        h2, weight, t, bias, int(ignore_index), float(label_smoothing), reduction, bool(needs))[0]
+    return loss

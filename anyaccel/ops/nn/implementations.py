@@ -1,0 +1,58 @@
+"""Which implementation of a model-op family runs for a device type, resolved so ``torch.compile`` can
+trace the front ends without a graph break.
+
+The front ends (:mod:`anyaccel.ops.nn.functional`) look up the op namespace of the chosen implementation
+(:func:`anyaccel.ops.dispatch.load`: forced name, ``ANYACCEL_IMPL_<FAMILY>``, else priority) and call
+``torch.ops.<namespace>.<function>``. The lookup is marked as ``torch.compiler.assume_constant_result``
+marks functions: Dynamo runs it once while tracing (loading the implementation may register ops, which
+Dynamo must not trace) and bakes the namespace into the graph as a constant. The mark is set directly
+(``_dynamo_marked_constant``, what that decorator sets; a test checks it still is), because calling the
+decorator imports Dynamo, and with it Triton, which importing the front ends must not.
+
+Consequence: a compiled function keeps the implementation chosen when it was traced; changing
+``ANYACCEL_IMPL_<FAMILY>`` afterwards needs ``torch._dynamo.reset()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def namespace(family: str, device_type: str, impl: str | None = None) -> str:
+    """The torch op namespace of the implementation of ``family`` chosen for ``device_type``.
+
+    Args:
+        family: the op family (``"rms_norm"``).
+        device_type: the inputs' device type (``"cuda"``, ``"cpu"``).
+        impl: force this implementation by name (``"triton"``, ``"torch"``, ``"triton_interpreter"``).
+
+    Raises:
+        anyaccel.ops.dispatch.UnknownImplementationError: ``impl`` (or ``ANYACCEL_IMPL_<FAMILY>``) names no
+            implementation.
+        anyaccel.ops.dispatch.NoImplementationError: it is unavailable on ``device_type``, or none is.
+
+    Side effects: the first call per (family, implementation) imports and registers the implementation
+    (Triton: imports Triton).
+    """
+    from anyaccel.ops import dispatch
+
+    return str(dispatch.load(family, device_type, impl).namespace)
+
+
+#: torch.compiler.assume_constant_result's mark (torch/_dynamo/decorators.py), set without importing Dynamo.
+DYNAMO_CONSTANT_MARK = "_dynamo_marked_constant"
+setattr(namespace, DYNAMO_CONSTANT_MARK, True)
+
+
+def ops(family: str, device_type: str, impl: str | None = None) -> Any:
+    """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
+    torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
+    mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
+    :mod:`anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return getattr(torch.ops, namespace(family, device_type, impl))
+    from anyaccel.ops import dispatch
+
+    return dispatch.load(family, device_type, impl).eager

@@ -1,0 +1,112 @@
+"""Argument checks shared by the model ops' front ends, fakes and implementations.
+
+One vocabulary for every op of :mod:`anyaccel.ops.nn` (messages as described in
+:mod:`anyaccel.ops.nn.errors`). Checks read only metadata (dtype, device, shape), never data, so they run
+unchanged on fake tensors and never synchronise a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from anyaccel.ops.nn.errors import OpInputError
+
+if TYPE_CHECKING:
+    import torch
+
+#: The floating dtypes the model ops compute on (names, for messages).
+FLOAT_DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+def float_dtypes() -> tuple[torch.dtype, ...]:
+    """``(torch.float32, torch.bfloat16, torch.float16)``."""
+    import torch
+
+    return (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_float(op: str, name: str, t: torch.Tensor) -> None:
+    """Raise unless ``t`` is a dense tensor of a dtype in :data:`FLOAT_DTYPE_NAMES`.
+
+    Raises:
+        OpInputError: naming the op, the argument, its dtype and the accepted ones.
+    """
+    import torch
+
+    if t.layout != torch.strided:
+        raise OpInputError(f"{op}: {name} has layout {t.layout}; accepted: dense (strided) tensors. Convert it "
+                           "with .to_dense()")
+    if t.dtype not in float_dtypes():
+        raise OpInputError(f"{op}: {name} has dtype {_name(t.dtype)}; accepted: {', '.join(FLOAT_DTYPE_NAMES)}. "
+                           f"Cast it with .to(torch.float32) (or bfloat16/float16)")
+
+
+def check_same_device(op: str, tensors: dict[str, torch.Tensor | None]) -> None:
+    """Raise unless every given tensor is on one device.
+
+    Raises:
+        OpInputError: naming the first tensor on another device than the first one.
+    """
+    items = [(k, t) for k, t in tensors.items() if t is not None]
+    if not items:
+        return
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.device != first.device:
+            raise OpInputError(f"{op}: {name} is on {t.device} but {first_name} is on {first.device}; accepted: "
+                               f"every tensor on one device. Move {name} with .to({str(first.device)!r})")
+
+
+def check_shape(op: str, name: str, t: torch.Tensor, expected: Sequence[int], why: str) -> None:
+    """Raise unless ``t.shape == expected``.
+
+    Args:
+        why: the rule in words, for the message (``"the last dimension of x"``).
+
+    Raises:
+        OpInputError: with both shapes.
+    """
+    if tuple(t.shape) != tuple(expected):
+        raise OpInputError(f"{op}: {name} has shape {list(t.shape)}; accepted: {list(expected)} ({why})")
+
+
+def check_choice(op: str, name: str, value: Any, accepted: Iterable[Any]) -> None:
+    """Raise unless ``value`` is one of ``accepted``.
+
+    Raises:
+        OpInputError: with the value and the accepted set.
+    """
+    options = tuple(accepted)
+    if value not in options:
+        raise OpInputError(f"{op}: {name}={value!r} is not accepted; accepted: {', '.join(map(repr, options))}")
+
+
+def check_min_dim(op: str, name: str, t: torch.Tensor, ndim: int) -> None:
+    """Raise unless ``t`` has at least ``ndim`` dimensions.
+
+    Raises:
+        OpInputError: with the shape.
+    """
+    if t.dim() < ndim:
+        raise OpInputError(f"{op}: {name} has shape {list(t.shape)}; accepted: at least {ndim} dimension(s)")
+
+
+def check_finite_nonneg(op: str, name: str, value: float, upper: float | None = None) -> None:
+    """Raise unless ``value`` is a finite float ``>= 0`` (and ``<= upper`` when given).
+
+    Raises:
+        OpInputError: with the value and the range.
+    """
+    import math
+
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if ok and upper is not None:
+        ok = value <= upper
+    if not ok:
+        rule = f"a finite float in [0, {upper}]" if upper is not None else "a finite float >= 0"
+        raise OpInputError(f"{op}: {name}={value!r} is not accepted; accepted: {rule}")
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,214 @@
+"""The aten ops the override mode replaces, and how each maps onto anyaccel's model ops.
+
+Each :class:`AtenOverride` names an aten op (default overload), the op family that implements it, a
+``describe`` that returns the call's policy key (:func:`anyaccel.ops.override.policy.key`) when anyaccel's
+kernel can produce exactly what aten would (same shapes, dtypes, strides), or None when it cannot (the call
+then goes to aten whatever the policy says), and ``run``, the call through the family's ops.
+
+Eligible calls: contiguous inputs reduced over their last dimension(s) (softmax, log-softmax and the norms;
+other layouts and dimensions go to aten), float32/bfloat16/float16, at least one element;
+``half_to_float=True`` softmax and softmax backward with ``input_dtype`` different from the output's go to
+aten. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced only where aten
+has a kernel for it on the dispatch key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from anyaccel.ops.override.policy import key
+
+
+@dataclass(frozen=True)
+class AtenOverride:
+    """One replaced aten op.
+
+    Attributes:
+        name: the aten op (``"_softmax"``; its default overload).
+        family: the anyaccel op family implementing it.
+        describe: args -> policy key, or None when the call must go to aten.
+        run: (family ops, args) -> aten's return value.
+    """
+
+    name: str
+    family: str
+    describe: Callable[[tuple[Any, ...]], str | None]
+    run: Callable[[Any, tuple[Any, ...]], Any]
+
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _rows_cols(x: torch.Tensor, k: int) -> tuple[int, int]:
+    cols = 1
+    for s in x.shape[x.dim() - k:]:
+        cols *= int(s)
+    return (x.numel() // cols if cols else 0), cols
+
+
+def _last_dim_ok(x: torch.Tensor, dim: int) -> bool:
+    return (x.dtype in _FLOATS and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
+            and dim % x.dim() == x.dim() - 1)
+
+
+def _softmax_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        x, dim, half_to_float = args
+        if half_to_float or not _last_dim_ok(x, dim):
+            return None
+        rows, cols = _rows_cols(x, 1)
+        return key(op, x.dtype, rows, cols)
+
+    return describe
+
+
+def _softmax_bwd_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        grad, out, dim, input_dtype = args
+        if input_dtype != out.dtype or grad.dtype != out.dtype or not grad.is_contiguous() \
+                or not _last_dim_ok(out, dim):
+            return None
+        rows, cols = _rows_cols(out, 1)
+        return key(op, out.dtype, rows, cols)
+
+    return describe
+
+
+def _norm_ok(x: torch.Tensor, normalized_shape: Sequence[int], params: Sequence[torch.Tensor | None]) -> bool:
+    k = len(normalized_shape)
+    return (x.dtype in _FLOATS and x.numel() > 0 and x.is_contiguous() and 0 < k <= x.dim()
+            and all(p is None or (p.is_contiguous() and p.dtype in _FLOATS) for p in params))
+
+
+def _stat_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of aten's layer-norm statistics: the input's on the CPU, float32 for 16-bit inputs on
+    accelerators (CUDA's acc_type)."""
+    return x.dtype if x.device.type == "cpu" else torch.float32
+
+
+def _ln_describe(args: tuple[Any, ...]) -> str | None:
+    x, shape, w, b, _eps = args
+    if not _norm_ok(x, shape, (w, b)):
+        return None
+    rows, cols = _rows_cols(x, len(shape))
+    return key("native_layer_norm", x.dtype, rows, cols)
+
+
+def _ln_run(ns: Any, args: tuple[Any, ...]) -> Any:
+    x, shape, w, b, eps = args
+    k = len(shape)
+    rows, cols = _rows_cols(x, k)
+    lead = tuple(x.shape[: x.dim() - k])
+    y, mean, rstd = ns.layer_norm(x.view(*lead, cols), None if w is None else w.view(cols),
+                                  None if b is None else b.view(cols), float(eps))
+    stat = (*lead, *([1] * k))
+    dt = _stat_dtype(x)
+    return y.view(x.shape), mean.view(stat).to(dt), rstd.view(stat).to(dt)
+
+
+def _ln_bwd_describe(args: tuple[Any, ...]) -> str | None:
+    g, x, shape, mean, rstd, w, b, _mask = args
+    if not _norm_ok(x, shape, (w, b)) or not g.is_contiguous() or g.dtype != x.dtype:
+        return None
+    rows, cols = _rows_cols(x, len(shape))
+    return key("native_layer_norm_backward", x.dtype, rows, cols)
+
+
+def _ln_bwd_run(ns: Any, args: tuple[Any, ...]) -> Any:
+    g, x, shape, mean, rstd, w, b, mask = args
+    k = len(shape)
+    rows, cols = _rows_cols(x, k)
+    lead = tuple(x.shape[: x.dim() - k])
+    want_w, want_b = bool(mask[1]) and w is not None, bool(mask[2]) and b is not None
+    dx, dw, db = ns.layer_norm_backward(g.view(*lead, cols), x.view(*lead, cols),
+                                        None if w is None else w.view(cols), mean.reshape(lead).float(),
+                                        rstd.reshape(lead).float(), want_w, want_b)
+    return (dx.view(x.shape) if mask[0] else None, dw.view(w.shape) if want_w and w is not None else None,
+            db.view(b.shape).to(b.dtype) if want_b and b is not None else None)
+
+
+def _rms_describe(args: tuple[Any, ...]) -> str | None:
+    x, shape, w, _eps = args
+    if not _norm_ok(x, shape, (w,)):
+        return None
+    rows, cols = _rows_cols(x, len(shape))
+    return key("_fused_rms_norm", x.dtype, rows, cols)
+
+
+def _rms_run(ns: Any, args: tuple[Any, ...]) -> Any:
+    x, shape, w, eps = args
+    k = len(shape)
+    rows, cols = _rows_cols(x, k)
+    lead = tuple(x.shape[: x.dim() - k])
+    e = float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
+    y, rstd = ns.rms_norm(x.view(*lead, cols), None if w is None else w.view(cols), e, "torch")
+    return y.view(x.shape), rstd.view(*lead, *([1] * k))
+
+
+def _rms_bwd_describe(args: tuple[Any, ...]) -> str | None:
+    g, x, shape, _rstd, w, _mask = args
+    if not _norm_ok(x, shape, (w,)) or not g.is_contiguous() or g.dtype != x.dtype:
+        return None
+    rows, cols = _rows_cols(x, len(shape))
+    return key("_fused_rms_norm_backward", x.dtype, rows, cols)
+
+
+def _rms_bwd_run(ns: Any, args: tuple[Any, ...]) -> Any:
+    g, x, shape, rstd, w, mask = args
+    k = len(shape)
+    rows, cols = _rows_cols(x, k)
+    lead = tuple(x.shape[: x.dim() - k])
+    want_w = bool(mask[1]) and w is not None
+    dx, dw = ns.rms_norm_backward(g.view(*lead, cols), x.view(*lead, cols), None if w is None else w.view(cols),
+                                  rstd.reshape(lead).float(), None, "torch", want_w)
+    return (dx.view(x.shape) if mask[0] else None, dw.view(w.shape) if want_w and w is not None else None)
+
+
+def _silu_describe(args: tuple[Any, ...]) -> str | None:
+    (x,) = args
+    if x.dtype not in _FLOATS or x.numel() == 0:
+        return None
+    return key("silu", x.dtype, 1, x.numel())
+
+
+def _silu_bwd_describe(args: tuple[Any, ...]) -> str | None:
+    g, x = args
+    if x.dtype not in _FLOATS or g.dtype != x.dtype or g.shape != x.shape or x.numel() == 0:
+        return None
+    return key("silu_backward", x.dtype, 1, x.numel())
+
+
+#: Every op the mode can replace.
+OVERRIDES: tuple[AtenOverride, ...] = (
+    AtenOverride("_softmax", "softmax", _softmax_key("_softmax"), lambda ns, a: ns.softmax(a[0], a[1])),
+    AtenOverride("_log_softmax", "softmax", _softmax_key("_log_softmax"), lambda ns, a: ns.log_softmax(a[0], a[1])),
+    AtenOverride("_softmax_backward_data", "softmax", _softmax_bwd_key("_softmax_backward_data"),
+                 lambda ns, a: ns.softmax_backward(a[0], a[1], a[2])),
+    AtenOverride("_log_softmax_backward_data", "softmax", _softmax_bwd_key("_log_softmax_backward_data"),
+                 lambda ns, a: ns.log_softmax_backward(a[0], a[1], a[2])),
+    AtenOverride("native_layer_norm", "layer_norm", _ln_describe, _ln_run),
+    AtenOverride("native_layer_norm_backward", "layer_norm", _ln_bwd_describe, _ln_bwd_run),
+    AtenOverride("_fused_rms_norm", "rms_norm", _rms_describe, _rms_run),
+    AtenOverride("_fused_rms_norm_backward", "rms_norm", _rms_bwd_describe, _rms_bwd_run),
+    AtenOverride("silu", "swiglu", _silu_describe, lambda ns, a: ns.silu(a[0])),
+    AtenOverride("silu_backward", "swiglu", _silu_bwd_describe, lambda ns, a: ns.silu_backward(a[0], a[1])),
+)
+
+
+def select(include: Sequence[str] | None, exclude: Sequence[str] | None) -> list[AtenOverride]:
+    """The overrides named by ``include`` (aten op names or family names; all when None) minus ``exclude``.
+
+    Raises:
+        ValueError: a name that is neither an aten op of :data:`OVERRIDES` nor a family (lists them).
+    """
+    names = {o.name for o in OVERRIDES} | {o.family for o in OVERRIDES}
+    for n in [*(include or ()), *(exclude or ())]:
+        if n not in names:
+            raise ValueError(f"override: {n!r} is not an aten op or family the mode replaces; accepted: "
+                             f"{', '.join(sorted(names))}")
+    chosen = [o for o in OVERRIDES if include is None or o.name in include or o.family in include]
+    return [o for o in chosen if not exclude or (o.name not in exclude and o.family not in exclude)]

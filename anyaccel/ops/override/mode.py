@@ -1,0 +1,200 @@
+"""``enable()``, ``disable()`` and ``use_ops()``: switch the aten-override mode on and off.
+
+Each switch-on creates one registration layer: a ``torch.library.Library("aten", "IMPL")`` holding one
+kernel per replaced op (:mod:`anyaccel.ops.override.aten_ops`) on the current accelerator's dispatch key
+(``torch._C._dispatch_key_for_device``: ``CUDA``, ``XPU``, ``PrivateUse1``, ... ; ``CPU`` when the
+accelerator is the CPU). Destroying a layer removes exactly its kernels; torch's dispatcher keeps every
+registration of an op and key in a list and runs the newest, so removing a layer restores what was there
+before it, aten's own kernel included, in whatever order layers are removed: nesting ``use_ops`` inside
+``enable`` (or in several threads) unwinds correctly.
+
+Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`) and either runs anyaccel's op or calls
+aten's original kernel, fetched once with ``torch.library.get_kernel`` before the first layer existed. A
+thread-local guard sends calls made *while* anyaccel's op runs to the original kernel, so an
+implementation that itself uses the op cannot recurse.
+
+What is not thread-safe, and cannot be with ``torch.library``: the registration is process-wide, not
+per thread. ``with use_ops():`` in one thread switches the mode on for every thread until it exits, and a
+call running in another thread while a layer is added or removed may see either kernel. Only eager
+execution is affected: ``torch.compile`` traces with fake tensors (Meta) and Inductor generates its own
+kernels, so compiled graphs never call the replaced kernels.
+
+Families whose chosen implementation is the portable one (e.g. the CPU without Triton's interpreter)
+are not registered: their torch ops would call the very aten ops they replace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from anyaccel.ops.override import aten_ops
+from anyaccel.ops.override.policy import Policy
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.RLock()
+_ENABLED: list[Any] = []  # layers created by enable()
+_LAYERS: list[Any] = []  # every live layer (enable() and use_ops())
+_REPLACED: dict[int, list[str]] = {}  # id(layer) -> the aten ops it replaced
+_ORIGINALS: dict[tuple[str, str], Any] = {}
+_TLS = threading.local()
+
+
+def _device_type() -> str:
+    import anyaccel
+
+    return str(anyaccel.get_accelerator().device_type)
+
+
+def _dispatch_key(device_type: str) -> str:
+    return str(torch._C._dispatch_key_for_device(device_type))
+
+
+def _device_name(device_type: str) -> str:
+    if device_type == "cpu":
+        return "cpu"
+    try:
+        return str(torch.get_device_module(device_type).get_device_name())
+    except (AttributeError, RuntimeError, AssertionError):
+        return device_type
+
+
+def _original(op: str, dispatch_key: str) -> Any:
+    """aten's kernel for ``op`` on ``dispatch_key``, captured before any layer of ours existed."""
+    k = (op, dispatch_key)
+    if k not in _ORIGINALS:
+        if _LAYERS:
+            raise RuntimeError(f"override: the original kernel of aten::{op} on {dispatch_key} was not captured "
+                               "before the first layer; this is a bug")
+        _ORIGINALS[k] = torch.library.get_kernel(f"aten::{op}", dispatch_key)
+    return _ORIGINALS[k]
+
+
+def _kernel(entry: aten_ops.AtenOverride, ns: Any, original: Any, policy: Policy) -> Callable[..., Any]:
+    def kernel(keyset: Any, *args: Any) -> Any:
+        if getattr(_TLS, "active", False):
+            return original.call_boxed(keyset, *args)
+        k = entry.describe(args)
+        if k is None or not policy.use_ours(k):
+            return original.call_boxed(keyset, *args)
+        _TLS.active = True
+        try:
+            return entry.run(ns, args)
+        finally:
+            _TLS.active = False
+
+    kernel.__name__ = f"anyaccel_override_{entry.name}"
+    return kernel
+
+
+def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy: str | Policy | None) -> Any:
+    from anyaccel.ops import dispatch
+
+    device_type = _device_type()
+    dkey = _dispatch_key(device_type)
+    pol = policy if isinstance(policy, Policy) else Policy.load(_device_name(device_type), policy)
+    selected = aten_ops.select(include, exclude)
+    with _LOCK:
+        plan = []
+        for entry in selected:
+            qual = f"aten::{entry.name}"
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(qual, dkey):
+                logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
+                continue
+            if not pol.registrable(entry.name):
+                logger.info("override: aten::%s not replaced: the tuned table shows no win for it on this device, "
+                            "or its aten fallback through the mode would cost more than 5%% somewhere "
+                            "(python -m anyaccel.ops.tune measures it)", entry.name)
+                continue
+            impl = dispatch.choose(entry.family, device_type)
+            if impl.name == "torch":
+                logger.info("override: %s runs the portable torch implementation on %s (it would call aten "
+                            "itself); aten::%s not replaced", entry.family, device_type, entry.name)
+                continue
+            # the implementation's plain functions: the kernel runs below autograd (aten's autograd formula
+            # wraps it), and a second trip through the dispatcher would cost more than small ops take
+            plan.append((entry, dispatch.load(entry.family, device_type).plain, _original(entry.name, dkey)))
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
+            for entry, ns, original in plan:
+                lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
+        _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
+        _LAYERS.append(lib)
+        logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
+                    ", ".join(e.name for e, _, _ in plan))
+        return lib
+
+
+def _drop(lib: Any) -> None:
+    with _LOCK:
+        if lib in _LAYERS:
+            _LAYERS.remove(lib)
+            _REPLACED.pop(id(lib), None)
+            lib._destroy()
+
+
+def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+           policy: str | Policy | None = None) -> list[str]:
+    """Replace aten ops on the current accelerator by anyaccel's, per the per-shape policy, until
+    :func:`disable`.
+
+    Args:
+        include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ...) or family names
+            (``"softmax"``, ``"layer_norm"``, ``"rms_norm"``, ``"swiglu"``) to replace; all when None.
+        exclude: names not to replace.
+        policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel only where the tuning table
+            measured it faster), ``"always"``, ``"never"``, or a :class:`Policy`.
+
+    Returns:
+        The aten ops replaced (ops without a kernel on this device, or served by the portable
+        implementation, are left to aten).
+
+    Raises:
+        ValueError: an unknown name in include/exclude, or an unknown policy mode.
+
+    Side effects: registers kernels with torch's dispatcher for the whole process (see the module
+    docstring); a second ``enable()`` replaces the first's registrations.
+    """
+    with _LOCK:
+        disable()
+        lib = _layer(include, exclude, policy)
+        _ENABLED.append(lib)
+        return list(_REPLACED[id(lib)])
+
+
+def disable() -> None:
+    """Undo :func:`enable`: remove its registrations, restoring aten's kernels (layers of ``use_ops``
+    contexts still open stay until they exit). Does nothing when the mode is off."""
+    with _LOCK:
+        while _ENABLED:
+            _drop(_ENABLED.pop())
+
+
+@contextlib.contextmanager
+def use_ops(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+            policy: str | Policy | None = None) -> Iterator[list[str]]:
+    """Within the block, replace aten ops as :func:`enable` does; restore exactly what was there on exit
+    (nested blocks and an enclosing ``enable()`` included).
+
+    Yields:
+        The aten ops replaced by this block.
+    """
+    lib = _layer(include, exclude, policy)
+    try:
+        yield list(_REPLACED[id(lib)])
+    finally:
+        _drop(lib)
+
+
+def replaced_ops() -> list[str]:
+    """The aten ops currently replaced by any live layer (``enable`` or ``use_ops``), sorted."""
+    with _LOCK:
+        return sorted({name for lib in _LAYERS for name in _REPLACED[id(lib)]})

@@ -1,0 +1,184 @@
+"""``python -m anyaccel.ops.tune`` / ``anyaccel tune``: measure the override mode's per-shape policy.
+
+For each replaced aten op, dtype and shape (``rows x row length``), the op is timed as a user calls it
+(``torch.ops.aten.<op>``) with the override mode off (aten's kernel), on with ``policy="always"``
+(anyaccel's kernel through the override, Python overhead included) and on with ``policy="never"`` (aten's
+kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel`` and the fallback's speed
+``aten / fallback`` are stored under the call's policy key in the device's table
+(:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
+default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
+256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
+each batch device-synchronised once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: (rows, row length) measured by default.
+DEFAULT_SHAPES: tuple[tuple[int, int], ...] = tuple((t, h) for t in (1024, 8192, 32768) for h in (2048, 4096, 8192)) \
+    + ((64, 64), (256, 1024))
+
+
+def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[Any, ...]:
+    """A typical call of aten ``op`` on ``rows x cols`` (what a training step passes it)."""
+    import torch
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, dtype=dtype, device=device)
+
+    x = r(rows, cols)
+    w, b = r(cols), r(cols)
+    aten = torch.ops.aten
+    if op in ("_softmax", "_log_softmax"):
+        return (x, -1, False)
+    if op == "_softmax_backward_data":
+        return (r(rows, cols), aten._softmax(x, -1, False), -1, dtype)
+    if op == "_log_softmax_backward_data":
+        return (r(rows, cols), aten._log_softmax(x, -1, False), -1, dtype)
+    if op == "native_layer_norm":
+        return (x, [cols], w, b, 1e-5)
+    if op == "native_layer_norm_backward":
+        _, mean, rstd = aten.native_layer_norm(x, [cols], w, b, 1e-5)
+        return (r(rows, cols), x, [cols], mean, rstd, w, b, [True, True, True])
+    if op == "_fused_rms_norm":
+        return (x, [cols], w, 1e-6)
+    if op == "_fused_rms_norm_backward":
+        _, rstd = aten._fused_rms_norm(x, [cols], w, 1e-6)
+        return (r(rows, cols), x, [cols], rstd, w, [True, True])
+    if op == "silu":
+        return (x,)
+    if op == "silu_backward":
+        return (r(rows, cols), x)
+    raise ValueError(f"tune: no sample call for aten::{op}")
+
+
+#: Calls per timed batch: a device synchronisation per call would cost more than a small op and hide the
+#: host overhead the policy must see.
+BATCH = 10
+
+
+def time_call(fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> float:
+    """Median seconds per call of ``fn()`` over ``reps`` batches of :data:`BATCH` back-to-back calls, each batch
+    synchronised once, after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(BATCH):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / BATCH)
+    return statistics.median(times)
+
+
+def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    def call() -> Any:
+        return fn(*args)
+
+    return call
+
+
+def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
+         dtypes: Sequence[str] = ("bfloat16",), reps: int = 20, save: bool = True) -> dict[str, float]:
+    """Measure the speed-ups and store them in the device's policy table.
+
+    Args:
+        ops: aten op or family names (all the mode replaces when None).
+        shapes: (rows, row length) pairs.
+        dtypes: dtype names.
+        reps: timed runs per measurement.
+        save: write the table (merged with what it held).
+
+    Returns:
+        key -> speed-up of this run.
+
+    Side effects: allocates and runs ops on the current accelerator; writes the table file.
+    """
+    import torch
+
+    from anyaccel.ops.override import aten_ops, mode
+    from anyaccel.ops.override.policy import Policy
+
+    device_type = mode._device_type()
+    dev = torch.get_device_module(device_type) if device_type != "cpu" else None
+
+    def sync() -> None:
+        if dev is not None:
+            dev.synchronize()
+
+    name = mode._device_name(device_type)
+    policy = Policy.load(name, "tuned")
+    measured: dict[str, float] = {}
+    for entry in aten_ops.select(ops, None):
+        aten_op = getattr(torch.ops.aten, entry.name).default
+        for dtype_name in dtypes:
+            dtype = getattr(torch, dtype_name)
+            for rows, cols in shapes:
+                try:
+                    args = make_args(entry.name, rows, cols, dtype, device_type)
+                except (RuntimeError, NotImplementedError) as exc:
+                    logger.info("tune: aten::%s %s %dx%d skipped: %s", entry.name, dtype_name, rows, cols, exc)
+                    continue
+                k = entry.describe(args)
+                if k is None:
+                    continue
+                t_aten = time_call(_caller(aten_op, args), sync, reps)
+                with mode.use_ops(include=[entry.name], policy="always") as replaced:
+                    if entry.name not in replaced:
+                        break
+                    t_ours = time_call(_caller(aten_op, args), sync, reps)
+                with mode.use_ops(include=[entry.name], policy="never"):
+                    t_fallback = time_call(_caller(aten_op, args), sync, reps)
+                measured[k] = t_aten / t_ours
+                policy.record(k, measured[k], t_aten / t_fallback)
+                logger.info("tune: %s aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode %.1f us", k,
+                            t_aten * 1e6, t_ours * 1e6, measured[k], t_fallback * 1e6)
+                del args
+    if save:
+        path = policy.save(name)
+        logger.info("tune: %d measurements written to %s", len(measured), path)
+    return measured
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's options (``anyaccel tune``)."""
+    parser.add_argument("--ops", nargs="*", default=None, help="aten ops or families to measure (default: all)")
+    parser.add_argument("--shapes", nargs="*", default=None, metavar="ROWSxCOLS",
+                        help="shapes to measure, e.g. 8192x4096 (default: the benchmark's)")
+    parser.add_argument("--dtypes", nargs="*", default=["bfloat16"], help="dtypes (default: bfloat16)")
+    parser.add_argument("--reps", type=int, default=20, help="timed runs per measurement (default: 20)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the measurement; returns the exit status."""
+    shapes = DEFAULT_SHAPES
+    if args.shapes:
+        try:
+            shapes = tuple((int(a), int(b)) for a, b in (s.lower().split("x") for s in args.shapes))
+        except ValueError:
+            logger.error("tune: --shapes takes ROWSxCOLS values such as 8192x4096, got %s", args.shapes)
+            return 2
+    tune(args.ops, shapes, args.dtypes, args.reps)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m anyaccel.ops.tune``."""
+    parser = argparse.ArgumentParser(prog="python -m anyaccel.ops.tune", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="anyaccel: %(message)s")
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""cross_entropy and fused_linear_cross_entropy against float64 references (FlagGems's tolerances):
+label smoothing, ignore_index, the three reductions, prime vocabularies and the 128k vocabulary
+(Llama 3's 128256), forward and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import anyaccel.ops.nn as nn
+from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
+from anyaccel.testing.nn_impls import DTYPES
+from anyaccel.testing.tolerances import assert_close
+
+VOCAB_128K = 128256
+
+
+def _leaf64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().double().requires_grad_()
+
+
+def _targets(shape: tuple[int, ...], vocab: int, device: str) -> torch.Tensor:
+    t = torch.randint(0, vocab, shape)
+    t.view(-1)[:: 3] = -100  # every third row ignored
+    return t.to(device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize(("rows", "vocab"), [(1, 1), (5, 2), (7, 4099), (3, VOCAB_128K)], ids=str)
+def test_cross_entropy(device_impl: tuple[str, str], rows: int, vocab: int, smoothing: float, reduction: str,
+                       dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    z = torch.randn(rows, vocab, dtype=torch.float64).mul(3).to(device, dtype).requires_grad_()
+    t = _targets((rows,), vocab, device)
+    if rows == 1:
+        t.fill_(0)
+    loss = nn.cross_entropy(z, t, label_smoothing=smoothing, reduction=reduction, impl=impl)
+    g = torch.randn_like(loss)
+    loss.backward(g)
+    zr = _leaf64(z)
+    ref = F.cross_entropy(zr, t.cpu(), label_smoothing=smoothing, reduction=reduction)
+    ref.backward(g.detach().cpu().double())
+    assert loss.dtype == dtype and loss.shape == ref.shape
+    assert_close(loss, ref, msg="loss")
+    assert_close(z.grad, zr.grad, msg="dlogits")
+
+
+def test_cross_entropy_3d_logits_and_int32_targets(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    z = torch.randn(2, 3, 50, device=device, requires_grad=True)
+    t = torch.randint(0, 50, (2, 3), device=device, dtype=torch.int32)
+    loss = nn.cross_entropy(z, t, impl=impl)
+    loss.backward()
+    zr = _leaf64(z)
+    ref = F.cross_entropy(zr.view(-1, 50), t.cpu().long().view(-1))
+    ref.backward()
+    assert_close(loss, ref)
+    assert_close(z.grad, zr.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize(("rows", "hidden", "vocab", "bias"), [(1, 8, 3, False), (13, 16, 257, True),
+                                                              (4, 16, VOCAB_128K, False)], ids=str)
+def test_fused_linear_cross_entropy(device_impl: tuple[str, str], rows: int, hidden: int, vocab: int, bias: bool,
+                                    reduction: str, dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    h = (torch.randn(rows, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
+    w = (torch.randn(vocab, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
+    b = (torch.randn(vocab, dtype=torch.float64) / 2).to(device, dtype).requires_grad_() if bias else None
+    t = _targets((rows,), vocab, device)
+    if rows == 1:
+        t.fill_(1)
+    loss = nn.fused_linear_cross_entropy(h, w, t, b, label_smoothing=0.05, reduction=reduction, impl=impl)
+    (loss * 0.37).backward()
+    hr, wr = _leaf64(h), _leaf64(w)
+    br = _leaf64(b) if b is not None else None
+    # the reference rounds the logits to the input dtype, as nn.Linear in that dtype does
+    zr = hr @ wr.t() + (br if br is not None else 0)
+    zr = zr + (zr.to(dtype).double() - zr).detach()
+    ref = F.cross_entropy(zr, t.cpu(), label_smoothing=0.05, reduction=reduction)
+    (ref * 0.37).backward()
+    assert loss.dtype == torch.float32 and loss.dim() == 0
+    assert_close(loss, ref, msg="loss", dtype=dtype)
+    assert_close(h.grad, hr.grad, vocab, msg="dhidden")
+    assert_close(w.grad, wr.grad, rows, msg="dweight")
+    if b is not None:
+        assert_close(b.grad, br.grad, rows, msg="dbias")
+
+
+def test_fused_linear_cross_entropy_no_grad_and_errors(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    h, w = torch.randn(6, 8, device=device), torch.randn(40, 8, device=device)
+    t = torch.randint(0, 40, (6,), device=device)
+    with torch.no_grad():
+        loss = nn.fused_linear_cross_entropy(h, w, t, impl=impl)
+    assert_close(loss, F.cross_entropy(h.cpu().double() @ w.cpu().double().t(), t.cpu()))
+    with pytest.raises(UnsupportedOpError, match="reduction='none'"):
+        nn.fused_linear_cross_entropy(h, w, t, reduction="none", impl=impl)
+    with pytest.raises(OpInputError, match="weight has shape"):
+        nn.fused_linear_cross_entropy(h, w.t(), t, impl=impl)
+    with pytest.raises(OpInputError, match="target has dtype"):
+        nn.cross_entropy(h, t.float(), impl=impl)
+    with pytest.raises(OpInputError, match="label_smoothing"):
+        nn.cross_entropy(h, t, label_smoothing=1.5, impl=impl)

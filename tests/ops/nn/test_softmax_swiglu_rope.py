@@ -1,0 +1,161 @@
+"""softmax/log_softmax, swiglu/silu and rope against float64 references (FlagGems's tolerances), forward
+and gradients, on every (device, implementation) pair of anyaccel.testing.nn_impls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import anyaccel.ops.nn as nn
+from anyaccel.ops.nn.errors import OpInputError
+from anyaccel.testing.nn_impls import DTYPES
+from anyaccel.testing.tolerances import assert_close
+
+
+def _rand(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    return torch.randn(shape, dtype=torch.float64).to(device, dtype).requires_grad_()
+
+
+def _leaf64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().double().requires_grad_()
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("shape", "dim"), [((1, 1), -1), ((1, 97), -1), ((31, 1), -1), ((4, 7, 53), -1),
+                                            ((4, 7, 53), 1), ((3, 20011), -1)], ids=str)
+def test_softmax_forward_and_grad(device_impl: tuple[str, str], shape: tuple[int, ...], dim: int,
+                                  dtype: torch.dtype, log: bool) -> None:
+    device, impl = device_impl
+    x = _rand(shape, dtype, device)
+    y = (nn.log_softmax if log else nn.softmax)(x, dim, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    yr = (torch.log_softmax if log else torch.softmax)(x.detach().cpu().double(), dim)
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+    assert_close(y, yr, msg="y")
+    # the backward reads the saved output y (in x's dtype, as aten's): its reference is the formula on that
+    # y in float64 (FlagGems tests aten::_softmax_backward_data the same way)
+    y64, g64 = y.detach().cpu().double(), g.detach().cpu().double()
+    if log:
+        dx_ref = g64 - y64.exp() * g64.sum(dim, keepdim=True)
+    else:
+        dx_ref = y64 * (g64 - (g64 * y64).sum(dim, keepdim=True))
+    assert_close(x.grad, dx_ref, shape[dim], msg="dx")
+
+
+def test_softmax_strided_and_dtype_argument(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    x = torch.randn(40, 9, device=device).t()[:, 3:37]  # element stride 9, row stride 1
+    assert_close(nn.softmax(x, -1, impl=impl), torch.softmax(x.cpu().double(), -1))
+    xb = x.bfloat16()
+    y = nn.softmax(xb, -1, dtype=torch.float32, impl=impl)
+    assert y.dtype == torch.float32
+    assert_close(y, torch.softmax(xb.cpu().double(), -1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("sa", "sb"), [((1,), (1,)), ((7, 33), (7, 33)), ((4, 1, 6), (3, 6)), ((2, 3, 128), (128,))],
+                         ids=str)
+def test_swiglu_forward_and_grads_with_broadcasting(device_impl: tuple[str, str], sa: tuple[int, ...],
+                                                    sb: tuple[int, ...], dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    a, b = _rand(sa, dtype, device), _rand(sb, dtype, device)
+    y = nn.swiglu(a, b, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ar, br = _leaf64(a), _leaf64(b)
+    yr = torch.nn.functional.silu(ar) * br
+    yr.backward(g.detach().cpu().double())
+    assert y.shape == torch.broadcast_shapes(sa, sb) and y.dtype == dtype
+    assert_close(y, yr, msg="y")
+    assert_close(a.grad, ar.grad, yr.numel() // ar.numel(), msg="da")
+    assert_close(b.grad, br.grad, yr.numel() // br.numel(), msg="db")
+
+
+def test_swiglu_mixed_dtypes_and_strides(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    a = torch.randn(16, 24, device=device).t()  # transposed
+    b = torch.randn(24, 16, device=device, dtype=torch.bfloat16)
+    y = nn.swiglu(a, b, impl=impl)
+    assert y.dtype == torch.float32 and y.stride() == a.stride()  # layout of the first operand (TensorIterator)
+    assert_close(y, torch.nn.functional.silu(a.cpu().double()) * b.cpu().double())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_silu_forward_and_grad(device_impl: tuple[str, str], dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    x = _rand((5, 129), dtype, device)
+    y = nn.silu(x, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xr = _leaf64(x)
+    yr = torch.nn.functional.silu(xr)
+    yr.backward(g.detach().cpu().double())
+    assert_close(y, yr)
+    assert_close(x.grad, xr.grad)
+
+
+def _hf_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = torch.arange(seq, dtype=torch.float64)[:, None] * inv[None]
+    emb = torch.cat((freqs, freqs), -1)  # Hugging Face's [S, D] table
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("batch", "heads", "seq", "dim"), [(1, 1, 1, 2), (2, 3, 7, 64), (1, 5, 13, 128)], ids=str)
+def test_rope_hf_layout_forward_and_grad(device_impl: tuple[str, str], batch: int, heads: int, seq: int, dim: int,
+                                         dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    # Hugging Face: q = proj(x).view(B, S, H, D).transpose(1, 2), cos/sin [B, S, D] unsqueezed at dim 1
+    q = torch.randn(batch, seq, heads, dim, dtype=torch.float64).to(device, dtype).transpose(1, 2).requires_grad_()
+    cos, sin = _hf_tables(seq, dim)
+    cos_d, sin_d = (t.expand(batch, seq, dim).unsqueeze(1).to(device, dtype) for t in (cos, sin))
+    y = nn.rope(q, cos_d, sin_d, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    qr = _leaf64(q)
+    c64, s64 = cos_d.cpu().double(), sin_d.cpu().double()  # the tables as the op sees them (rounded)
+    yr = qr * c64 + _rotate_half(qr) * s64
+    yr.backward(g.detach().cpu().double())
+    assert y.shape == q.shape and y.stride() == q.stride()
+    assert_close(y, yr, msg="y")
+    assert_close(q.grad, qr.grad, msg="dq")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_interleaved_layout(device_impl: tuple[str, str], dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    seq, dim = 11, 32
+    x = _rand((3, seq, 4, dim), dtype, device)  # [B, S, H, D], tables broadcast over heads
+    inv = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    freqs = torch.arange(seq, dtype=torch.float64)[:, None] * inv[None]
+    cos, sin = freqs.cos()[:, None].to(device, dtype), freqs.sin()[:, None].to(device, dtype)  # [S, 1, D/2]
+    y = nn.rope(x, cos, sin, interleaved=True, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xr = _leaf64(x)
+    c, s = cos.cpu().double(), sin.cpu().double()
+    x1, x2 = xr[..., 0::2], xr[..., 1::2]
+    yr = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), -1).flatten(-2)
+    yr.backward(g.detach().cpu().double())
+    assert_close(y, yr, msg="y")
+    assert_close(x.grad, xr.grad, msg="dx")
+    full = torch.repeat_interleave(cos, 2, -1), torch.repeat_interleave(sin, 2, -1)  # a [.., D] table works too
+    assert_close(nn.rope(x.detach(), *full, interleaved=True, impl=impl), yr.detach())
+
+
+def test_rope_bad_tables(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    x = torch.randn(2, 4, 8, device=device)
+    with pytest.raises(OpInputError, match="accepted: \\[..., 4\\]"):
+        nn.rope(x, torch.ones(4, 3, device=device), torch.ones(4, 3, device=device), impl=impl)
+    with pytest.raises(OpInputError, match="even"):
+        nn.rope(torch.randn(2, 7, device=device), torch.ones(3, device=device), torch.ones(3, device=device),
+                impl=impl)

@@ -1,0 +1,154 @@
+"""The aten-override mode: enable/disable/use_ops replace aten's CPU kernels with anyaccel's (Triton
+kernels in Triton's interpreter here; CUDA on a GPU), route each call by the per-shape policy, and
+restore aten exactly on exit, nested and across threads."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import anyaccel.ops
+from anyaccel.ops.override import aten_ops, mode
+from anyaccel.ops.override.policy import Policy, key
+from anyaccel.testing.tolerances import assert_close
+
+
+class CountingPolicy(Policy):
+    """Policy "always" that counts the calls routed to anyaccel."""
+
+    def __init__(self, mode_: str = "always") -> None:
+        super().__init__(mode_)
+        self.ours: list[str] = []
+
+    def use_ours(self, k: str) -> bool:
+        decision = super().use_ours(k)
+        if decision:
+            self.ours.append(k.split("|")[0])
+        return decision
+
+
+def _training_step(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h = F.layer_norm(x, x.shape[-1:], w, b)
+    y = F.silu(h)
+    p = torch.softmax(y, -1)
+    q = torch.log_softmax(y, -1)
+    (p.square().sum() + q.mean()).backward()
+    return p.detach(), q.detach()
+
+
+def test_use_ops_routes_to_anyaccel_and_matches_aten(interpreter_impls: None) -> None:
+    x = torch.randn(6, 40, dtype=torch.float64).float().requires_grad_()
+    w, b = torch.randn(40, requires_grad=True), torch.randn(40, requires_grad=True)
+    ref = _training_step(x, w, b)
+    ref_grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    pol = CountingPolicy()
+    with anyaccel.ops.use_ops(policy=pol) as replaced:
+        assert {"_softmax", "_log_softmax", "native_layer_norm", "native_layer_norm_backward", "silu",
+                "silu_backward", "_softmax_backward_data", "_log_softmax_backward_data"} <= set(replaced)
+        got = _training_step(x, w, b)
+    assert {"native_layer_norm", "native_layer_norm_backward", "silu", "silu_backward", "_softmax",
+            "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data"} <= set(pol.ours)
+    for g, r in zip(got, ref, strict=True):
+        assert_close(g, r.double())
+    for t, r in zip((x, w, b), ref_grads, strict=True):
+        torch.testing.assert_close(t.grad, r, rtol=1e-5, atol=1e-5)
+
+
+def test_exit_restores_aten_and_nesting_unwinds(interpreter_impls: None) -> None:
+    x = torch.randn(3, 16)
+    outer, inner = CountingPolicy(), CountingPolicy()
+    anyaccel.ops.enable(include=["softmax"], policy=outer)
+    with anyaccel.ops.use_ops(include=["_softmax"], policy=inner):
+        torch.softmax(x, -1)
+        assert inner.ours == ["_softmax"] and outer.ours == []  # the newest layer runs
+    torch.softmax(x, -1)
+    assert outer.ours == ["_softmax"]  # the enclosing enable() is back
+    assert mode.replaced_ops() == ["_log_softmax", "_log_softmax_backward_data", "_softmax",
+                                   "_softmax_backward_data"]
+    anyaccel.ops.disable()
+    torch.softmax(x, -1)
+    assert outer.ours == ["_softmax"] and mode.replaced_ops() == []  # aten's own kernel again
+    torch.testing.assert_close(torch.softmax(x, -1), torch.softmax(x.double(), -1).float())
+
+
+def test_out_of_order_exit_across_threads_restores_aten(interpreter_impls: None) -> None:
+    pols = [CountingPolicy() for _ in range(4)]
+    entered, release = threading.Barrier(4), threading.Event()
+
+    def worker(p: Policy) -> None:
+        with anyaccel.ops.use_ops(include=["silu"], policy=p):
+            entered.wait()
+            release.wait()
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in pols]
+    for t in threads:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join()
+    F.silu(torch.randn(5))
+    assert all(p.ours == [] for p in pols) and mode.replaced_ops() == []
+
+
+def test_tuned_policy_routes_by_the_table(interpreter_impls: None) -> None:
+    x = torch.randn(8, 32)
+    k = key("_softmax", torch.float32, 8, 32)
+    pol = CountingPolicy("tuned")
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == []  # nothing measured: nothing registered, aten untouched
+    pol.record(k, 1.5, 0.99)
+    pol.record(key("_softmax", torch.float32, 64, 32), 0.8, 0.97)
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == ["_softmax"]  # the only op with a win
+        torch.softmax(x, -1)
+        assert pol.ours == ["_softmax"]  # measured faster: anyaccel
+        torch.softmax(torch.randn(9, 32), -1)  # 9 rows bucket to 16: unmeasured, aten
+        torch.softmax(torch.randn(64, 32), -1)  # measured slower: aten
+        assert pol.ours == ["_softmax"]
+
+
+def test_tuned_policy_skips_ops_whose_fallback_costs_too_much(interpreter_impls: None) -> None:
+    pol = CountingPolicy("tuned")
+    pol.record(key("_softmax", torch.float32, 8, 32), 1.5, 0.99)
+    pol.record(key("_softmax", torch.float32, 1, 8), 0.5, 0.6)  # a small shape the mode's overhead would slow
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol) as replaced:
+        assert replaced == []
+
+
+def test_ineligible_calls_go_to_aten(interpreter_impls: None) -> None:
+    pol = CountingPolicy()
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol):
+        torch.softmax(torch.randn(4, 6).t(), -1)  # not contiguous
+        torch.softmax(torch.randn(4, 6), 0)  # not the last dimension
+        torch.softmax(torch.randn(4, 6, dtype=torch.float64), -1)  # float64
+    assert pol.ours == []
+
+
+def test_portable_implementations_are_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANYACCEL_IMPL_SOFTMAX", "torch")
+    with anyaccel.ops.use_ops(include=["softmax"], policy="always") as replaced:
+        assert replaced == []  # the portable op calls aten::_softmax itself
+
+
+def test_unknown_names_and_policies_raise() -> None:
+    with pytest.raises(ValueError, match="accepted: .*_softmax"):
+        aten_ops.select(["softmx"], None)
+    with pytest.raises(ValueError, match="policy mode"):
+        Policy("sometimes")
+
+
+def test_tune_writes_a_table_the_policy_reads(interpreter_impls: None, tmp_path: object,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from anyaccel.ops import tune
+
+    monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path))
+    measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1)
+    k = key("_softmax", torch.float32, 4, 8)
+    assert set(measured) == {k} and measured[k] > 0
+    table = Policy.load("cpu")
+    assert table.speedups[k] == pytest.approx(measured[k]) and table.fallbacks[k] > 0
