@@ -187,7 +187,8 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
     """
     impls = implementations(op)
     forced = forced_name(op, name)
-    if forced and not name and not any(_serves(i, device_type) for i in impls if i.name == forced):
+    named = [i for i in impls if i.name == forced]
+    if forced and not name and named and not any(_serves(i, device_type) for i in named):
         # ANYACCEL_IMPL_<OP> picks among the implementations of the device types the named one serves
         # (ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; the CPU optimizers keep theirs).
         forced = None

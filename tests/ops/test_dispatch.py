@@ -181,9 +181,12 @@ def test_the_family_variable_forces_and_the_old_one_is_ignored(fresh_builtins: N
     _available("lion", "triton", monkeypatch)
     assert dispatch.forced_name("lion") is None  # each family has its own variable
     assert dispatch.choose("lion", "cuda").name == "cuda"
-    monkeypatch.setenv("ANYACCEL_IMPL_ADAM", "sycl")
+    monkeypatch.setenv("ANYACCEL_IMPL_ADAM", "sycl")  # names an XPU implementation: CUDA keeps its choice
+    assert dispatch.choose("adam", "cuda").name == "cuda"
+    with pytest.raises(dispatch.NoImplementationError, match="'sycl' of op 'adam' is unavailable on xpu"):
+        dispatch.choose("adam", "xpu")  # where it applies, an unavailable forced one raises, never falls back
     with pytest.raises(dispatch.NoImplementationError, match="serves xpu, not cuda"):
-        dispatch.choose("adam", "cuda")
+        dispatch.choose("adam", "cuda", "sycl")  # a caller's explicit choice applies everywhere
 
 
 def test_cpu_rows_probe_their_builders_and_serve_the_cpu(fresh_builtins: None) -> None:
