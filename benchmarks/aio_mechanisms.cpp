@@ -10,10 +10,10 @@
 // seconds per GB (user+sys of the whole process) are printed. Mechanisms whose header is missing are left
 // out (and said so).
 //
-// Build and run (from the repository root; the file lands in --dir, which must be on the disk to measure):
-//   g++ -O2 -std=c++17 -pthread benchmarks/aio_mechanisms.cpp -o /tmp/aio_mechanisms $(ls /usr/include/libaio.h \
-//       >/dev/null 2>&1 && echo -laio) $(ls /usr/include/liburing.h >/dev/null 2>&1 && echo -luring)
-//   /tmp/aio_mechanisms --dir /var/tmp --mib 1024 --reps 3
+// Build and run (from the repository root; the file lands in --dir, which must be on the disk to measure;
+// drop -laio / -luring when libaio-dev / liburing-dev are not installed):
+//   g++ -O2 -std=c++17 -pthread benchmarks/aio_mechanisms.cpp -o /tmp/aio_mechanisms -laio -luring
+//   /tmp/aio_mechanisms --dir /var/tmp --mib 1024 --reps 3 [--block 1048576]
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
