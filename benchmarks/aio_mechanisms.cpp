@@ -13,7 +13,7 @@
 // Build and run (from the repository root; the file lands in --dir, which must be on the disk to measure;
 // drop -laio / -luring when libaio-dev / liburing-dev are not installed):
 //   g++ -O2 -std=c++17 -pthread benchmarks/aio_mechanisms.cpp -o /tmp/aio_mechanisms -laio -luring
-//   /tmp/aio_mechanisms --dir /var/tmp --mib 1024 --reps 3 [--block 1048576]
+//   /tmp/aio_mechanisms --dir /var/tmp --mib 1024 --reps 3 [--block 1048576] [--fresh no|yes|fallocate]
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -175,12 +175,16 @@ int main(int argc, char** argv) {
   std::string dir = ".";
   int64_t mib = 1024, block = 1 << 20;
   int reps = 3;
+  // "no": writes overwrite the file; "yes": each write goes to a new file; "fallocate": a new file whose
+  // blocks are allocated first (fallocate, as fio does).
+  std::string fresh = "no";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--dir") dir = argv[i + 1];
     else if (a == "--mib") mib = std::atoll(argv[i + 1]);
     else if (a == "--block") block = std::atoll(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--fresh") fresh = std::string(argv[i + 1]);
   }
   const int64_t bytes = mib << 20;
   void* mem = nullptr;
@@ -209,10 +213,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     for (const bool read : {false, true}) {
       for (const auto& c : configs) {
+        if (!read && fresh != "no") unlink(path.c_str());
         const int fd = open(path.c_str(), read ? O_RDONLY | O_DIRECT : O_WRONLY | O_CREAT | O_DIRECT, 0600);
         if (fd < 0) die("open " + path, errno);
         const double c0 = cpu_seconds();
         const auto t0 = std::chrono::steady_clock::now();
+        if (!read && fresh == "fallocate" && fallocate(fd, 0, 0, bytes) != 0) die("fallocate", errno);
         c.run(Job{fd, buf, bytes, block, read});
         if (!read) fdatasync(fd);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -229,8 +235,9 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("file %s, %lld MiB, block %lld bytes, buffer %s, %d reps (median; min-max)\n", path.c_str(),
-              static_cast<long long>(mib), static_cast<long long>(block), locked ? "mlocked" : "not locked", reps);
+  std::printf("file %s, %lld MiB, block %lld bytes, buffer %s, fresh files for writes: %s, %d reps (median; "
+              "min-max)\n", path.c_str(), static_cast<long long>(mib), static_cast<long long>(block),
+              locked ? "mlocked" : "not locked", fresh.c_str(), reps);
   std::printf("%-22s %10s %17s %12s\n", "mechanism", "MB/s", "range", "CPU s/GB");
   for (const auto& [k, v] : mbps) {
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
