@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from anyaccel.op_builder.toolchains.ninja import positive_seconds
 from anyaccel.ops.aio import errors, pinned
 
 logger = logging.getLogger(__name__)
@@ -50,8 +51,6 @@ def default_timeout_s() -> float:
     Raises:
         ValueError: the variable is not a finite positive number of seconds.
     """
-    from anyaccel.op_builder.toolchains.ninja import positive_seconds
-
     return positive_seconds(TIMEOUT_ENV, os.environ.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
 
 
@@ -298,6 +297,8 @@ class AsyncIOHandle:
         Raises:
             As :meth:`wait`; the handle is closed even then.
         """
+        if self._closed:  # also after a failed __init__, which never made a kernel handle (nor a lock)
+            return
         with self._lock:
             if self._closed:
                 return
@@ -357,7 +358,7 @@ class AsyncIOHandle:
         data = buffer.detach()
         staging = None
         if data.device.type != "cpu":  # DeepSpeed's bounce buffer: host memory for the device tensor
-            staging = torch.empty(data.numel(), dtype=data.dtype, pin_memory=pinned._accelerator_pinning())
+            staging = torch.empty(data.numel(), dtype=data.dtype, pin_memory=pinned.accelerator_pinning())
             if not read:
                 staging.copy_(data.reshape(-1))
         with self._lock:

@@ -6,7 +6,7 @@ accelerator (CUDA, XPU, ...), the memory comes from torch's pinned allocator (``
 also fast to copy to the device; on a CPU-only torch, from torch's CPU allocator, locked with ``mlock``
 when the process may lock that much (``RLIMIT_MEMLOCK``; root may), else left unlocked (still aligned, still
 correct) and said once in the log. DeepSpeed does the same with ``posix_memalign`` + ``mlock``
-(``csrc/aio/py_lib/deepspeed_pin_tensor.cpp``).
+(``csrc/pin_memory/deepspeed_pin_tensor.cpp`` and ``page_alloc.cpp``).
 
 Every buffer made here is remembered (its address range) until :func:`free_locked_tensor` or the death of
 the tensor object returned, so :func:`is_locked` also recognises views of it (DeepSpeed's swapper asks
@@ -33,7 +33,7 @@ _REGIONS: dict[int, tuple[int, bool]] = {}  # start -> (end, locked with mlock)
 _WARNED = False
 
 
-def _accelerator_pinning() -> bool:
+def accelerator_pinning() -> bool:
     """Whether torch has an accelerator whose pinned host allocator ``pin_memory=True`` uses."""
     import torch
 
@@ -67,7 +67,7 @@ def new_locked_tensor(num_elem: int, dtype: Any, page_lock: Callable[[int, int, 
         raise ValueError(f"new_cpu_locked_tensor: num_elem={num_elem!r} is invalid; accepted: an int >= 0")
     nbytes = num_elem * torch.empty(0, dtype=dtype).element_size()
     span = -(-nbytes // PAGE) * PAGE  # whole pages, so locking never touches a neighbour's page
-    pin = _accelerator_pinning()
+    pin = accelerator_pinning()
     raw = torch.empty(span + PAGE, dtype=torch.uint8, pin_memory=pin)
     skip = -raw.data_ptr() % PAGE
     tensor = raw[skip:skip + nbytes].view(dtype)
