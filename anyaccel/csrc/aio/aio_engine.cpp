@@ -167,13 +167,12 @@ void open_files(Transfer& t, int& buffered, int& direct, struct stat& st) {
   }
 }
 
-// Allocates the blocks of a write that extends its file before any piece runs (fallocate, mode 0: the file
-// takes its new size at once). Two reasons: O_DIRECT writes past the end of a file are serialised by file
-// systems such as ext4 (each waits for the inode), while writes inside the file run in parallel (fio
-// preallocates for the same reason); and a disk without room fails here, before a byte is written, as
-// DiskFullError. File systems without fallocate (EOPNOTSUPP) just extend the file as the pieces land.
+// Reserves the blocks of a write that extends its file before any piece runs (fallocate with
+// FALLOC_FL_KEEP_SIZE: the size still grows only as the pieces land), so a disk without room fails here,
+// before a byte is written, as DiskFullError, and a transfer that fails later leaves the file no longer
+// than what was written. File systems without fallocate (EOPNOTSUPP) just allocate as the pieces land.
 void reserve_space(int fd, const Transfer& t) {
-  if (::fallocate(fd, 0, t.offset, t.nbytes) == 0) return;
+  if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, t.offset, t.nbytes) == 0) return;
   const int e = errno;
   if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
     throw_error(ErrorKind::kOs, e, "aio: reserving " + std::to_string(t.nbytes) + " bytes at offset " +

@@ -162,7 +162,7 @@ def test_dev_full_fails_the_write_at_wait_as_a_full_disk(aio_module):
         assert h.pending() == 0
 
 
-def test_a_file_size_limit_is_a_full_disk_before_anything_is_written(run_python, tmp_path):
+def test_a_file_size_limit_fails_the_write_as_a_full_disk_at_the_limit(run_python, tmp_path):
     out = run_python(REPORT + f"""
 import resource
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
@@ -173,6 +173,8 @@ print(json.dumps([big, small]))
 """)
     big, small = out
     assert big["error"] == "DiskFullError" and big["errno"] == 27 and "ulimit -f" in big["message"]
+    assert "failed at byte 1048576" in big["message"]
+    assert (tmp_path / "big.bin").stat().st_size == 1 << 20  # what was written, nothing claimed beyond
     assert small == {"value": 1}
 
 
