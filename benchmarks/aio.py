@@ -46,6 +46,8 @@ from typing import Any
 import torch
 from _common import GIB, REPO_ROOT, format_table, median
 
+from anyaccel.accelerator.host_memory import available_host_memory_bytes
+
 logger = logging.getLogger("benchmarks.aio")
 MIB = 1024**2
 
@@ -81,14 +83,6 @@ def filesystem_of(path: Path) -> tuple[str, str]:
             fields = right.split()
             best, found = len(mount_point), (fields[0], fields[1])
     return found
-
-
-def available_bytes() -> int:
-    """``MemAvailable`` in bytes."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 # ---- the disk probe -------------------------------------------------------------------------------------
@@ -324,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         round_s_per_byte = 0.0  # one round of every implementation, from the sizes measured so far
         for nbytes in sizes:
-            need = nbytes + GIB // 2
-            if available_bytes() < need:
-                print(f"{label(nbytes)}: skipped, {available_bytes() / GIB:.1f} GiB of memory available, "
+            need, available = nbytes + GIB // 2, available_host_memory_bytes()
+            if available < need:
+                print(f"{label(nbytes)}: skipped, {available / GIB:.1f} GiB of memory available, "
                       f"{need / GIB:.1f} GiB needed")
                 continue
             repeats = args.repeats_large if nbytes >= 4 * GIB else args.repeats
