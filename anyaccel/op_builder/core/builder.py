@@ -289,10 +289,14 @@ class OpBuilder:
 
     # ----- key --------------------------------------------------------------------------------------------
     def _files_in_key(self) -> list[Path]:
+        """The sources, every header under :meth:`include_paths`, and the headers beside the sources (a
+        ``"cpu_adam.h"`` included by ``cpu_adam.cpp`` changes the binary as much as the source does)."""
         root = self.source_root()
         files = [root / s for s in self.sources()]
         for inc in self.include_paths():
             files.extend(p for p in (root / inc).rglob("*") if p.suffix in self.HEADER_SUFFIXES and p.is_file())
+        for src_dir in sorted({f.parent for f in files[:len(self.sources())]}):
+            files.extend(p for p in src_dir.iterdir() if p.suffix in self.HEADER_SUFFIXES and p.is_file())
         return files
 
     def key_inputs(self) -> dict[str, Any]:

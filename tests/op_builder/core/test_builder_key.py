@@ -139,3 +139,16 @@ def test_namespace_follows_the_key() -> None:
 def test_missing_source_is_an_oserror(tmp_path) -> None:
     with pytest.raises(OSError):
         ToyBuilder(root=tmp_path).key_inputs()
+
+
+def test_a_header_beside_the_sources_is_in_the_key(tmp_path):
+    root = tmp_path / "src"
+    shutil.copytree(FIXTURES, root)
+    base = key_of(ToyBuilder(root=root))
+    beside = root / "toy_local.h"  # what toy.cpp would include as "toy_local.h", outside the include paths
+    beside.write_text("// v1\n")
+    first = key_of(ToyBuilder(root=root))
+    beside.write_text("// v2\n")
+    assert len({base, first, key_of(ToyBuilder(root=root))}) == 3
+    beside.unlink()
+    assert key_of(ToyBuilder(root=root)) == base
