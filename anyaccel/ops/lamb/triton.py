@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from anyaccel.ops.triton import multi_tensor
+from anyaccel.ops.triton.launch import device_of
 
 BLOCK = 4096
 NUM_WARPS = 8
@@ -122,7 +123,7 @@ def lamb_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
         p, g, m, v = (lst[0] for lst in lists[:4])
         counts = torch.tensor([(t.numel() + BLOCK - 1) // BLOCK for t in lists[0]], device=p.device)
         partials = torch.empty(table.num_chunks, 2, dtype=torch.float32, device=p.device)
-        with torch.get_device_module(p.device.type).device(p.device):
+        with device_of(p):
             _lamb_update_kernel[(table.num_chunks,)](
                 p, g, m, v, table.rows, table.chunks, partials, beta1, 1.0 - beta1, beta2, 1.0 - beta2, eps,
                 1.0 / grad_scale, weight_decay, EPS_INSIDE=eps_inside_sqrt, BLOCK=BLOCK, num_warps=NUM_WARPS)
