@@ -1,10 +1,12 @@
-"""Benchmark: anyaccel FusedAdam (CUDA C++ and Triton) against torch.optim.AdamW(fused=True) on one GPU.
+"""Benchmark: anyaccel FusedAdam / FusedLamb (CUDA C++ and Triton) against torch.optim.AdamW(fused=True)
+(and DeepSpeed's FusedAdam / FusedLamb when ``deepspeed`` imports) on one GPU.
 
 Run on the device machine from the repository root::
 
-    PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_optimizers.py [--quick] [--json out.json]
+    PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_optimizers.py [--family adam|lamb] [--quick]
 
-Per shape (1e9 x 1, 1e9 in 400 tensors, 1e8 in 200 tensors) and mode it prints ms/step, TB/s at the bytes
+Per shape (1e9 x 1, 1e9 in 400 tensors, 1e8 in 200 tensors, 1e7 in 1000 tensors: the small-tensor regime
+where the host limits the step) and mode it prints ms/step, TB/s at the bytes
 the mode must move, % of the device-to-device copy ceiling measured in the same run, and the ratio
 torch-fused-time / our-time (> 1: ours is faster). Modes, like with like:
 
@@ -19,12 +21,16 @@ runs ahead as in training and a window measures the steady state), median of R w
 interleaved window by window (A/B/C/A/B/C...) because the machine's bandwidth drifts.
 "op" times call the op on prepared lists; "optim" times call ``optimizer.step()`` (Python bucketing
 included); ``host us`` is the host time per call (when it exceeds the GPU time, the host limits the step).
-Also prints the cold build time of the CUDA op.
+"cuda graph" replays one captured ``FusedAdam(capturable=True).step()`` (the host cost of a step gone).
+LAMB (``--family lamb``): no torch counterpart; bytes are what our kernels move (fp32: 28 + 12 for the
+apply pass, which re-reads p, m and v); the ceiling percentage is of those bytes.
+Also prints the build (or prebuilt load) time of the CUDA op.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import logging
@@ -32,13 +38,16 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 logger = logging.getLogger("gpu_optimizers")
 
-SHAPES = {"1e9 x 1": [10**9], "1e9 in 400": [2_500_000] * 400, "1e8 in 200": [500_000] * 200}
+SHAPES = {"1e9 x 1": [10**9], "1e9 in 400": [2_500_000] * 400, "1e8 in 200": [500_000] * 200,
+          "1e7 in 1000": [10_000] * 1000}
+#: Bytes per element LAMB moves beyond Adam's: pass 3 re-reads p, m, v and writes p (csrc/lamb/fused_lamb_cuda.cu).
+LAMB_EXTRA_BYTES = {4: 12, 2: 6}
 #: mode -> (param dtype, our fp32_optimizer_states, our bytes/element, torch's bytes/element)
 MODES = {
     "fp32": (torch.float32, True, 28, 28),
@@ -73,8 +82,7 @@ def copy_ceiling(nbytes: int = 4 << 30) -> float:
     """Device-to-device copy bandwidth in TB/s (bytes read + written), median of 20."""
     src = torch.empty(nbytes // 4, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    ms = time_windows({"copy": lambda: dst.copy_(src)}, 5, 20)["copy"]
-    del src, dst
+    ms = time_windows({"copy": functools.partial(dst.copy_, src)}, 5, 20)["copy"]
     return 2 * nbytes / (ms * 1e-3) / 1e12
 
 
@@ -87,23 +95,57 @@ def make_params(sizes: list[int], dtype: torch.dtype) -> list[torch.nn.Parameter
     return params
 
 
+def _deepspeed(family: str) -> type | None:
+    """DeepSpeed's FusedAdam / FusedLamb when deepspeed imports (its op builds JIT), else None."""
+    try:
+        if family == "adam":
+            from deepspeed.ops.adam import FusedAdam as DSFused
+        else:
+            from deepspeed.ops.lamb import FusedLamb as DSFused
+    except Exception as exc:  # noqa: BLE001 - any import failure leaves the row out, with the reason
+        logger.info("DeepSpeed's fused %s left out: %s", family, exc)
+        return None
+    return DSFused
+
+
+def _graph_step(opt: torch.optim.Optimizer) -> Callable[[], None]:
+    """One captured ``opt.step()`` (capturable), returned as a replay function."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        opt.step()
+    return graph.replay
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="adam", choices=("adam", "lamb"), help="optimizer family")
     parser.add_argument("--quick", action="store_true", help="fewer windows")
     parser.add_argument("--json", default=None, help="write all numbers to this file")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
+    parser.add_argument("--no-deepspeed", action="store_true", help="leave DeepSpeed's optimizer out")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from anyaccel.ops import dispatch as implementations
     from anyaccel.ops.adam import FusedAdam
+    from anyaccel.ops.lamb import FusedLamb
 
+    family = args.family
+    ours_cls = FusedAdam if family == "adam" else FusedLamb
+    ds_cls = None if args.no_deepspeed else _deepspeed(family)
     impls = ["cuda"] + (["triton"] if importlib.util.find_spec("triton") else [])
     os.environ.setdefault("ANYACCEL_CACHE_DIR", tempfile.mkdtemp(prefix="anyaccel_bench_"))
     t0 = time.perf_counter()
-    implementations.load("adam", "cuda", "cuda")
+    module = implementations.load(family, "cuda", "cuda")
     build_s = time.perf_counter() - t0
-    print(f"cold CUDA build + load of fused_adam: {build_s:.1f} s", flush=True)
+    print(f"build or load of the CUDA {family} op: {build_s:.1f} s (source: {getattr(module, 'source', '?')})",
+          flush=True)
     torch.cuda.synchronize()
     ceiling = copy_ceiling()
     print(f"copy ceiling: {ceiling:.2f} TB/s  ({torch.cuda.get_device_name()})", flush=True)
@@ -114,47 +156,61 @@ def main() -> int:
         numel = sum(sizes)
         for mode in args.modes.split(","):
             dtype, fp32_states, our_bpe, torch_bpe = MODES[mode]
-            ref = make_params(sizes, dtype)
+            if family == "lamb":
+                our_bpe += LAMB_EXTRA_BYTES[4 if fp32_states or dtype == torch.float32 else 2]
             ours = make_params(sizes, dtype)
-            topt = torch.optim.AdamW(ref, lr=1e-4, weight_decay=0.01, fused=True)
-            fns: dict[str, Callable[[], None]] = {"torch fused": topt.step}
+            fns: dict[str, Callable[[], None]] = {}
+            keep: list[object] = []
+            if family == "adam":
+                ref = make_params(sizes, dtype)
+                topt = torch.optim.AdamW(ref, lr=1e-4, weight_decay=0.01, fused=True)
+                fns["torch fused"] = topt.step
+                keep += [ref, topt]
+            if ds_cls is not None:
+                theirs = make_params(sizes, dtype)
+                dsopt = ds_cls(theirs, lr=1e-4, weight_decay=0.01)
+                fns["deepspeed"] = dsopt.step
+                keep += [theirs, dsopt]
             opts = {}
             for impl in impls:
-                opts[impl] = FusedAdam(ours, lr=1e-4, weight_decay=0.01, impl=impl,
-                                       fp32_optimizer_states=fp32_states)
+                opts[impl] = ours_cls(ours, lr=1e-4, weight_decay=0.01, impl=impl, fp32_optimizer_states=fp32_states)
                 fns[f"{impl} optim"] = opts[impl].step
+            if family == "adam" and shape == "1e7 in 1000":
+                graphed = make_params(sizes, dtype)
+                gopt = FusedAdam(graphed, lr=torch.tensor(1e-4, device="cuda"), weight_decay=0.01, impl="cuda",
+                                 fp32_optimizer_states=fp32_states, capturable=True, set_grad_none=False)
+                fns["cuda graph"] = _graph_step(gopt)
+                keep += [graphed, gopt]
             for fn in fns.values():  # warm up, create state, compile Triton
                 fn()
-            # op-level: the same lists every call (the state the optimizers created)
-            st = opts[impls[0]].state
-            plist = [p.data for p in ours]
-            glist = [p.grad for p in ours]
-            mlist = [st[p]["exp_avg"] for p in ours]
-            vlist = [st[p]["exp_avg_sq"] for p in ours]
-            for impl in impls:
-                op = implementations.load("adam", "cuda", impl)
-                fns[f"{impl} op"] = (lambda op=op: op.adam_step(plist, glist, mlist, vlist, [], 10, 1e-4, 0.9, 0.999,
-                                                                 1e-8, 0.01, True, True))
-                fns[f"{impl} op"]()
+            if family == "adam":  # op-level: the same lists every call (the state the optimizers created)
+                st = opts[impls[0]].state
+                lists = ([p.data for p in ours], [p.grad for p in ours], [st[p]["exp_avg"] for p in ours],
+                         [st[p]["exp_avg_sq"] for p in ours])
+                for impl in impls:
+                    op = implementations.load("adam", "cuda", impl)
+                    fns[f"{impl} op"] = functools.partial(op.adam_step, *lists, [], 10, 1e-4, 0.9, 0.999, 1e-8,
+                                                          0.01, True, True)
+                    fns[f"{impl} op"]()
             torch.cuda.synchronize()
             host: dict[str, float] = {}
             times = time_windows(fns, steps, windows, host)
+            base = times.get("torch fused", times.get("deepspeed", times["cuda optim"]))
             for name, ms in times.items():
-                nbytes = (torch_bpe if name == "torch fused" else our_bpe) * numel
-                tbs = nbytes / (ms * 1e-3) / 1e12
-                rows.append(dict(shape=shape, mode=mode, contender=name, ms=ms, tbs=tbs, pct=100 * tbs / ceiling,
-                                 vs_torch=times["torch fused"] / ms, host_us=host[name],
-                                 bytes_per_element=torch_bpe if name == "torch fused" else our_bpe))
-            del ref, ours, topt, opts, fns, plist, glist, mlist, vlist, st
+                bpe = torch_bpe if name in ("torch fused", "deepspeed") and family == "adam" else our_bpe
+                tbs = bpe * numel / (ms * 1e-3) / 1e12
+                rows.append(dict(family=family, shape=shape, mode=mode, contender=name, ms=ms, tbs=tbs,
+                                 pct=100 * tbs / ceiling, vs_base=base / ms, host_us=host[name], bytes_per_element=bpe))
+            del ours, opts, fns, keep
             torch.cuda.empty_cache()
             print(f"done {shape} {mode}", flush=True)
-    print(f"\ncopy ceiling {ceiling:.2f} TB/s; bytes/element: fp32 28, bf16 (bf16 state, ours and torch) 14, "
-          f"bf16+fp32state (ours, the more accurate mode) 22")
+    base_name = "torch fused" if family == "adam" else ("deepspeed" if ds_cls is not None else "cuda optim")
+    print(f"\n{family}: copy ceiling {ceiling:.2f} TB/s; ratio column = {base_name} ms / row ms (> 1: faster)")
     print(f"{'shape':<12}{'mode':<16}{'contender':<15}{'B/el':>5}{'ms/step':>9}{'TB/s':>7}{'% copy':>8}"
-          f"{'torch/ours':>11}{'host us':>9}")
+          f"{'ratio':>8}{'host us':>9}")
     for r in rows:
         print(f"{r['shape']:<12}{r['mode']:<16}{r['contender']:<15}{r['bytes_per_element']:>5}{r['ms']:>9.3f}"
-              f"{r['tbs']:>7.2f}{r['pct']:>7.1f}%{r['vs_torch']:>11.2f}{r['host_us']:>9.0f}")
+              f"{r['tbs']:>7.2f}{r['pct']:>7.1f}%{r['vs_base']:>8.2f}{r['host_us']:>9.0f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(ceiling_tbs=ceiling, build_s=build_s, rows=rows), fh, indent=1)
