@@ -298,8 +298,8 @@ def covered(directives: list[Directive]) -> tuple[dict[tuple[str, str], str], li
         where = f"{d.page.relative_to(d.page.parents[1]) if len(d.page.parents) > 1 else d.page}:{d.line}"
         try:
             obj = resolve(d.target)
-        except LookupError:
-            problems.append(f"{where}: ::: {d.target} names nothing importable")
+        except Exception:  # noqa: BLE001 - LookupError, or an import that fails
+            problems.append(f"{where}: ::: {d.target} names nothing importable (or importing it fails)")
             continue
         parent, _, leaf = d.target.rpartition(".")
         out.setdefault(object_key(parent, leaf, obj), d.target)
@@ -309,8 +309,8 @@ def covered(directives: list[Directive]) -> tuple[dict[tuple[str, str], str], li
         for name in names:
             try:
                 member = getattr(obj, name)
-            except AttributeError:
-                problems.append(f"{where}: ::: {d.target} lists member {name!r}, which it does not have")
+            except Exception:  # noqa: BLE001 - AttributeError, or a lazy name whose import fails
+                problems.append(f"{where}: ::: {d.target} lists member {name!r}, which cannot be loaded")
                 continue
             out.setdefault(object_key(d.target, name, member), f"{d.target}.{name}")
     return out, problems
@@ -353,6 +353,9 @@ def check(modules: Iterable[str], api_dir: Path, inventory: Path | None = None) 
                 obj = getattr(module, name)
             except AttributeError:
                 problems.append(f"{qualified}: listed as public but the module has no such attribute")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a lazy name whose import fails (a missing optional package)
+                problems.append(f"{qualified}: cannot be loaded ({type(exc).__name__}: {str(exc).splitlines()[0]})")
                 continue
             reason = docstring_problem(module_name, name, obj)
             if reason:
