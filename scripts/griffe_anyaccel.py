@@ -25,6 +25,7 @@ from typing import Any
 import griffe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # this checkout's anyaccel (GeneratedBuilders)
 from check_docs import comment_docstring  # noqa: E402 - after the path set-up above
 
 
