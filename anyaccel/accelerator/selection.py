@@ -304,7 +304,8 @@ def explain(probe_all: bool = True) -> SelectionReport:
         A :class:`SelectionReport`; ``.to_dict()`` is JSON-able.
 
     Raises:
-        The errors of :func:`get_accelerator` when no accelerator is chosen yet and selection fails.
+        AcceleratorError: the errors of :func:`get_accelerator` when no accelerator is chosen yet and selection
+            fails.
 
     Side effects: like :func:`get_accelerator`; with ``probe_all``, probes every installed stack. Does not
     change the cached choice.

@@ -223,7 +223,8 @@ def load(op: str, device_type: str, name: str | None = None) -> Any:
         An object with the op's functions as attributes, and ``impl_name`` set to the chosen name.
 
     Raises:
-        The errors of :func:`choose`, and whatever the implementation's loader raises (e.g. a build error).
+        ImplementationError: the errors of :func:`choose`; whatever the implementation's loader raises (e.g.
+            a build error) passes through.
 
     Side effects: may compile the op (CPU: seconds; CUDA: nvcc, tens of seconds cold; Triton: at first call).
     """

@@ -478,7 +478,8 @@ class ListOptimizer(torch.optim.Optimizer):
         Raises:
             TypeError: the dict, a group or a state entry has the wrong type.
             ValueError: anything else does not fit; the message names the group, the parameter and the key.
-            Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``.
+
+        Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``.
         """
         for hook in self._optimizer_load_state_dict_pre_hooks.values():
             result = hook(self, state_dict)
@@ -602,8 +603,9 @@ class ListOptimizer(torch.optim.Optimizer):
                 non-contiguous parameter, inference tensor, memory shared between tensors of the step.
             RuntimeError: ``capturable=False`` while a CUDA graph is being captured, or the parameter set
                 changed during a capture; errors of loading an op (a typed build error).
-            Nothing has changed when it raises: validation and op loading come before any state is created,
-            any step count advanced or any tensor written.
+
+        Nothing has changed when it raises: validation and op loading come before any state is created,
+        any step count advanced or any tensor written.
 
         Side effects: creates state on a parameter's first step; loads (maybe compiles) ops on first use;
         updates parameters and state in place and bumps the parameters' version counters.

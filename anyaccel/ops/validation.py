@@ -163,7 +163,8 @@ def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], 
 
     Args:
         op: the op name for messages (``"adam_step"``).
-        params, grads: the parameter and gradient lists.
+        params: the parameter list.
+        grads: the gradient list.
         states: optimizer-state lists by name, in schema order (``{"exp_avgs": [...], ...}``).
         model_copies: empty, or the 16-bit model copies written from fp32 masters.
         accepted: the spec's dtype combinations as ``(param, grad, state, copy)`` dtype names.

@@ -202,7 +202,7 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
         Raises:
             DeepSpeedABIMissingError: functions are missing and ``ANYACCEL_DEEPSPEED_ABI_FALLBACK=0``, or no
                 DeepSpeed builder exists to fall back to.
-            The errors of anyaccel's ``load()`` (typed build errors).
+            OpBuilderError: the errors of anyaccel's ``load()`` (typed build errors).
         """
         return self._deepspeed_module(super().load(verbose), verbose)
 

@@ -232,7 +232,7 @@ def install() -> Any:
         DeepSpeedNotInstalledError: DeepSpeed is not installed.
         UntestedDeepSpeedVersionError: the installed DeepSpeed is not in ``TESTED_VERSIONS`` and
             ``ANYACCEL_DEEPSPEED_ALLOW_UNTESTED`` is not set.
-        The errors of ``anyaccel.get_accelerator()`` (when wiring now).
+        AcceleratorError: the errors of ``anyaccel.get_accelerator()`` (when wiring now).
 
     Side effects: see the module doc; calling again after ``anyaccel.set_accelerator()`` re-wires DeepSpeed
     to the new choice.

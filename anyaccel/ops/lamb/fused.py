@@ -52,7 +52,8 @@ class FusedLamb(ListOptimizer):
         weight_decay: finite ``>= 0``, added to the update before the trust ratio.
         max_grad_norm: with ``grad_norms`` passed to :meth:`step`, gradients whose norm exceeds it are
             scaled down (DeepSpeed's clipping); ``0`` disables; finite ``>= 0``.
-        max_coeff, min_coeff: the trust ratio's clamp, ``0 <= min_coeff <= max_coeff``, ``max_coeff > 0``.
+        max_coeff: the trust ratio's upper clamp, ``max_coeff > 0``.
+        min_coeff: the trust ratio's lower clamp, ``0 <= min_coeff <= max_coeff``.
         amsgrad: must be False (not supported, as in DeepSpeed).
         set_grad_none: ``zero_grad()`` sets gradients to None.
         master_weights: fp32 master weights for 16-bit parameters.
@@ -116,8 +117,9 @@ class FusedLamb(ListOptimizer):
 
         Args:
             closure: re-evaluates the model and returns the loss.
-            grads, output_params: DeepSpeed's legacy lists; not supported (use ``p.grad`` and
-                ``master_weights=True``) and must be None.
+            grads: DeepSpeed's legacy gradient list; not supported (use ``p.grad``), must be None.
+            output_params: DeepSpeed's legacy output list; not supported (use ``master_weights=True``), must
+                be None.
             scale: gradients are divided by it (a loss scale), finite ``> 0``.
             grad_norms: per group (or one for all), the (scaled) global gradient norm; with the group's
                 ``max_grad_norm > 0`` and ``norm / scale > max_grad_norm`` the gradients are further divided
