@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import operator
 from collections import defaultdict
@@ -184,6 +185,8 @@ class _Bucket:
     step: torch.Tensor
     step_value: float
     labels: list[str]
+    positions: list[int] = dataclasses.field(default_factory=list)
+    grads_changed: bool = True
     plan: tuple[torch.Tensor, int, int, int] | None = None
     plan_grad_ptrs: list[int] | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -193,7 +196,8 @@ class _Bucket:
 class _GroupPlan:
     """A group's buckets and what they were built from (a cached plan is reused while these still hold)."""
 
-    signature: tuple[int, ...]
+    params: list[torch.Tensor]
+    present: list[bool]
     buckets: list[_Bucket]
     generation: int
     new_state: dict[torch.Tensor, _ParamState]
@@ -622,23 +626,26 @@ class ListOptimizer(torch.optim.Optimizer):
     def _prepare(self, index: int, group: dict[str, Any]) -> _Prepared | None:
         """Validates group ``index`` and returns its step; changes nothing."""
         scalars = self._group_scalars(index, group)
-        live = [p for p in group["params"] if p.grad is not None]
-        if not live:
+        params = group["params"]
+        grads = list(map(_grad_of, params))
+        present = list(map(operator.is_not, grads, itertools.repeat(None)))
+        if not any(present):
             return None
-        signature = tuple(map(id, live))
         plan = self._plans.get(index)
-        capturing = self._capturing(live[0].device)
+        device = next(g for g in grads if g is not None).device
+        capturing = self._capturing(device)
         if capturing and not self.capturable:
             raise RuntimeError(f"{self._NAME}.step() is being captured in a graph, but the step count and learning "
                                f"rate are host values baked into the capture; construct {self._NAME} with "
                                "capturable=True to capture steps")
-        if plan is None or plan.signature != signature or plan.generation != self._gen.value or \
-                not self._refresh(plan):
+        if plan is None or plan.generation != self._gen.value or plan.present != present or \
+                len(plan.params) != len(params) or not all(map(operator.is_, params, plan.params)) or \
+                not self._refresh(plan, grads):
             if capturing:
                 raise RuntimeError(f"{self._NAME}: the parameters with gradients (or their storage, or the state) "
                                    "changed during a graph capture; run one step outside the capture first (warm-up) "
                                    "and keep the parameter set fixed while capturing")
-            plan = self._build(index, group, live)
+            plan = self._build(index, group, [p for p, keep in zip(params, present, strict=True) if keep])
         ops = {}
         for bucket in plan.buckets:
             if bucket.device.type not in ops:
@@ -689,19 +696,21 @@ class ListOptimizer(torch.optim.Optimizer):
         self._functions[device.type] = (loaded, functions)
         return functions
 
-    def _refresh(self, plan: _GroupPlan) -> bool:
-        """Collects this step's gradients into a cached plan; False when the plan no longer fits."""
+    def _refresh(self, plan: _GroupPlan, grads: list[torch.Tensor]) -> bool:
+        """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
+        plan no longer fits (a parameter's storage moved, a gradient is sparse or not contiguous)."""
         for b in plan.buckets:
-            if list(map(torch.Tensor.data_ptr, b.owners)) != b.owner_ptrs:
+            if not _same_data_ptrs(b.owners, b.owner_ptrs):
                 return False
-            grads = list(map(_grad_of, b.owners))
-            if not all(map(operator.is_, grads, b.grads)):
+            picked = [grads[i] for i in b.positions] if len(b.positions) != len(grads) else grads
+            b.grads_changed = not all(map(operator.is_, picked, b.grads))
+            if b.grads_changed:
                 try:
-                    if not all(map(torch.Tensor.is_contiguous, grads)):
+                    if not all(map(torch.Tensor.is_contiguous, picked)):
                         return False
                 except RuntimeError:  # a sparse gradient has no is_contiguous
                     return False
-                b.grads = grads
+                b.grads = picked
         return True
 
     def _build(self, index: int, group: dict[str, Any], live: list[torch.Tensor]) -> _GroupPlan:
@@ -757,6 +766,7 @@ class ListOptimizer(torch.optim.Optimizer):
             bucket.grads.append(g)
             bucket.owner_ptrs.append(p.data_ptr())
             bucket.labels.append(where)
+            bucket.positions.append(positions[id(p)])
             members.append(st)
             spans.append(_span(p, where, True))
             spans.append(_span(g, f"the gradient of {where}", False))
@@ -770,7 +780,9 @@ class ListOptimizer(torch.optim.Optimizer):
             device = bucket.device if self.capturable else torch.device("cpu")
             bucket.step = torch.full((), bucket.step_value, dtype=torch.float32, device=device)
             buckets.append(bucket)
-        return _GroupPlan(tuple(map(id, live)), buckets, -1, new_state, list(by_key.values()))
+        params = list(group["params"])
+        live_ids = {id(p) for p in live}
+        return _GroupPlan(params, [id(p) in live_ids for p in params], buckets, -1, new_state, list(by_key.values()))
 
     def _new_state(self, p: torch.Tensor) -> dict[str, Any]:
         st: dict[str, Any] = {"step": torch.zeros((), dtype=torch.float32)}
@@ -804,7 +816,7 @@ class ListOptimizer(torch.optim.Optimizer):
         if make is None:
             return
         if bucket.plan is not None and bucket.plan_grad_ptrs is not None:
-            if list(map(torch.Tensor.data_ptr, bucket.grads)) == bucket.plan_grad_ptrs:
+            if not bucket.grads_changed or _same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
                 return
         if prepared.capturing:
             raise RuntimeError(f"{self._NAME}: a gradient's storage moved during a graph capture; keep gradients "
@@ -883,6 +895,26 @@ def _spec_ranges(family: str) -> dict[str, validation.Interval]:
 @functools.cache
 def _spec_combos(family: str) -> frozenset[tuple[str, str, str, str]]:
     return frozenset(c.as_tuple() for c in family_spec(family).dtypes)
+
+
+#: torch's C++ check of many data pointers at once (CUDA builds of torch; cudagraph trees use it).
+_DATA_PTRS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
+@functools.cache
+def _indices(n: int) -> list[int]:
+    """``list(range(n))``, made once per length (read-only)."""
+    return list(range(n))
+
+
+def _same_data_ptrs(tensors: list[torch.Tensor], ptrs: list[int]) -> bool:
+    """Whether ``tensors`` still have the data pointers ``ptrs`` (a storage swap, ``p.data = x``, moves them)."""
+    if _DATA_PTRS_EQUAL is not None and len(tensors) > 16:
+        try:
+            return bool(_DATA_PTRS_EQUAL(tensors, ptrs, _indices(len(tensors))))
+        except (TypeError, RuntimeError):
+            pass
+    return list(map(torch.Tensor.data_ptr, tensors)) == ptrs
 
 
 def _frozen(value: Any) -> Any:

@@ -187,6 +187,67 @@ def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], 
     host = allowed == ("cpu",)
     accepted_set = set(accepted)
     first_device = params[0].device if n else None
+    if not _all_fine(lists, params, grads, states, model_copies, allowed, host, first_device, accepted_set):
+        _first_problem(op, lists, params, grads, states, model_copies, accepted, allowed, host, first_device,
+                       accepted_set, error)
+    check_no_overlap(op, params, grads, states, model_copies, error)
+
+
+def _all_fine(lists: Mapping[str, Sequence[Any]], params: Sequence[Any], grads: Sequence[Any],
+              states: Mapping[str, Sequence[Any]], model_copies: Sequence[Any], allowed: tuple[str, ...], host: bool,
+              first_device: Any, accepted_set: set[tuple[str, str, str, str]]) -> bool:
+    """The fast path of :func:`check_optimizer_lists`: True when every rule holds (one pass, no message built).
+
+    A call that fails any rule, or holds objects that are not tensors, returns False and is examined again by
+    :func:`_first_problem` in the kernels' order, for the exact message.
+    """
+    import torch
+
+    if first_device is not None and first_device.type not in allowed:
+        return False
+    strided = torch.strided
+    tensor = torch.Tensor
+    columns = list(lists.values())
+    state_columns = list(states.values())
+    names = _dtype_names()
+    for i, p in enumerate(params):
+        shape = p.shape
+        for values in columns:
+            t = values[i]
+            if not isinstance(t, tensor) or t.layout is not strided or t.shape != shape or not t.is_contiguous():
+                return False
+            d = t.device
+            if (d.type not in allowed) if host else (d != first_device):
+                return False
+        state_dtype = state_columns[0][i].dtype if state_columns else None
+        if any(column[i].dtype is not state_dtype for column in state_columns[1:]):
+            return False
+        combo = (names.get(p.dtype), names.get(grads[i].dtype), names.get(state_dtype) if state_columns else "none",
+                 names.get(model_copies[i].dtype) if model_copies else "none")
+        if combo not in accepted_set:
+            return False
+    return True
+
+
+def _dtype_names() -> dict[Any, str]:
+    """torch dtype -> ``"float32"``-style name (``_dtype``), for every dtype torch has."""
+    global _DTYPE_NAMES
+    if not _DTYPE_NAMES:
+        import torch
+
+        _DTYPE_NAMES = {v: _dtype(v) for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    return _DTYPE_NAMES
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _first_problem(op: str, lists: Mapping[str, Sequence[Any]], params: Sequence[Any], grads: Sequence[Any],
+                   states: Mapping[str, Sequence[Any]], model_copies: Sequence[Any],
+                   accepted: Sequence[tuple[str, str, str, str]], allowed: tuple[str, ...], host: bool,
+                   first_device: Any, accepted_set: set[tuple[str, str, str, str]],
+                   error: type[Exception]) -> None:
+    """Raise for the first broken rule of :func:`check_optimizer_lists`, in the kernels' order."""
     for i, param in enumerate(params):
         for list_name, values in lists.items():
             t = values[i]
@@ -219,7 +280,6 @@ def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], 
             raise error(f"{op}: params[{i}] has the dtype combination (param, grad, state, model_copy) = "
                         f"({', '.join(combo)}), which is not supported; accepted: "
                         + ", ".join("(" + ", ".join(c) + ")" for c in accepted))
-    check_no_overlap(op, params, grads, states, model_copies, error)
 
 
 def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], states: Mapping[str, Sequence[Any]],
@@ -239,11 +299,15 @@ def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], state
     lists: list[tuple[str, Sequence[Any]]] = [("params", params), ("grads", grads), *states.items()]
     if model_copies:
         lists.append(("model_copies", model_copies))
+    first = params[0] if len(params) else None
+    if first is None or not isinstance(first, torch.Tensor) or first.device.type == "meta" or _is_fake(first):
+        return  # stand-ins, meta and fake tensors (torch.compile, opcheck) have no real addresses
     spans = []
+    tensor = torch.Tensor
     for order, (name, values) in enumerate(lists):
         for i, t in enumerate(values):
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                return  # stand-ins and meta tensors have no addresses
+            if not isinstance(t, tensor):
+                return
             n = t.numel()
             if n == 0:
                 continue
@@ -251,7 +315,7 @@ def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], state
                 start = t.data_ptr()
             except RuntimeError:  # a tensor without storage (functional wrappers) has no data pointer
                 return
-            if start == 0 or _is_fake(t):  # fake tensors (torch.compile, opcheck) report no real address
+            if start == 0:
                 return
             spans.append((start, order, i, start + n * t.element_size(), name))
     spans.sort()

@@ -127,8 +127,12 @@ def lamb_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
             _lamb_update_kernel[(table.num_chunks,)](
                 p, g, m, v, table.rows, table.chunks, partials, beta1, 1.0 - beta1, beta2, 1.0 - beta2, eps,
                 1.0 / grad_scale, weight_decay, EPS_INSIDE=eps_inside_sqrt, BLOCK=BLOCK, num_warps=NUM_WARPS)
-            sums = torch.segment_reduce(partials.double(), "sum", lengths=counts, axis=0)
-            norms = sums.sqrt()
+            # Per-tensor sums of the chunks' partials, in float64 and a fixed order: differences of one prefix
+            # sum at the tensors' chunk boundaries (torch.segment_reduce takes ~20 ms on a GPU whatever the size).
+            prefix = torch.nn.functional.pad(partials.double().cumsum(0), (0, 0, 1, 0))
+            ends = counts.cumsum(0)
+            sums = prefix[ends] - prefix[ends - counts]
+            norms = sums.clamp_min(0).sqrt()
             ratio = (norms[:, 0] / norms[:, 1]).clamp(min_coeff, max_coeff)
             coeff = torch.where((norms[:, 0] != 0) & (norms[:, 1] != 0), ratio, torch.ones_like(ratio)).float()
             _lamb_apply_kernel[(table.num_chunks,)](
