@@ -80,7 +80,12 @@ NOT_IN_KEY = ("built_with_torch",)
 
 def compute_key(inputs: Mapping[str, Any]) -> str:
     """The cache key: SHA-256 hex of ``inputs`` (less :data:`NOT_IN_KEY`) as canonical JSON (sorted keys, no
-    whitespace)."""
+    whitespace).
+
+    The integrity check recomputes it from a manifest's recorded inputs
+    (:func:`anyaccel.op_builder.core.integrity.inspect_entry`), so an edited input never passes, while a field of
+    :data:`NOT_IN_KEY` may differ (an artifact built under another torch).
+    """
     hashed = {k: v for k, v in inputs.items() if k not in NOT_IN_KEY}
     blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -198,14 +198,17 @@ def probe_version(path: Path | str, args: Sequence[str] = ("--version",), timeou
 
 
 def tool_version(path: Path, args: tuple[str, ...] = ("--version",), timeout_s: float = 30.0) -> str:
-    """The first line of ``<path> --version``, or ``"unknown (<what happened>)"``; never raises.
+    """The first line of ``<path> --version``, or ``"unknown (<what happened>)"``: ``"unknown (exit 3)"``,
+    ``"unknown (exit 3: <first line>)"``, ``"unknown (<why it did not run>)"``; never raises.
 
     Side effects: starts a process. Never call this on the load path.
     """
     probe = probe_version(path, args, timeout_s)
     if probe.ok and probe.first_line:
         return probe.first_line
-    return f"unknown ({probe.describe()})"
+    if probe.returncode is None:
+        return f"unknown ({probe.error})"
+    return f"unknown (exit {probe.returncode}" + (f": {probe.first_line})" if probe.first_line else ")")
 
 
 def available_memory_bytes() -> int | None:

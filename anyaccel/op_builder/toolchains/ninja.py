@@ -240,8 +240,8 @@ def run_ninja(ninja: Path, build_dir: Path, jobs: int, env: Mapping[str, str], t
         unfinished = [cmd for desc, cmd in known.items() if desc not in finished]
         command = next((c for c in running if c in known.values()), None) or next(iter(running), None) \
             or next(iter(unfinished), None) or f"{ninja} -C {build_dir}"
-        raise BuildTimeoutError(f"the build in {build_dir} ran longer than {timeout_s:g} s ({TIMEOUT_ENV}) and was "
-                                f"killed with every process it started; still running: {command}", command,
+        raise BuildTimeoutError(f"the build in {build_dir} ran longer than {timeout_s:g} s ({TIMEOUT_ENV}); ninja and "
+                                f"every process it started were killed. Still running: {command}", command,
                                 timeout_s) from None
     except BaseException:
         _kill_group(proc)
