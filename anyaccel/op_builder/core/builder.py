@@ -553,7 +553,8 @@ class OpBuilder:
         ``key``, which must be ``compute_key(inputs)``.
 
         The recorded inputs need no comparison with ``inputs``: the check verifies that they hash to ``key``, so
-        they are the same document (the warm load saves the field-by-field comparison).
+        they are the same document but for the unkeyed build-host fields (``built_with_torch``; see
+        :data:`~anyaccel.op_builder.core.manifest.NOT_IN_KEY`), which never decide trust.
         """
         return integrity.inspect_entry(entry, key, self.namespace(key))
 
