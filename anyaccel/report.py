@@ -5,6 +5,10 @@ compiler versions, the CPU's SIMD level, the op cache root, and for every op bui
 compatible here (with the reason when not) and whether it is built. ``--build`` builds every compatible op
 first and records the outcome per op.
 
+When a section cannot be gathered (a bad ``ANYACCEL_ACCELERATOR``, an unusable cache), the report still
+prints, with the error in that section and in ``errors`` (``--json`` output stays one JSON object, no
+traceback), and the command exits 1.
+
 Side effects: selects the accelerator (``get_accelerator()``), runs the compiler and ninja with
 ``--version`` and calls py-cpuinfo once (about 1 s); with ``--build`` it compiles ops into the cache.
 """
@@ -16,7 +20,8 @@ import json
 import platform
 import sys
 import time
-from typing import Any, Dict, List
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -27,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build", action="store_true", help="build every compatible op before reporting")
 
 
-def _accelerator_section() -> Dict[str, Any]:
+def _accelerator_section() -> dict[str, Any]:
     from anyaccel.accelerator import explain, get_accelerator
 
     acc = get_accelerator()
@@ -40,7 +45,7 @@ def _accelerator_section() -> Dict[str, Any]:
     return section
 
 
-def _op_rows(build: bool) -> List[Dict[str, Any]]:
+def _op_rows(build: bool) -> list[dict[str, Any]]:
     from anyaccel.accelerator import get_accelerator
     from anyaccel.op_builder.core.errors import BuildError, OpBuilderError
     from anyaccel.op_builder.registry import all_builder_names
@@ -49,7 +54,7 @@ def _op_rows(build: bool) -> List[Dict[str, Any]]:
     rows = []
     for name in all_builder_names():
         builder = acc.create_op_builder(name)
-        row: Dict[str, Any] = {"op": name}
+        row: dict[str, Any] = {"op": name}
         if builder is None:
             row.update(compatible=False, reason=f"no implementation for accelerator {acc._name!r}", built=False)
             rows.append(row)
@@ -69,14 +74,38 @@ def _op_rows(build: bool) -> List[Dict[str, Any]]:
     return rows
 
 
-def _deepspeed_section() -> Dict[str, Any]:
+def _deepspeed_section() -> dict[str, Any]:
     """Whether DeepSpeed is installed and wired (``anyaccel.integrations.deepspeed.status()``; no DeepSpeed import)."""
     from anyaccel.integrations.deepspeed import status
 
     return status()
 
 
-def collect(build: bool = False) -> Dict[str, Any]:
+def _error_entry(exc: BaseException) -> dict[str, Any]:
+    """An error as report data: its type, message and (for the op builders' errors) code and fix."""
+    entry: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        entry["code"] = code
+    fix = getattr(exc, "fix", None)
+    if isinstance(fix, str):
+        entry["fix"] = fix
+    return entry
+
+
+def _section(name: str, gather: Callable[[], Any], errors: list[dict[str, Any]], failed: Any) -> Any:
+    """``gather()``, or ``failed`` when it raises one of the library's typed errors (recorded in ``errors``)."""
+    from anyaccel.accelerator.errors import AcceleratorError
+    from anyaccel.op_builder.core.errors import OpBuilderError
+
+    try:
+        return gather()
+    except (AcceleratorError, OpBuilderError, OSError, ValueError) as exc:
+        errors.append({"section": name, **_error_entry(exc)})
+        return failed
+
+
+def collect(build: bool = False) -> dict[str, Any]:
     """Gather the report as a JSON-able dict.
 
     Args:
@@ -87,13 +116,22 @@ def collect(build: bool = False) -> Dict[str, Any]:
         selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
         backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
         build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a
-        list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on failure ``error``), and ``deepspeed``
-        (:func:`anyaccel.integrations.deepspeed.status`: installed, version, tested, startup hook, wired).
+        list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build``
+        and on failure ``error``), ``deepspeed`` (:func:`anyaccel.integrations.deepspeed.status`: installed,
+        version, tested, startup hook, wired) and ``errors``: one dict per section that could not be gathered
+        (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section is then
+        ``{"error": message}`` (``ops``: empty).
     """
     from anyaccel.op_builder.cli import info
     from anyaccel.ops.cpu_threads import thread_plan
     from anyaccel.version import __version__
 
+    errors: list[dict[str, Any]] = []
+    accelerator = _section("accelerator", _accelerator_section, errors, None)
+    toolchain = _section("toolchain", info.describe, errors, None)
+    cpu_threads = _section("cpu_threads", thread_plan, errors, None)
+    ops = _section("ops", lambda: _op_rows(build), errors, []) if accelerator is not None else []
+    deepspeed = _section("deepspeed", _deepspeed_section, errors, None)
     return {
         "anyaccel": __version__,
         "python": sys.version.split()[0],
@@ -105,12 +143,17 @@ def collect(build: bool = False) -> Dict[str, Any]:
             "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
             "threads": torch.get_num_threads(),
         },
-        "accelerator": _accelerator_section(),
-        "toolchain": info.describe(),
-        "cpu_threads": thread_plan(),
-        "ops": _op_rows(build),
-        "deepspeed": _deepspeed_section(),
+        "accelerator": accelerator if accelerator is not None else {"error": _first_error(errors, "accelerator")},
+        "toolchain": toolchain if toolchain is not None else {"error": _first_error(errors, "toolchain")},
+        "cpu_threads": cpu_threads,
+        "ops": ops,
+        "deepspeed": deepspeed if deepspeed is not None else {"error": _first_error(errors, "deepspeed")},
+        "errors": errors,
     }
+
+
+def _first_error(errors: list[dict[str, Any]], section: str) -> str:
+    return next((e["message"] for e in errors if e["section"] == section), "")
 
 
 def _fmt(value: Any) -> str:
@@ -119,7 +162,7 @@ def _fmt(value: Any) -> str:
     return "-" if value in (None, "") else str(value)
 
 
-def render(report: Dict[str, Any]) -> str:
+def render(report: dict[str, Any]) -> str:
     """Format a report from :func:`collect` as aligned text tables for a terminal."""
     acc = report["accelerator"]
     lines = [
@@ -127,16 +170,22 @@ def render(report: Dict[str, Any]) -> str:
         f"torch {report['torch']['version']}  cuda {_fmt(report['torch']['cuda'])}  hip {_fmt(report['torch']['hip'])}"
         f"  cxx11 abi {_fmt(report['torch']['cxx11_abi'])}  threads {report['torch']['threads']}",
         "",
-        f"accelerator: {acc['chosen']} ({acc['device_name']}, {acc['device_count']} device(s), "
-        f"communication backend {acc['communication_backend']})",
-        f"  why: {acc['reason']}",
-        "  candidates:",
     ]
-    for c in acc.get("candidates", []):
-        mark = "available" if c.get("available") else "unavailable"
-        lines.append(f"    {c['name']:<8} priority {_fmt(c.get('priority')):<5} {mark:<12} {c.get('reason', '')}")
+    if "error" in acc:
+        lines.append(f"accelerator: error: {acc['error']}")
+    else:
+        lines += [f"accelerator: {acc['chosen']} ({acc['device_name']}, {acc['device_count']} device(s), "
+                  f"communication backend {acc['communication_backend']})",
+                  f"  why: {acc['reason']}",
+                  "  candidates:"]
+        for c in acc.get("candidates", []):
+            mark = "available" if c.get("available") else "unavailable"
+            lines.append(f"    {c['name']:<8} priority {_fmt(c.get('priority')):<5} {mark:<12} {c.get('reason', '')}")
     lines.append("")
     tc = report["toolchain"]
+    if "error" in tc:
+        lines.append(f"toolchain: error: {tc['error']}")
+        return "\n".join(lines + _error_lines(report))
     isa = tc["cpu_isa"]
     lines.append(f"cpu SIMD level: {isa.get('chosen') or 'error: ' + str(isa.get('error'))}  "
                  f"(supported: {', '.join(isa['supported'])}; torch capability {isa['torch_capability']}; "
@@ -157,10 +206,19 @@ def render(report: Dict[str, Any]) -> str:
         lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
     lines.append("")
     lines.append(_render_deepspeed(report.get("deepspeed")))
-    return "\n".join(lines)
+    return "\n".join(lines + _error_lines(report))
 
 
-def _render_threads(t: Dict[str, Any]) -> str:
+def _error_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for err in report.get("errors", []):
+        lines += ["", f"error ({err['section']}): {err['message']}"]
+        if err.get("fix") and err["fix"] not in err["message"]:
+            lines.append(f"  fix: {err['fix']}")
+    return lines
+
+
+def _render_threads(t: dict[str, Any]) -> str:
     """One line on the CPU kernels' threads (anyaccel.ops.cpu_threads.thread_plan)."""
     line = (f"cpu kernels: up to {t['torch_threads']} threads (torch), affinity {t['affinity_cpus']} of "
             f"{t['host_cpus']} CPUs ({'bound' if t['bound'] else 'not bound'}), {t['local_ranks']} rank(s) on this "
@@ -173,6 +231,8 @@ def _render_threads(t: Dict[str, Any]) -> str:
 
 def _render_deepspeed(ds: Any) -> str:
     """One line on DeepSpeed: installed/tested, and whether ``import deepspeed`` uses anyaccel (docs/deepspeed.md)."""
+    if ds and "error" in ds:
+        return f"deepspeed: error: {ds['error']}"
     if not ds or not ds.get("installed"):
         return "deepspeed: not installed"
     tested = "tested" if ds["tested"] else f"untested (tested: {', '.join(ds['tested_versions'])})"
@@ -188,11 +248,15 @@ def _render_deepspeed(ds: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``anyaccel report``; print the report; return 0, or 1 when ``--build`` had a failed build."""
+    """Run ``anyaccel report``; print the report (to stdout: it is the command's output).
+
+    Returns:
+        0; 1 when a section could not be gathered (see :func:`collect`) or ``--build`` had a failed build.
+    """
     report = collect(build=args.build)
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
     else:
-        print(render(report))
+        sys.stdout.write(render(report) + "\n")
     failed = [r["op"] for r in report["ops"] if str(r.get("build", "")).startswith("failed")]
-    return 1 if failed else 0
+    return 1 if failed or report["errors"] else 0

@@ -4,7 +4,9 @@
   ``import torch`` inside the process, and the whole process's wall time;
 - compiler invocations when 8 processes load the same cold op at once (counted by a ``CXX`` wrapper that
   logs every ``-c`` compilation; target 1);
-- the time from a SIGKILL of a building process (2 s into its build) to the next successful load.
+- the time from a SIGKILL of a building process (2 s into its build) to the next successful load;
+- what the content digest checked before ``dlopen`` (issue 12) costs in a warm load: the SHA-256 of the
+  library, timed inside ``CPUAdamBuilder().load()`` in fresh processes (median of 5).
 
 Compare with DeepSpeed's 45.7 s cold / 4.45 s warm (shared/reference/baselines.md).
 
@@ -39,6 +41,23 @@ def load_seconds(env: dict) -> tuple[float, float]:
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", LOAD], env=env, capture_output=True, text=True, check=True)
     return time.perf_counter() - t0, float(out.stdout.strip().splitlines()[-1])
+
+
+DIGEST = ("import json, time, torch; from anyaccel.op_builder import CPUAdamBuilder; "
+          "from anyaccel.op_builder.core import manifest as mf; spent = []; real = mf.fd_digest\n"
+          "def timed(fd):\n t = time.perf_counter(); r = real(fd); spent.append(time.perf_counter() - t); return r\n"
+          "mf.fd_digest = timed; t = time.perf_counter(); CPUAdamBuilder().load()\n"
+          "print(json.dumps([time.perf_counter() - t, sum(spent)]))")
+
+
+def digest_share(env: dict, runs: int = 5) -> tuple[float, float]:
+    """Median (warm load, SHA-256 of the library) in milliseconds, each in a fresh process."""
+    results = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", DIGEST], env=env, capture_output=True, text=True, check=True)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    results.sort()
+    return results[len(results) // 2][0] * 1000, results[len(results) // 2][1] * 1000
 
 
 def concurrent_cold_compiles(n: int = 8) -> tuple[int, float]:
@@ -80,12 +99,15 @@ def main() -> None:
     env = fresh_env()
     cold_wall, cold_load = load_seconds(env)
     warm = [load_seconds(env) for _ in range(5)]
+    warm_ms, digest_ms = digest_share(env)
     compiles, concurrent_wall = concurrent_cold_compiles(8)
     result = {
         "cold_build_load_s": round(cold_load, 2),
         "cold_process_wall_s": round(cold_wall, 2),
         "warm_load_ms_median": round(statistics.median(w[1] for w in warm) * 1000, 1),
         "warm_process_wall_s_median": round(statistics.median(w[0] for w in warm), 2),
+        "warm_load_after_imports_ms_median": round(warm_ms, 2),
+        "warm_load_digest_ms_median": round(digest_ms, 3),
         "compiler_runs_8_concurrent_cold_loads": compiles,
         "concurrent_8_cold_loads_wall_s": round(concurrent_wall, 2),
         "kill_to_next_load_s": round(kill_to_next_load(), 2),
@@ -96,6 +118,8 @@ def main() -> None:
     peers = {"cold_build_load_s": "DeepSpeed 45.7 s, target < 15 s",
              "warm_load_ms_median": "DeepSpeed 4.45 s for DeepSpeedCPUAdam() with its op cached, target < 50 ms",
              "warm_process_wall_s_median": "includes import torch",
+             "warm_load_after_imports_ms_median": "CPUAdamBuilder().load() alone, target < 10 ms",
+             "warm_load_digest_ms_median": "SHA-256 of op.so checked before dlopen (issue 12)",
              "compiler_runs_8_concurrent_cold_loads": "target 1"}
     for key, value in result.items():
         print(f"{key:40s} {value:>8}   {peers.get(key, '')}")

@@ -37,7 +37,7 @@ from anyaccel.op_builder.core.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
 from anyaccel.op_builder.toolchains import cuda_flags
 from anyaccel.op_builder.toolchains import ninja as nj
-from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
+from anyaccel.op_builder.toolchains.host import file_identity, find_cxx, probe_version
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,8 @@ class CUDAOpBuilder(OpBuilder):
 
         Raises:
             ToolchainError: ``compiler_missing``/``ninja_missing`` (host tools), ``compiler_missing`` when
-                nvcc is not found or its version cannot be read, ``cuda_mismatch`` when nvcc's and a CUDA
+                nvcc is not found, ``version_probe_failed`` when ``nvcc --version`` fails (the message has
+                its command, status and output), ``cuda_mismatch`` when nvcc's and a CUDA
                 torch's major versions differ (unless ``ANYACCEL_SKIP_CUDA_CHECK=1``), or when torch is a
                 ROCm build (the stable-ABI CUDA sources are not hipified yet).
 
@@ -221,10 +222,12 @@ class CUDAOpBuilder(OpBuilder):
         if compiler is None:
             raise ToolchainError("compiler_missing", "nvcc was not found: set CUDA_HOME to the toolkit directory, "
                                  "or put nvcc on PATH")
+        probe = probe_version(compiler, timeout_s=60)
         try:
-            major, minor = cuda_toolchain.parse_nvcc_version(_nvcc_version_text(compiler))
-        except ValueError as exc:
-            raise ToolchainError("compiler_missing", f"could not read the version of {compiler}: {exc}") from None
+            major, minor = cuda_toolchain.parse_nvcc_version(probe.output if probe.ok else "")
+        except ValueError:
+            raise ToolchainError("version_probe_failed", f"could not read the version of {compiler}: "
+                                 f"{probe.describe()}") from None
         if torch.version.cuda:
             cuda_toolchain.check_cuda_versions(f"{major}.{minor}", torch.version.cuda)
         else:
@@ -260,17 +263,6 @@ class CUDAOpBuilder(OpBuilder):
         home = Path(str(env["CUDA_HOME"]))
         lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
         return [*super().link_command(env), f"-L{lib}", "-lcudart"]
-
-
-def _nvcc_version_text(compiler: Path) -> str:
-    """The output of ``nvcc --version`` ("... release 13.0, V13.0.88"), or the reason it could not run."""
-    import subprocess
-
-    try:
-        out = subprocess.run([str(compiler), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({exc})"
-    return out.stdout + out.stderr
 
 
 def _cuda_arch_list() -> list[str]:

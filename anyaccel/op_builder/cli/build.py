@@ -15,31 +15,57 @@ logger = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``--ops`` (default: every op) and ``--accelerator`` (default: every accelerator's host ops)."""
     parser.add_argument("--ops", nargs="+", metavar="NAME", help="ops to build (default: all)")
-    parser.add_argument("--accelerator", default="*", help="build the builders of this accelerator (default: host ops)")
+    parser.add_argument("--accelerator", default="*",
+                        help="build the builders of this accelerator (default '*': the host ops)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the selected ops into the cache; print a built/skipped/failed table.
 
     Returns:
-        0 when nothing failed, 1 otherwise; 2 for an unknown op name.
+        0 when everything asked for was built; 1 when a build failed, or when an op named with ``--ops`` was
+        skipped (its toolchain is missing) or has no build for the accelerator; 2 for an unknown op or
+        accelerator name (the message lists the valid ones).
     """
     from anyaccel.op_builder.cli.aot import build_all, format_table
     from anyaccel.op_builder.core.errors import UnknownOpError
-    from anyaccel.op_builder.registry import all_builder_names, get_builder_class
+    from anyaccel.op_builder.registry import ANY_ACCELERATOR, all_builder_names, get_builder_class
 
+    accelerators = _accelerator_names()
+    if args.accelerator != ANY_ACCELERATOR and args.accelerator not in accelerators:
+        logger.error("--accelerator %r names no known accelerator; valid names are %s, or '%s' (the host ops, the "
+                     "default)", args.accelerator, ", ".join(accelerators), ANY_ACCELERATOR)
+        return 2
+    explicit = bool(args.ops)
     names = args.ops or all_builder_names()
+    classes = []
+    missing = []
     for name in names:
         try:
-            get_builder_class(name, args.accelerator)
+            cls = get_builder_class(name, args.accelerator)
         except UnknownOpError as exc:
             logger.error("%s", exc)
             return 2
-    classes = [get_builder_class(name, args.accelerator) for name in names]
-    outcomes = build_all([c for c in classes if c is not None], lambda b: str(b.jit_load().path),
-                         lambda b: b.compatibility())
+        if cls is not None:
+            classes.append(cls)
+        elif explicit:
+            served = [a for a in [ANY_ACCELERATOR, *accelerators] if get_builder_class(name, a) is not None]
+            missing.append(name)
+            logger.error("op %s has no build for accelerator %r; it has builds for: %s (pass --accelerator)", name,
+                         args.accelerator, ", ".join(served) or "none")
+    outcomes = build_all(classes, lambda b: str(b.jit_load().path), lambda b: b.compatibility())
     sys.stdout.write(format_table(outcomes) + "\n")
     for o in outcomes:
         if o.status == "failed":
             logger.error("%s", o.error)
-    return 1 if any(o.status == "failed" for o in outcomes) else 0
+        elif o.status == "skipped" and explicit:
+            logger.error("%s was asked for but skipped: %s", o.op, o.detail)
+    bad = any(o.status == "failed" or (explicit and o.status == "skipped") for o in outcomes)
+    return 1 if bad or missing else 0
+
+
+def _accelerator_names() -> list[str]:
+    """Every known accelerator name (built-ins, plug-ins, registrations), sorted."""
+    from anyaccel.accelerator.registry import all_specs
+
+    return sorted(spec.name for spec in all_specs())

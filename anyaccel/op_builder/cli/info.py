@@ -6,7 +6,6 @@ Unlike the load path, this runs ``--version`` of each tool and may call py-cpuin
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Any
 
 from anyaccel.op_builder.core.cache import default_cache_root
@@ -40,10 +39,13 @@ def describe() -> dict[str, Any]:
     nvcc = cuda_toolchain.find_nvcc()
     facts["nvcc"] = {"path": str(nvcc) if nvcc else None, "version": None}
     if nvcc:
+        probe = toolchain.probe_version(nvcc)
         try:
-            major, minor = cuda_toolchain.parse_nvcc_version(_nvcc_text(nvcc))
+            if not probe.ok:
+                raise ValueError(probe.describe())
+            major, minor = cuda_toolchain.parse_nvcc_version(probe.output)
             facts["nvcc"]["version"] = f"{major}.{minor}"
-        except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        except ValueError as exc:
             facts["nvcc"]["version"] = f"unknown ({exc})"
     facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
                       "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
@@ -64,6 +66,3 @@ def describe() -> dict[str, Any]:
     facts["cache_root"] = str(default_cache_root())
     return facts
 
-
-def _nvcc_text(nvcc: os.PathLike) -> str:
-    return subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=30, check=False).stdout

@@ -9,6 +9,12 @@ One load path (``shared/design.md`` "Op-builder layer"):
 3. the content-addressed disk cache, manifest checked;
 4. a build under an OS lock, in a private directory, published with one ``os.rename``.
 
+Nothing is loaded before :func:`~anyaccel.op_builder.core.integrity.inspect_entry` passes (ownership and
+modes of every path, the manifest, the library's SHA-256), and after the load the library must have
+registered the namespace and functions this builder expects (:meth:`OpBuilder.verify_functions`). A cache
+entry that fails either check is quarantined (moved aside in one rename, logged once per process) and
+rebuilt (issue 12).
+
 Steps 1-3 spawn no process and import nothing heavy: the key uses the compiler's path, size and mtime,
 never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.ops.spec.NativeBuild`:
 sources, functions, flags) plus its backend base (``backends/``: ``TorchCPUOpBuilder``, ``CUDAOpBuilder``,
@@ -21,11 +27,13 @@ carries the ABI target, not the torch version, so a torch upgrade reuses every a
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,28 +42,34 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from anyaccel.op_builder.core import cache as cache_mod
+from anyaccel.op_builder.core import integrity
 from anyaccel.op_builder.core import manifest as mf
-from anyaccel.op_builder.core.cache import Cache
+from anyaccel.op_builder.core.cache import Cache, cache_os_error, check_secure
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.errors import (
     DIAGNOSES,
+    ArtifactError,
     BuildError,
+    CacheUnusableError,
     OpBuilderError,
     ToolchainError,
     diagnose,
     first_error_lines,
 )
 from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
 from anyaccel.op_builder.core.module import OpModule
+from anyaccel.op_builder.core.progress import BuildProgress
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains.host import (
     build_jobs,
     file_identity,
     find_cxx,
+    probe_version,
     require_cxx,
     require_ninja,
-    tool_version,
 )
 from anyaccel.ops.spec import NativeBuild, OpSpec
 from anyaccel.version import __version__
@@ -64,7 +78,7 @@ logger = logging.getLogger(__name__)
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent.parent
 PREBUILT_ENV = "ANYACCEL_PREBUILT_DIR"
-LIBRARY_NAME = "op.so"
+LIBRARY_NAME = integrity.LIBRARY_NAME
 #: Manifest input fields compared by "not newer than" instead of equality.
 ABI_TARGET_FIELD = "abi_target"
 
@@ -74,6 +88,11 @@ _FAILED: dict[str, BuildError] = {}
 _KEY_LOCKS: dict[str, threading.Lock] = {}
 _STATE_LOCK = threading.Lock()
 _WARNED_PREBUILT: set[str] = set()
+_LOGGED_QUARANTINE: set[tuple[str, str, str]] = set()
+# The progress display of the build running in this context (read by compile(), whose signature backends
+# override, so it is not a parameter).
+_PROGRESS: contextvars.ContextVar[BuildProgress | None] = contextvars.ContextVar("anyaccel_build_progress",
+                                                                                  default=None)
 
 
 def _key_lock(key: str) -> threading.Lock:
@@ -183,6 +202,44 @@ class OpBuilder:
         """Backend-specific key inputs (e.g. the nvcc identity and GPU arch list). Must not spawn processes."""
         return {}
 
+    def functions(self) -> list[str]:
+        """The torch op names the library registers in its namespace (the spec build's functions; empty for a
+        hand-written builder that does not override this, whose library is then not checked after loading)."""
+        if self.SPEC is None or self.BUILD is None:
+            return []
+        return [fn.name for fn in self.SPEC.functions_of(self.BUILD)]
+
+    def expected_schemas(self, namespace: str) -> dict[str, str]:
+        """The full schema each function must have been registered with in ``namespace`` (spec builds only)."""
+        if self.SPEC is None or self.BUILD is None:
+            return {}
+        return {fn.name: f"{namespace}::{fn.full_schema}" for fn in self.SPEC.functions_of(self.BUILD)}
+
+    def variant_label(self) -> str:
+        """What tells this build of the op from its others, for progress and logs (the ISA level; "" if none)."""
+        return self.isa() or ""
+
+    def verify_functions(self, namespace: str) -> str:
+        """Check that a loaded library registered ``namespace`` with every function of :meth:`functions`, each
+        with the spec's schema.
+
+        Returns:
+            "" when it did; else what is missing or different, in words.
+
+        Side effects: resolves the ops through ``torch.ops`` (cached by torch).
+        """
+        import torch
+
+        ns = getattr(torch.ops, namespace)
+        missing = [name for name in self.functions() if not hasattr(ns, name)]
+        if missing:
+            return f"namespace {namespace} has no function {', '.join(missing)}"
+        for name, expected in self.expected_schemas(namespace).items():
+            registered = getattr(ns, name).default._schema
+            if registered != torch._C.parse_schema(expected):
+                return f"{namespace}::{name} was registered as {registered}, not {expected}"
+        return ""
+
     def schema_header(self) -> str:
         """The generated schema header the sources include as ``anyaccel_op.h`` ("" without a spec)."""
         if self.SPEC is None or self.BUILD is None:
@@ -283,8 +340,8 @@ class OpBuilder:
             key = mf.compute_key(inputs)
             if key in _LOADED or self._find_prebuilt(inputs, warn=False) is not None:
                 return True
-            return self._valid_entry(Cache.open().entry(self.NAME, key), key, inputs) is not None
-        except OpBuilderError:
+            return self._check_entry(Cache.open().entry(self.NAME, key), key, inputs).ok
+        except (OpBuilderError, OSError):
             return False
 
     # ----- key --------------------------------------------------------------------------------------------
@@ -349,13 +406,20 @@ class OpBuilder:
             The :class:`OpModule`.
 
         Raises:
-            BuildError: the build failed (the same object on every later attempt in this process).
-            CacheSecurityError: the cache root is not private to the current user.
+            BuildError: the build failed (the same object on every later attempt in this process), or the
+                library was refused by the dynamic loader (``load_error``; the entry is quarantined).
+            ArtifactError: the loaded library did not register the expected namespace and functions
+                (``wrong_library``; a cache entry is quarantined, so the next load rebuilds it).
+            CacheSecurityError: a path of the cache is not private to the current user.
+            CacheUnusableError: the cache is a file, read-only (and the op had to be built) or on a full disk.
             LockTimeoutError: another process held the build lock longer than the timeout.
+            SettingError: a bad ``ANYACCEL_BUILD_TIMEOUT``, ``ANYACCEL_BUILD_LOCK_TIMEOUT`` or ``MAX_JOBS``
+                (checked before a build starts).
             ISAError: a bad ``ANYACCEL_CPU_ISA``.
 
-        Side effects: may compile (seconds of CPU), writes to the cache, loads a shared library into the
-        process and registers its ops with the torch dispatcher.
+        Side effects: may compile (seconds of CPU; progress on stderr), writes to the cache, moves damaged
+        entries into its quarantine, loads a shared library into the process and registers its ops with the
+        torch dispatcher.
         """
         return self._load(use_prebuilt=True, verbose=verbose)
 
@@ -381,15 +445,40 @@ class OpBuilder:
             _LOADED[key] = module
             return module
 
-    def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str) -> OpModule:
+    def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str,
+                      identity: tuple[int, int, int, int] | None = None) -> OpModule:
+        """``dlopen`` a library that passed :func:`~anyaccel.op_builder.core.integrity.inspect_entry` and check
+        what it registered.
+
+        Args:
+            identity: the identity of the file that was hashed; the path must still name it.
+
+        Raises:
+            BuildError: ``load_error``: the path changed since it was hashed, or the loader refused it.
+            ArtifactError: ``wrong_library``: the namespace or a function is missing or has another schema.
+        """
         import torch
 
+        if identity is not None and not integrity.same_file(path, identity):
+            raise BuildError(self.NAME, DIAGNOSES["load_error"],
+                             detail=f"{path} was replaced between its integrity check and its loading")
         try:
             torch.ops.load_library(str(path))
         except (OSError, RuntimeError) as exc:
             raise BuildError(self.NAME, DIAGNOSES["load_error"],
                              detail=f"loading {path}: {_dlopen_error(path) or exc}") from exc
-        self.register_fakes(namespace)
+        problem = self.verify_functions(namespace)
+        if problem:
+            raise ArtifactError("wrong_library", self.NAME, path,
+                                f"op {self.NAME}: the library {path} ({source}) is not the one its builder expects: "
+                                f"{problem} (a library of another op, ISA or build). "
+                                f"fix: {DIAGNOSES['wrong_library'].fix}")
+        try:
+            self.register_fakes(namespace)
+        except (RuntimeError, ValueError, AttributeError) as exc:
+            raise ArtifactError("wrong_library", self.NAME, path,
+                                f"op {self.NAME}: registering the fake implementations of {namespace} failed: {exc}. "
+                                f"fix: {DIAGNOSES['wrong_library'].fix}") from exc
         module = OpModule(self.NAME, namespace, path, isa, key, source, self._module_extras())
         logger.debug("loaded %r from %s", module, source)
         return module
@@ -410,58 +499,115 @@ class OpBuilder:
         return bad
 
     def _find_prebuilt(self, inputs: dict[str, Any], warn: bool) -> OpModule | None:
+        """A prebuilt artifact serving ``inputs``: loaded when ``warn`` (the load path), else only found.
+
+        Entries that fail their integrity checks (:func:`~anyaccel.op_builder.core.integrity.inspect_entry`),
+        or whose directories are not under the control of the user or root, are skipped with one warning;
+        they cannot be quarantined (the installation is not ours to change).
+
+        Raises:
+            BuildError, ArtifactError: the matching artifact could not be loaded (``warn`` only).
+        """
         op_dir = prebuilt_root() / self.NAME
-        if not op_dir.is_dir():
+        try:
+            for directory, what in ((prebuilt_root(), "prebuilt op directory"), (op_dir, "prebuilt op directory")):
+                if not stat.S_ISDIR(check_secure(directory, allow_symlink=True, what=what).st_mode):
+                    return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # CacheSecurityError included
+            self._warn_prebuilt(warn, f"not used: {exc}")
             return None
         reasons = []
-        for entry in sorted(p for p in op_dir.iterdir() if p.is_dir()):
-            man = mf.read_manifest(entry)
-            if man is None or not (entry / LIBRARY_NAME).is_file():
+        for entry in cache_mod.real_dirs(op_dir):
+            check = integrity.inspect_entry(entry)
+            if not check.ok or check.manifest is None:
+                reasons.append(f"{entry.name[:10]}: damaged ({check.problem})")
                 continue
+            man = check.manifest
             bad = self._matches(man["inputs"], inputs, self.BUILD_HOST_FIELDS)
             if not bad:
+                namespace = self.namespace(man["key"])
+                if man.get("namespace") != namespace:
+                    reasons.append(f"{entry.name[:10]}: damaged (manifest names namespace {man.get('namespace')!r})")
+                    continue
                 if not warn:
-                    return OpModule(self.NAME, man["namespace"], entry / LIBRARY_NAME, man.get("isa"), man["key"],
-                                    "prebuilt")
-                return self._open_library(entry / LIBRARY_NAME, man["namespace"], man.get("isa"), man["key"],
-                                          "prebuilt")
+                    return OpModule(self.NAME, namespace, check.library, man.get("isa"), man["key"], "prebuilt")
+                return self._open_library(check.library, namespace, man.get("isa"), man["key"], "prebuilt",
+                                          check.identity)
             reasons.append(f"{entry.name[:10]}: " + ", ".join(
                 "sources differ" if f == "files" else
                 f"stable-ABI target {man['inputs'].get(f)} is newer than torch {_torch_version()}"
                 if f == ABI_TARGET_FIELD else f"{f} {man['inputs'].get(f)!r} != {inputs.get(f)!r}" for f in bad))
-        if warn and reasons and self.NAME not in _WARNED_PREBUILT:
-            _WARNED_PREBUILT.add(self.NAME)
-            logger.warning("prebuilt op %s does not match this environment (%s); building it just in time",
-                           self.NAME, "; ".join(reasons))
+        if reasons:
+            self._warn_prebuilt(warn, "does not match this environment (" + "; ".join(reasons) + ")")
         return None
 
+    def _warn_prebuilt(self, warn: bool, why: str) -> None:
+        if warn and self.NAME not in _WARNED_PREBUILT:
+            _WARNED_PREBUILT.add(self.NAME)
+            logger.warning("prebuilt op %s %s; building it just in time", self.NAME, why)
+
+    def _check_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> integrity.EntryCheck:
+        """:func:`~anyaccel.op_builder.core.integrity.inspect_entry` with the namespace this builder derives from
+        ``key``, which must be ``compute_key(inputs)``.
+
+        The recorded inputs need no comparison with ``inputs``: the check verifies that they hash to ``key``, so
+        they are the same document but for the unkeyed build-host fields (``built_with_torch``; see
+        :data:`~anyaccel.op_builder.core.manifest.NOT_IN_KEY`), which never decide trust.
+        """
+        return integrity.inspect_entry(entry, key, self.namespace(key))
+
     def _valid_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> dict[str, Any] | None:
-        """The manifest of a published entry if it is complete and matches ``inputs``, else None."""
-        if not entry.is_dir():
-            return None
-        man = mf.read_manifest(entry)
-        if man is None or man.get("key") != key or not (entry / LIBRARY_NAME).is_file():
-            logger.warning("cache entry %s is incomplete or damaged; rebuilding it", entry)
-            return None
-        bad = self._matches(man.get("inputs", {}), inputs, ("built_with_torch",))
-        if bad:
-            logger.warning("cache entry %s was built from other inputs (%s); rebuilding it", entry, ", ".join(bad))
-            return None
-        return man
+        """The manifest of a published entry if it passes :meth:`_check_entry`, else None."""
+        check = self._check_entry(entry, key, inputs)
+        return check.manifest if check.ok else None
+
+    def _quarantine(self, cache: Cache, entry: Path, key: str, reason: str, problem: str) -> None:
+        """Move a damaged, foreign or mismatched entry aside (the caller holds its build lock); log it once."""
+        dest = cache.quarantine(entry, reason)
+        if (self.NAME, key, reason) not in _LOGGED_QUARANTINE:
+            _LOGGED_QUARANTINE.add((self.NAME, key, reason))
+            logger.warning("op %s: %s; moved it to %s, it will not be loaded (a new build replaces it)",
+                           self.NAME, problem, dest)
 
     def _load_from_cache(self, cache: Cache, key: str, inputs: dict[str, Any], verbose: bool) -> OpModule:
+        cache.check_op_dir(self.NAME)
         entry = cache.entry(self.NAME, key)
-        man = self._valid_entry(entry, key, inputs)
+        lock_path = cache.lock_path(self.NAME, key)
+        check = self._check_entry(entry, key, inputs)
         source = "cache"
-        if man is None:
-            with BuildLock(cache.lock_path(self.NAME, key), what=f"op {self.NAME} ({key[:10]})"):
-                man = self._valid_entry(entry, key, inputs)  # another process may have built it meanwhile
-                if man is None:
+        if not check.ok:
+            nj.build_timeout_s()  # a bad ANYACCEL_BUILD_TIMEOUT or ANYACCEL_BUILD_LOCK_TIMEOUT fails before any wait
+            lock_timeout_s()
+            with BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
+                check = self._check_entry(entry, key, inputs)  # another process may have built it meanwhile
+                if not check.ok:
+                    if check.present:
+                        self._quarantine(cache, entry, key, check.reason, check.problem)
+                    cache.check_op_dir(self.NAME, create=True)
                     self._build_and_publish(cache.tmp, cache.logs, entry, key, inputs, verbose)
-                    man = mf.read_manifest(entry) or {}
                     source = "built"
-        return self._open_library(entry / LIBRARY_NAME, man.get("namespace", self.namespace(key)), man.get("isa"),
-                                  key, source)
+                    check = self._check_entry(entry, key, inputs)
+                    if not check.ok:
+                        raise ArtifactError("damaged_artifact", self.NAME, entry / LIBRARY_NAME,
+                                            f"op {self.NAME}: the entry just built fails its check: {check.problem}")
+        assert check.manifest is not None
+        digest = check.manifest.get("library_sha256")
+        try:
+            return self._open_library(check.library, self.namespace(key), check.manifest.get("isa"), key, source,
+                                      check.identity)
+        except (BuildError, ArtifactError) as exc:
+            reason = "wrong-library" if isinstance(exc, ArtifactError) else "load-error"
+            try:
+                with BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
+                    again = integrity.inspect_entry(entry, key)
+                    if again.manifest is not None and again.manifest.get("library_sha256") == digest:
+                        self._quarantine(cache, entry, key, reason, f"the library of {entry} could not be used "
+                                                                    f"({str(exc).splitlines()[0]})")
+            except OpBuilderError as qexc:  # the load's error is the one to report
+                logger.warning("op %s: could not quarantine %s: %s", self.NAME, entry, qexc)
+            raise
 
     # ----- building -----------------------------------------------------------------------------------------
     def preflight(self) -> dict[str, str | None]:
@@ -531,18 +677,27 @@ class OpBuilder:
             The built shared library (not loaded).
 
         Raises:
-            BuildError: the compiler or linker failed (diagnosed from its output), or the build timed out.
+            BuildError: the compiler or linker failed (diagnosed from its output and exit status: a compiler
+                error, a crash, a full disk, ...), or the build timed out (``timeout``, naming the command that
+                was still running; every process of the build was killed).
+
+        Side effects: feeds ninja's status lines to the build's progress display.
         """
         gen_dir = build_dir / "gen"
         gen_dir.mkdir()
         self.write_generated_headers(gen_dir)
         output = build_dir / LIBRARY_NAME
-        nj.write_build_file(build_dir, self.compile_steps(env, namespace, gen_dir, build_dir), self.link_command(env),
-                            output)
+        steps = self.compile_steps(env, namespace, gen_dir, build_dir)
+        link = self.link_command(env)
+        nj.write_build_file(build_dir, steps, link, output)
         ninja = require_ninja()
         run_env = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+        progress = _PROGRESS.get()
         try:
-            result = nj.run_ninja(ninja, build_dir, int(env.get("MAX_JOBS") or 1), run_env, nj.build_timeout_s())
+            result = nj.run_ninja(ninja, build_dir, int(env.get("MAX_JOBS") or 1), run_env, nj.build_timeout_s(),
+                                  on_line=progress.on_line if progress else None,
+                                  on_tick=progress.on_tick if progress else None,
+                                  commands=nj.step_commands(steps, link, output))
         except nj.BuildTimeoutError as exc:
             raise BuildError(self.NAME, DIAGNOSES["timeout"], command=exc.command, detail=str(exc)) from None
         if verbose:
@@ -555,24 +710,46 @@ class OpBuilder:
         return output
 
     def _build_and_publish(self, tmp_parent: Path, logs_dir: Path, entry: Path, key: str, inputs: dict[str, Any],
-                           verbose: bool) -> None:
-        """Build in a private directory under ``tmp_parent`` and rename the result to ``entry``."""
+                           verbose: bool, public: bool = False) -> None:
+        """Build in a private directory under ``tmp_parent`` and rename the result to ``entry``.
+
+        Args:
+            public: give the entry the modes of an installation (0755 directories, 0644 files) instead of the
+                private cache's (0700, 0600); AOT builds.
+
+        Raises:
+            BuildError: the build failed; also when the file system failed it (``disk_full``,
+                ``cache_read_only``, ...): the log is kept (when it could be written) and nothing is published.
+
+        Side effects: progress on stderr; a failure log in ``logs_dir``.
+        """
+        dir_mode = cache_mod.PUBLIC_DIR_MODE if public else cache_mod.DIR_MODE
+        file_mode = cache_mod.PUBLIC_FILE_MODE if public else cache_mod.FILE_MODE
+        lib_mode = cache_mod.PUBLIC_LIBRARY_MODE if public else cache_mod.LIBRARY_MODE
         namespace = self.namespace(key)
-        tmp_parent.mkdir(parents=True, exist_ok=True)
-        logs_dir.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f"{self.NAME}-{key[:10]}-", dir=tmp_parent))
+        try:
+            cache_mod.make_dirs(tmp_parent)
+            cache_mod.make_dirs(logs_dir)
+            work = Path(tempfile.mkdtemp(prefix=f"{self.NAME}-{key[:10]}-", dir=tmp_parent))
+        except OpBuilderError as exc:  # before OSError: CacheUnusableError is one
+            raise self._os_failure(exc) from None
+        except OSError as exc:
+            raise self._os_failure(cache_os_error(exc, tmp_parent, "create a build directory in")) from None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         fail_log = logs_dir / f"{self.NAME}-{key[:10]}-{stamp}-{os.getpid()}.log"
         header = f"op {self.NAME}\nkey {key}\nnamespace {namespace}\ninputs {inputs}\n"
+        progress = BuildProgress(self.NAME, self._variant_or_empty())
         try:
             try:
                 env = self.preflight()
             except ToolchainError as exc:
-                fail_log.write_text(header + f"\n{exc}\n")
-                raise BuildError(self.NAME, DIAGNOSES[exc.code], detail=str(exc), log_path=fail_log) from None
+                logged = _write_log(fail_log, header + f"\n{exc}\n")
+                raise BuildError(self.NAME, DIAGNOSES[exc.code], detail=str(exc), log_path=logged) from None
             logger.info("building op %s (%s) with %s jobs", self.NAME, key[:10], env.get("MAX_JOBS", "?"))
             t0 = time.monotonic()
-            (work / "build").mkdir()
+            (work / "build").mkdir(mode=0o700)
+            progress.start()
+            token = _PROGRESS.set(progress)
             try:
                 with scoped_environ(env):
                     lib = self.compile(work / "build", namespace, env, verbose)
@@ -580,36 +757,77 @@ class OpBuilder:
                 text = str(exc)
                 ninja_log = work / "build" / "ninja.log.txt"
                 if ninja_log.exists():
-                    text += "\n\n" + ninja_log.read_text()
-                fail_log.write_text(header + "\n" + text + "\n")
+                    text += "\n\n" + ninja_log.read_text(errors="replace")
+                logged = _write_log(fail_log, header + "\n" + text + "\n")
                 raise BuildError(self.NAME, exc.diagnosis, command=exc.command, returncode=exc.returncode,
-                                 error_lines=exc.error_lines, log_path=fail_log, detail=exc.detail) from None
+                                 error_lines=exc.error_lines, log_path=logged, detail=exc.detail) from None
             except (RuntimeError, OSError) as exc:  # backends built on torch.utils.cpp_extension (SYCL)
                 text = str(exc)
                 rc = getattr(exc.__cause__, "returncode", None)
-                fail_log.write_text(header + "\n" + text + "\n")
+                logged = _write_log(fail_log, header + "\n" + text + "\n")
                 raise BuildError(self.NAME, diagnose(text, rc), command=_ninja_command(text), returncode=rc,
-                                 error_lines=first_error_lines(text), log_path=fail_log) from None
+                                 error_lines=first_error_lines(text), log_path=logged) from None
+            finally:
+                _PROGRESS.reset(token)
             seconds = time.monotonic() - t0
-            out = work / "out"
-            out.mkdir()
-            os.replace(lib, out / LIBRARY_NAME)
-            ninja_file = work / "build" / "build.ninja"
-            compiler = env.get("CXX")
-            compiler_version = tool_version(Path(compiler)) if compiler else None
-            (out / "build.log").write_text(
-                header + f"compiler {compiler}: {compiler_version or 'n/a'}\n"
-                f"seconds {seconds:.2f}\n\n" + (ninja_file.read_text() if ninja_file.exists() else ""))
-            mf.write_manifest(out, {"key": key, "namespace": namespace, "isa": self.isa(), "inputs": inputs,
-                                    "library": LIBRARY_NAME, "created": time.time(), "build_seconds": seconds,
-                                    "compiler_version": compiler_version})
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            if entry.exists():  # a damaged or stale entry: move it aside in one rename, then delete it
-                os.rename(entry, work / "old")
-            os.rename(out, entry)
+            try:
+                self._publish(work, lib, entry, key, inputs, namespace, env, header, seconds, dir_mode, file_mode,
+                              lib_mode)
+            except OpBuilderError as exc:  # before OSError: CacheUnusableError is one
+                raise self._os_failure(exc, _write_log(fail_log, header + f"\n{exc}\n")) from None
+            except OSError as exc:
+                error = cache_os_error(exc, entry, "publish the build at")
+                logged = _write_log(fail_log, header + f"\n{error}\n")
+                raise self._os_failure(error, logged) from None
+            progress.finish(True)
             logger.info("built op %s in %.1f s -> %s", self.NAME, seconds, entry)
+        except BuildError as exc:
+            progress.finish(False, exc.code)
+            raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _publish(self, work: Path, lib: Path, entry: Path, key: str, inputs: dict[str, Any], namespace: str,
+                 env: dict[str, str | None], header: str, seconds: float, dir_mode: int, file_mode: int,
+                 lib_mode: int) -> None:
+        """Assemble ``work/out`` (library, build log, manifest with the library's digest, each with an explicit
+        mode) and rename it to ``entry`` in one step; a previous entry there is moved aside first.
+
+        Raises:
+            OSError: the file system failed (full disk, read-only).
+        """
+        out = work / "out"
+        os.mkdir(out, dir_mode)
+        os.chmod(out, dir_mode)
+        os.replace(lib, out / LIBRARY_NAME)
+        os.chmod(out / LIBRARY_NAME, lib_mode)
+        ninja_file = work / "build" / "build.ninja"
+        compiler = env.get("CXX")
+        probe = probe_version(compiler) if compiler else None
+        version = probe.first_line if probe is not None and probe.ok and probe.first_line else None
+        probe_text = "n/a" if probe is None else version if version else f"unknown: {probe.describe()}"
+        cache_mod.write_file(out / "build.log", header + f"compiler {compiler}: {probe_text}\n"
+                             f"seconds {seconds:.2f}\n\n" + (ninja_file.read_text() if ninja_file.exists() else ""),
+                             file_mode)
+        mf.write_manifest(out, {"key": key, "namespace": namespace, "isa": self.isa(), "inputs": inputs,
+                                **integrity.library_record(out / LIBRARY_NAME), "created": time.time(),
+                                "build_seconds": seconds, "compiler_version": version}, mode=file_mode)
+        if os.path.lexists(entry):  # a stale entry of an AOT build: move it aside in one rename, then delete it
+            os.rename(entry, work / "old")
+        cache_mod.make_dir(entry.parent, dir_mode)  # `cache clean --all` may have removed an emptied op folder
+        os.rename(out, entry)
+
+    def _os_failure(self, error: OpBuilderError, log_path: Path | None = None) -> BuildError:
+        """A :class:`BuildError` for a build the file system failed (full disk, read-only cache, ...)."""
+        code = getattr(error, "code", "cache_unusable")
+        return BuildError(self.NAME, DIAGNOSES.get(code, DIAGNOSES["cache_unusable"]), detail=str(error),
+                          log_path=log_path)
+
+    def _variant_or_empty(self) -> str:
+        try:
+            return self.variant_label()
+        except OpBuilderError:
+            return ""
 
     def build_prebuilt(self, dest_root: Path, verbose: bool = False) -> Path:
         """Build the op ahead of time into ``dest_root/<NAME>/<key>`` (setup.py and ``anyaccel build``).
@@ -628,7 +846,12 @@ class OpBuilder:
         entry = dest_root / self.NAME / key
         if self._valid_entry(entry, key, inputs) is None:
             with _key_lock(key):
-                self._build_and_publish(dest_root / ".tmp", dest_root / ".logs", entry, key, inputs, verbose)
+                try:
+                    cache_mod.make_dirs(entry.parent, cache_mod.PUBLIC_DIR_MODE)
+                except CacheUnusableError as exc:
+                    raise self._os_failure(exc) from None
+                self._build_and_publish(dest_root / ".tmp", dest_root / ".logs", entry, key, inputs, verbose,
+                                        public=True)
         return entry
 
     def builder(self) -> Any:
@@ -652,6 +875,17 @@ class OpBuilder:
             extra_compile_args={"cxx": self.cxx_args() + self.common_flags(self.namespace(key), gen_dir)},
             extra_link_args=self.extra_ldflags(),
         )
+
+
+def _write_log(path: Path, text: str) -> Path | None:
+    """Write a failure log (mode 0600); returns its path, or None when it could not be written (a full disk:
+    the error being reported matters more than its log)."""
+    try:
+        cache_mod.write_file(path, text)
+    except OSError as exc:
+        logger.warning("could not write the build log %s: %s", path, exc)
+        return None
+    return path
 
 
 def _dlopen_error(path: Path) -> str:

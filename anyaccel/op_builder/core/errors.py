@@ -6,7 +6,9 @@ the return code, the first compiler error lines, a :class:`Diagnosis` (a code pl
 the full log, which is always kept (user pain P1 in ``shared/reference/user-pains.md``).
 
 The diagnosis is data: :data:`DIAGNOSES` maps each code to its explanation and fix, and
-:data:`LOG_PATTERNS` maps regular expressions over the build log to codes, tried in order.
+:data:`LOG_PATTERNS` maps regular expressions over the build log to codes, tried in order. Every error class
+has a code too (:attr:`OpBuilderError.code`), so ``DIAGNOSES[err.code].fix`` is defined for any error of the
+layer, not only for failed builds (issue 12: "typed errors with a fix").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,100 @@ DIAGNOSES: dict[str, Diagnosis] = {
         ),
         Diagnosis(
             "load_error",
-            "the library was built but could not be loaded",
-            "read the error above; `anyaccel cache clean --stale` and a rebuild fix a library built "
-            "against another torch",
+            "the library passed its integrity checks but the dynamic loader refused it",
+            "read the loader's message above (a missing shared library or symbol: check LD_LIBRARY_PATH and the "
+            "torch install); the cache entry was quarantined, so the next load rebuilds it",
+        ),
+        Diagnosis(
+            "disk_full",
+            "the disk (or the user's quota) ran out of space while building or writing the op cache",
+            "free space on the file system of the cache (`anyaccel cache clean --all` frees the op cache) or set "
+            "ANYACCEL_CACHE_DIR to a directory on a disk with space; a build needs about 50 MB",
+        ),
+        Diagnosis(
+            "compiler_crashed",
+            "the compiler crashed (killed by a signal other than SIGKILL, or an internal compiler error)",
+            "retry once (a crash can be a hardware or memory fault); if it repeats, use another compiler version "
+            "(set CXX) and report the crash to the compiler's vendor with the log",
+        ),
+        Diagnosis(
+            "compiler_not_executable",
+            "the compiler (named by CXX or ANYACCEL_SYCL_CXX, or found on PATH) exists but cannot be executed",
+            "point the variable at a compiler this machine can run (`chmod +x` it if it is a script of yours, or "
+            "install one built for this architecture)",
+        ),
+        Diagnosis(
+            "version_probe_failed",
+            "running a tool with --version failed, so its version could not be checked",
+            "run the command named above yourself: fix or reinstall the tool, or point the variable naming it "
+            "(CXX, CUDA_HOME, ANYACCEL_SYCL_CXX) at a working one",
+        ),
+        Diagnosis(
+            "cache_not_directory",
+            "the op cache path, or one of its parents, is a file rather than a directory",
+            "set ANYACCEL_CACHE_DIR to a directory (or remove the file named above)",
+        ),
+        Diagnosis(
+            "cache_read_only",
+            "the op cache is not writable (read-only file system or missing write permission) and an op had to "
+            "be built, locked or quarantined there",
+            "make the directory named above writable by you (`chmod u+w`), or set ANYACCEL_CACHE_DIR to a "
+            "writable directory; a read-only cache serves only the ops already built in it",
+        ),
+        Diagnosis(
+            "cache_unusable",
+            "the file system refused an operation on the op cache",
+            "read the system's reason above; set ANYACCEL_CACHE_DIR to another directory",
+        ),
+        Diagnosis(
+            "cache_insecure",
+            "a path of the op cache is owned by another user, writable by group or others, or a symbolic link",
+            "follow the fix in the message (`chmod go-w`, remove the path, or set ANYACCEL_CACHE_DIR to a "
+            "directory only you can write)",
+        ),
+        Diagnosis(
+            "damaged_artifact",
+            "a built op library or its manifest is damaged or does not match its content digest",
+            "nothing to do for a cache entry: it was quarantined and is rebuilt; for a prebuilt artifact reinstall "
+            "anyaccel; `anyaccel cache clean --stale` removes the quarantine",
+        ),
+        Diagnosis(
+            "wrong_library",
+            "a loaded op library did not register the namespace and functions its builder expects (a library "
+            "of another op, ISA or build)",
+            "load again: the cache entry was quarantined and is rebuilt; for a prebuilt artifact reinstall "
+            "anyaccel or set ANYACCEL_PREBUILT_DIR to an empty directory",
+        ),
+        Diagnosis(
+            "lock_timeout",
+            "another process held the build lock of this op longer than ANYACCEL_BUILD_LOCK_TIMEOUT",
+            "wait for that process (named in the message) or raise ANYACCEL_BUILD_LOCK_TIMEOUT",
+        ),
+        Diagnosis(
+            "bad_setting",
+            "an environment variable of the op builders has a value that is not accepted",
+            "set the variable named above to a value the message lists, or unset it",
+        ),
+        Diagnosis(
+            "unknown_op",
+            "no op builder has this name",
+            "use one of the names the message lists (`anyaccel report` shows them all)",
+        ),
+        Diagnosis(
+            "isa_unavailable",
+            "the requested CPU SIMD level is not a valid name, not implemented by the op, or not supported by "
+            "this CPU",
+            "set ANYACCEL_CPU_ISA to a level the message lists, or unset it to use the best level of this CPU",
+        ),
+        Diagnosis(
+            "torch_abi_target",
+            "the stable-ABI target (ANYACCEL_TORCH_TARGET) is malformed or does not match the installed torch",
+            "fix or unset ANYACCEL_TORCH_TARGET, or install the torch version the message names",
+        ),
+        Diagnosis(
+            "op_builder_error",
+            "the op builders could not do what was asked",
+            "read the message above",
         ),
     )
 }
@@ -109,8 +203,13 @@ DIAGNOSES: dict[str, Diagnosis] = {
 LOG_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p, re.IGNORECASE | re.MULTILINE), code)
     for p, code in (
+        (r"No space left on device|Disk quota exceeded", "disk_full"),
         (r"killed signal terminated program|internal compiler error: killed|"
          r"cannot allocate memory|virtual memory exhausted|out of memory", "killed"),
+        (r"internal compiler error|signal terminated program|^Segmentation fault|^Bus error|^Illegal instruction|"
+         r"^Aborted|FAILED: \[code=(13[2-6]|139)\]", "compiler_crashed"),
+        (r"^(/bin/)?(ba|da)?sh: (\d+: )?[^:\n]+: (Permission denied|Exec format error)$|"
+         r"cannot execute binary file|FAILED: \[code=126\]", "compiler_not_executable"),
         (r"unrecognized (command[- ]line )?option '?-m|unknown argument: '?-m|"
          r"unsupported (instruction set|option|argument).*-m|bad value .* for '?-m(arch|tune)", "unsupported_isa"),
         (r"Python\.h: No such file or directory|'Python\.h' file not found", "python_headers_missing"),
@@ -125,6 +224,11 @@ LOG_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 # Return codes that mean the process was killed (SIGKILL seen directly or through a shell).
 KILLED_RETURNCODES = frozenset({-9, 137})
+# Return codes of a compiler that crashed: SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, directly (negative)
+# or through a shell / ninja >= 1.12 (128 + signal).
+CRASHED_RETURNCODES = frozenset({-4, -5, -6, -7, -8, -11, 132, 133, 134, 135, 136, 139})
+# The shell's "found but cannot execute" status.
+NOT_EXECUTABLE_RETURNCODES = frozenset({126})
 _ERROR_LINE = re.compile(r"\berror\b|fatal|undefined reference|cannot find|killed", re.IGNORECASE)
 
 
@@ -136,14 +240,19 @@ def diagnose(log_text: str, returncode: int | None = None) -> Diagnosis:
         returncode: the build command's exit status, if known; -9 or 137 mean "killed".
 
     Returns:
-        The first :class:`Diagnosis` whose pattern in :data:`LOG_PATTERNS` matches, ``killed`` for a
-        killed process, else ``compile_error``.
+        The first :class:`Diagnosis` whose pattern in :data:`LOG_PATTERNS` matches; else, from the return
+        code, ``killed`` (SIGKILL), ``compiler_crashed`` (another fatal signal) or ``compiler_not_executable``
+        (126); else ``compile_error``.
     """
     for pattern, code in LOG_PATTERNS:
         if pattern.search(log_text):
             return DIAGNOSES[code]
     if returncode in KILLED_RETURNCODES:
         return DIAGNOSES["killed"]
+    if returncode in CRASHED_RETURNCODES:
+        return DIAGNOSES["compiler_crashed"]
+    if returncode in NOT_EXECUTABLE_RETURNCODES:
+        return DIAGNOSES["compiler_not_executable"]
     return DIAGNOSES["compile_error"]
 
 
@@ -163,35 +272,126 @@ def first_error_lines(log_text: str, limit: int = 8) -> tuple[str, ...]:
 
 
 class OpBuilderError(Exception):
-    """Base of every error raised by :mod:`anyaccel.op_builder`."""
+    """Base of every error raised by :mod:`anyaccel.op_builder`.
+
+    Attributes:
+        CODE: the class's :data:`DIAGNOSES` code; subclasses whose instances differ (e.g.
+            :class:`ToolchainError`) set ``_code`` per instance.
+    """
+
+    CODE: ClassVar[str] = "op_builder_error"
+    _code: str | None = None
+
+    @property
+    def code(self) -> str:
+        """The error's :data:`DIAGNOSES` code."""
+        return self._code or self.CODE
+
+    @property
+    def fix(self) -> str:
+        """What the user should do: the fix of :attr:`code` in :data:`DIAGNOSES`."""
+        found = DIAGNOSES.get(self.code)
+        return found.fix if found is not None else DIAGNOSES["op_builder_error"].fix
 
 
 class UnknownOpError(OpBuilderError, ValueError):
     """An op name that no accelerator knows; the message lists every known name."""
 
+    CODE = "unknown_op"
+
 
 class ISAError(OpBuilderError, ValueError):
     """A CPU ISA level that is not a valid name, or that this CPU does not support."""
 
+    CODE = "isa_unavailable"
+
+
+class SettingError(OpBuilderError, ValueError):
+    """An environment variable of the op builders has a value that is not accepted (the message names the
+    variable, its value, what is accepted and an example)."""
+
+    CODE = "bad_setting"
+
 
 class CacheSecurityError(OpBuilderError, PermissionError):
-    """The cache root or one of its entries is owned by another user or writable by others."""
+    """A path of the op cache is owned by another user, writable by group or others, or a symbolic link where
+    none may be; the message names the path and the fix.
+
+    Attributes:
+        path: the offending path (None when not known).
+    """
+
+    CODE = "cache_insecure"
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.path))
+
+
+class CacheUnusableError(OpBuilderError, OSError):
+    """The op cache cannot be used: a file where a directory must be, a read-only file system or directory,
+    or a full disk. The message names the path, the operation and the fix.
+
+    Attributes:
+        code: ``cache_not_directory``, ``cache_read_only``, ``disk_full`` or ``cache_unusable``.
+        path: the path the operation failed on.
+    """
+
+    def __init__(self, code: str, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self._code = code
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, str(self), self.path))
+
+
+class ArtifactError(OpBuilderError, RuntimeError):
+    """A built op library that must not be used: it registered other functions than its builder expects
+    (code ``wrong_library``), or it is damaged and could not be set aside (``damaged_artifact``).
+
+    Attributes:
+        code: ``wrong_library`` or ``damaged_artifact``.
+        op: the builder's ``NAME``.
+        path: the library.
+    """
+
+    def __init__(self, code: str, op: str, path: Path, message: str) -> None:
+        super().__init__(message)
+        self._code = code
+        self.op = op
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.op, self.path, str(self)))
 
 
 class LockTimeoutError(OpBuilderError, TimeoutError):
     """Waiting for another process's build of the same op took longer than the allowed time."""
+
+    CODE = "lock_timeout"
 
 
 class ToolchainError(OpBuilderError, RuntimeError):
     """A tool the build needs is missing or unusable, found before any compiler runs.
 
     Attributes:
-        code: the :data:`DIAGNOSES` code of the problem (e.g. ``compiler_missing``, ``cuda_mismatch``).
+        code: the :data:`DIAGNOSES` code of the problem (e.g. ``compiler_missing``, ``cuda_mismatch``,
+            ``compiler_not_executable``, ``version_probe_failed``).
     """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self._code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, str(self)))
 
 
 class BuildError(OpBuilderError, RuntimeError):
@@ -219,7 +419,7 @@ class BuildError(OpBuilderError, RuntimeError):
         detail: str = "",
     ) -> None:
         self.op = op
-        self.diagnosis = diagnosis
+        self._diagnosis = diagnosis
         self.command = command
         self.returncode = returncode
         self.error_lines = tuple(error_lines)
@@ -230,7 +430,12 @@ class BuildError(OpBuilderError, RuntimeError):
     @property
     def code(self) -> str:
         """The diagnosis code, e.g. ``header_missing``."""
-        return self.diagnosis.code
+        return self._diagnosis.code
+
+    @property
+    def diagnosis(self) -> Diagnosis:
+        """What went wrong and its fix."""
+        return self._diagnosis
 
     def _format(self) -> str:
         parts = [f"building op '{self.op}' failed: {self.diagnosis.summary} [{self.diagnosis.code}]"]
@@ -247,11 +452,12 @@ class BuildError(OpBuilderError, RuntimeError):
             parts.append(f"full log: {self.log_path}")
         return "\n".join(parts)
 
-    def __reduce__(self):  # keep the error picklable across processes (multiprocessing, pytest-xdist)
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (multiprocessing, pytest-xdist)
         return (_rebuild_build_error, (self.op, self.diagnosis, self.command, self.returncode,
                                        self.error_lines, self.log_path, self.detail))
 
 
-def _rebuild_build_error(op, diagnosis, command, returncode, error_lines, log_path, detail) -> BuildError:
+def _rebuild_build_error(op: str, diagnosis: Diagnosis, command: str, returncode: int | None,
+                        error_lines: Sequence[str], log_path: Path | None, detail: str) -> BuildError:
     return BuildError(op, diagnosis, command=command, returncode=returncode, error_lines=error_lines,
                       log_path=log_path, detail=detail)

@@ -8,20 +8,27 @@ acquired again.
 
 The holder writes its pid, host and start time into the file, so waiters can log who holds the build and
 for how long; a wait longer than the timeout ends in :class:`LockTimeoutError`.
+
+The lock file is opened with ``O_NOFOLLOW`` and mode 0600 (whatever the umask) and must be a regular file
+owned by the user (or root): a symbolic link planted in its place is refused (:class:`CacheSecurityError`),
+never followed and truncated (issue 12).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from types import TracebackType
 
-from anyaccel.op_builder.core.errors import LockTimeoutError
+from anyaccel.op_builder.core.cache import FILE_MODE, cache_os_error
+from anyaccel.op_builder.core.errors import CacheSecurityError, LockTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -32,56 +39,114 @@ DEFAULT_TIMEOUT_S = 1800.0
 def default_timeout_s() -> float:
     """``ANYACCEL_BUILD_LOCK_TIMEOUT`` in seconds, else 1800.
 
+    Parsed by the same function as ``ANYACCEL_BUILD_TIMEOUT``
+    (:func:`anyaccel.op_builder.toolchains.ninja.positive_seconds`).
+
     Raises:
-        ValueError: the variable is not a positive number.
+        SettingError: the variable is not a finite positive number of seconds (``nan``, ``inf``, ``1e308``,
+            ``-1``, ``abc``): each would mean a wait without end or no wait at all.
     """
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
+    from anyaccel.op_builder.toolchains.ninja import positive_seconds
+
+    return positive_seconds(TIMEOUT_ENV, os.environ.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
+
+
+def open_lock_file(path: Path) -> int:
+    """Open (creating it, mode 0600) a lock file without following a symbolic link, and check it.
+
+    Returns:
+        The file descriptor (the caller closes it).
+
+    Raises:
+        CacheSecurityError: the path is a symbolic link, not a regular file, or another user's file.
+        CacheUnusableError: the lock directory is read-only, full or missing.
+    """
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a positive number of seconds; e.g. set it to 600")
-    return value
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CacheSecurityError(
+                f"build lock file {path} is a symbolic link (to {_link_target(path)}); anyaccel never follows one (it "
+                f"would truncate the target). Remove it (`rm '{path}'`); anyaccel recreates it", path) from None
+        raise cache_os_error(exc, path, "open the build lock file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheSecurityError(f"build lock file {path} is not a regular file; remove it (`rm '{path}'`)", path)
+        if st.st_uid not in (os.geteuid(), 0):
+            raise CacheSecurityError(f"build lock file {path} is owned by uid {st.st_uid}, not by you (uid "
+                                     f"{os.geteuid()}); remove it or set ANYACCEL_CACHE_DIR to a directory you own",
+                                     path)
+        if stat.S_IMODE(st.st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 class BuildLock:
     """An exclusive ``flock`` on ``path``, used as a context manager.
 
     Args:
-        path: the lock file (created if missing).
+        path: the lock file (created if missing, mode 0600; see :func:`open_lock_file`).
         what: what the lock protects, for log and error messages (e.g. "cpu_adam 1a2b3c").
-        timeout_s: seconds to wait before :class:`LockTimeoutError`; :func:`default_timeout_s` when None.
+        timeout_s: seconds to wait before :class:`LockTimeoutError`; :func:`default_timeout_s` (read when
+            the lock is first waited for) when None.
         poll_s: seconds between attempts.
         log_every_s: seconds between "waiting for ..." log lines.
 
     Raises:
         LockTimeoutError: on ``__enter__``, when the lock stays held longer than ``timeout_s``; the
             message names the holder and how long it has held the lock.
+        SettingError: on ``__enter__``, a bad ``ANYACCEL_BUILD_LOCK_TIMEOUT``.
+        CacheSecurityError, CacheUnusableError: on ``__enter__`` (see :func:`open_lock_file`).
     """
 
     def __init__(self, path: Path, what: str, timeout_s: float | None = None, poll_s: float = 0.1,
                  log_every_s: float = 10.0) -> None:
         self.path = Path(path)
         self.what = what
-        self.timeout_s = default_timeout_s() if timeout_s is None else timeout_s
+        self._timeout_s = timeout_s
         self.poll_s = poll_s
         self.log_every_s = log_every_s
         self._fd: int | None = None
 
+    @property
+    def timeout_s(self) -> float:
+        """Seconds to wait for the lock (see the class docstring).
+
+        Raises:
+            SettingError: a bad ``ANYACCEL_BUILD_LOCK_TIMEOUT``.
+        """
+        if self._timeout_s is None:
+            self._timeout_s = default_timeout_s()
+        return self._timeout_s
+
     def holder(self) -> str:
         """A description of the current holder from the lock file ("pid 12 on host h for 3.2 s")."""
         try:
-            info = json.loads(self.path.read_text() or "{}")
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            try:
+                raw = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            info = json.loads(raw or b"{}")
             return (f"pid {info['pid']} on {info['host']} for {time.time() - float(info['since']):.1f} s")
         except (OSError, ValueError, KeyError, TypeError):
             return "an unknown process"
 
     def acquire(self) -> None:
         """Block until the lock is ours or the timeout passes (see the class docstring)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        timeout_s = self.timeout_s
+        fd = open_lock_file(self.path)
         start = time.monotonic()
         next_log = start + min(self.log_every_s, 1.0)
         try:
@@ -91,11 +156,11 @@ class BuildLock:
                     break
                 except BlockingIOError:
                     now = time.monotonic()
-                    if now - start >= self.timeout_s:
+                    if now - start >= timeout_s:
                         raise LockTimeoutError(
                             f"waited {now - start:.1f} s for the build of {self.what}, held by "
                             f"{self.holder()} (lock {self.path}); if that process is alive and still "
-                            f"compiling, wait or raise {TIMEOUT_ENV} (now {self.timeout_s:g} s); a dead "
+                            f"compiling, wait or raise {TIMEOUT_ENV} (now {timeout_s:g} s); a dead "
                             f"process never holds this lock"
                         ) from None
                     if now >= next_log:
@@ -105,9 +170,12 @@ class BuildLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.time()}).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "since": time.time()}).encode(), 0)
+        except OSError as exc:  # a full disk: the lock holds without the holder's note
+            logger.debug("could not note the holder in %s: %s", self.path, exc)
         self._fd = fd
         waited = time.monotonic() - start
         if waited > 1.0:
@@ -119,13 +187,19 @@ class BuildLock:
             fd, self._fd = self._fd, None
             try:
                 os.ftruncate(fd, 0)
+            except OSError:
+                pass  # the note stays; the lock is released all the same
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
 
     def try_acquire(self) -> bool:
-        """Take the lock if it is free right now; never waits. Returns whether it is held."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        """Take the lock if it is free right now; never waits. Returns whether it is held.
+
+        Raises:
+            CacheSecurityError, CacheUnusableError: see :func:`open_lock_file`.
+        """
+        fd = open_lock_file(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -5,7 +5,9 @@ P2): source and header contents (the generated schema header included), flags, t
 (not the torch version: the binaries use only the stable ABI, P19), platform, compiler identity, CPU ISA
 level, GPU arch list / toolkit (for GPU builders) and our package version. The manifest stores that
 document, so a load can check that the artifact it is about to trust was built from the same inputs, and
-``anyaccel cache ls`` can say why an entry is stale.
+``anyaccel cache ls`` can say why an entry is stale. It also records the SHA-256 and size of the library
+(``library_sha256``, ``library_size``; schema 2), checked before the library is loaded
+(:mod:`anyaccel.op_builder.core.integrity`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_NAME = "manifest.json"
-SCHEMA = 1
+#: 2: the library's content digest is recorded (``library_sha256``, ``library_size``); schema-1 manifests
+#: (without it) are not trusted.
+SCHEMA = 2
+#: Bytes read per call while hashing a library.
+_CHUNK = 1 << 20
 
 
 def hash_files(paths: Iterable[Path], root: Path) -> dict[str, str]:
@@ -38,6 +44,35 @@ def hash_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def fd_digest(fd: int) -> str:
+    """SHA-256 hex digest of everything readable from the open file ``fd`` (from offset 0).
+
+    Raises:
+        OSError: reading failed.
+    """
+    digest = hashlib.sha256()
+    offset = 0
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset)
+        if not chunk:
+            return digest.hexdigest()
+        digest.update(chunk)
+        offset += len(chunk)
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 hex digest of a file's content; a symbolic link is refused (``ELOOP``), never followed.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return fd_digest(fd)
+    finally:
+        os.close(fd)
+
+
 #: Inputs recorded in a manifest but not hashed into the key: the torch that compiled a stable-ABI build does
 #: not change the contract (the ABI target does, and it is hashed), so a torch upgrade keeps every key.
 NOT_IN_KEY = ("built_with_torch",)
@@ -45,26 +80,47 @@ NOT_IN_KEY = ("built_with_torch",)
 
 def compute_key(inputs: Mapping[str, Any]) -> str:
     """The cache key: SHA-256 hex of ``inputs`` (less :data:`NOT_IN_KEY`) as canonical JSON (sorted keys, no
-    whitespace)."""
+    whitespace).
+
+    The integrity check recomputes it from a manifest's recorded inputs
+    (:func:`anyaccel.op_builder.core.integrity.inspect_entry`), so an edited input never passes, while a field of
+    :data:`NOT_IN_KEY` may differ (an artifact built under another torch).
+    """
     hashed = {k: v for k, v in inputs.items() if k not in NOT_IN_KEY}
     blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
-    """Write ``manifest.json`` into ``directory`` (fully written and fsynced before it is renamed in place)."""
+def write_manifest(directory: Path, manifest: Mapping[str, Any], mode: int = 0o600) -> None:
+    """Write ``manifest.json`` into ``directory`` with exactly ``mode`` (whatever the umask); it is fully written
+    and fsynced under a temporary name, then renamed in place.
+
+    Raises:
+        OSError: the directory is not writable, the disk is full, or the temporary name exists as a link.
+    """
     tmp = directory / (MANIFEST_NAME + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"schema": SCHEMA, **manifest}, fh, indent=1, sort_keys=True, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
+    payload = json.dumps({"schema": SCHEMA, **manifest}, indent=1, sort_keys=True, default=str).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, directory / MANIFEST_NAME)
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest of an entry, or None when it is missing, unreadable or of another schema."""
+    """The manifest of an entry, or None when it is missing, a link, unreadable or of another schema."""
     try:
-        data = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+        fd = os.open(directory / MANIFEST_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            data = json.loads(fh.read(16 << 20).decode("utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:

@@ -4,8 +4,9 @@ Two kinds of functions live here, and the split matters for speed (user pain P5)
 
 - *identity* functions (:func:`find_cxx`, :func:`file_identity`) only look at the file system. The cache
   key uses them, so a warm load in a fresh process spawns no process at all.
-- *version* functions (:func:`tool_version`, :func:`describe`) run ``--version``. They are called only
-  while building (the version goes into the manifest) and by ``anyaccel report``.
+- *version* functions (:func:`probe_version`, :func:`tool_version`) run ``--version``. They are called only
+  while building (the version goes into the manifest) and by ``anyaccel report``, and never raise: a tool
+  that cannot run, hangs, fails or prints undecodable bytes gives a :class:`VersionProbe` that says so.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.core.errors import SettingError, ToolchainError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ BYTES_PER_JOB: int = 3 * 2**29
 
 
 def find_tool(env: Mapping[str, str] | None, override_var: str, candidates: Sequence[str],
-              missing_code: str, fix: str) -> Path | None:
+              missing_code: str, fix: str, not_executable_code: str = "compiler_not_executable") -> Path | None:
     """Resolve a tool: ``$<override_var>`` (its first word, a name or a path) else the first of ``candidates``
     on ``PATH``. File-system lookups only: no process is started, so the cache key may call this.
 
@@ -39,22 +41,33 @@ def find_tool(env: Mapping[str, str] | None, override_var: str, candidates: Sequ
         env: environment to read ``override_var`` and ``PATH`` from; ``os.environ`` when None.
         override_var: the variable that names the tool (``CXX``, ``ANYACCEL_SYCL_CXX``).
         candidates: names tried on ``PATH`` when the variable is unset or empty.
-        missing_code: the diagnosis code raised when the variable names nothing executable.
+        missing_code: the diagnosis code raised when the variable names nothing that exists.
         fix: the end of that error's message, saying what to set instead.
+        not_executable_code: the code raised when it names a file that cannot be executed.
 
     Returns:
         The tool's absolute path with symlinks kept (``c++`` and ``g++`` differ only by name), or None.
 
     Raises:
-        ToolchainError: ``missing_code`` when the variable is set but names nothing executable (silently
-            falling back to another tool would hide the user's mistake).
+        ToolchainError: ``missing_code`` when the variable is set but names nothing (silently falling back to
+            another tool would hide the user's mistake); ``not_executable_code`` when it names a file without
+            execute permission or a directory.
     """
     env = os.environ if env is None else env
     path_var = env.get("PATH", os.defpath)
     override = env.get(override_var, "").strip()
     if override:
-        found = shutil.which(shlex.split(override)[0], path=path_var)
+        try:
+            name = shlex.split(override)[0]
+        except (ValueError, IndexError):
+            raise ToolchainError(missing_code, f"{override_var}={override!r} is not a command line (unbalanced "
+                                               f"quotes); {fix}") from None
+        found = shutil.which(name, path=path_var)
         if found is None:
+            if os.sep in name and os.path.exists(name):
+                kind = "a directory" if os.path.isdir(name) else "a file without execute permission"
+                raise ToolchainError(not_executable_code, f"{override_var}={override!r} names {kind}, which cannot "
+                                                          f"be run; {fix}")
             raise ToolchainError(missing_code, f"{override_var}={override!r} names no executable file "
                                                f"(searched PATH too); {fix}")
         return Path(os.path.abspath(found))
@@ -123,17 +136,79 @@ def file_identity(path: Path) -> dict[str, object]:
     return {"path": str(path), "real_path": str(real), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def tool_version(path: Path, args: tuple[str, ...] = ("--version",), timeout_s: float = 30.0) -> str:
-    """The first line of ``<path> --version``, or ``"unknown (<reason>)"``.
+@dataclass(frozen=True)
+class VersionProbe:
+    """What ``<tool> --version`` said.
+
+    Attributes:
+        command: the command line that ran, as a string.
+        ok: it ran and exited 0.
+        returncode: its exit status (negative: killed by that signal), or None when it did not run or hung.
+        output: its stdout and stderr, decoded as UTF-8 with undecodable bytes replaced (at most 4000 chars).
+        error: why it did not run or was stopped ("" when it exited by itself).
+    """
+
+    command: str
+    ok: bool
+    returncode: int | None
+    output: str
+    error: str = ""
+
+    @property
+    def first_line(self) -> str:
+        """The first non-empty line of the output ("" when none)."""
+        return next((line.strip() for line in self.output.splitlines() if line.strip()), "")
+
+    def describe(self) -> str:
+        """A one-paragraph account for logs and error messages: the command, its status and its output."""
+        status = (f"could not run: {self.error}" if self.returncode is None and self.error else
+                  f"exited with status {self.returncode}")
+        text = self.output.strip()
+        return f"`{self.command}` {status}" + (f"; it printed:\n{text}" if text else "; it printed nothing")
+
+
+def probe_version(path: Path | str, args: Sequence[str] = ("--version",), timeout_s: float = 30.0,
+                  env: Mapping[str, str] | None = None) -> VersionProbe:
+    """Run ``<path> --version`` and report what happened; never raises.
+
+    Args:
+        path: the tool.
+        args: the arguments that make it print its version.
+        timeout_s: seconds before it is killed.
+        env: its environment; the current one when None.
+
+    Returns:
+        The :class:`VersionProbe` (``ok`` False when the tool could not start, hung, was killed or exited
+        non-zero).
 
     Side effects: starts a process. Never call this on the load path.
     """
+    command = [str(path), *args]
+    shown = shlex.join(command)
     try:
-        out = subprocess.run([str(path), *args], capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown ({exc})"
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else f"unknown (exit {out.returncode})"
+        out = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             timeout=timeout_s, check=False, env=None if env is None else dict(env))
+    except subprocess.TimeoutExpired as exc:
+        text = (exc.output or b"").decode("utf-8", "replace")[:4000]
+        return VersionProbe(shown, False, None, text, f"no answer within {timeout_s:g} s")
+    except (OSError, ValueError) as exc:  # not found, not executable, exec format error, NUL in the path
+        return VersionProbe(shown, False, None, "", str(exc))
+    text = out.stdout.decode("utf-8", "replace")[:4000]
+    return VersionProbe(shown, out.returncode == 0, out.returncode, text)
+
+
+def tool_version(path: Path, args: tuple[str, ...] = ("--version",), timeout_s: float = 30.0) -> str:
+    """The first line of ``<path> --version``, or ``"unknown (<what happened>)"``: ``"unknown (exit 3)"``,
+    ``"unknown (exit 3: <first line>)"``, ``"unknown (<why it did not run>)"``; never raises.
+
+    Side effects: starts a process. Never call this on the load path.
+    """
+    probe = probe_version(path, args, timeout_s)
+    if probe.ok and probe.first_line:
+        return probe.first_line
+    if probe.returncode is None:
+        return f"unknown ({probe.error})"
+    return f"unknown (exit {probe.returncode}" + (f": {probe.first_line})" if probe.first_line else ")")
 
 
 def available_memory_bytes() -> int | None:
@@ -166,13 +241,13 @@ def build_jobs(
         bytes_per_job: memory budget of one compile in bytes.
 
     Raises:
-        ValueError: ``MAX_JOBS`` is set but is not a positive integer.
+        SettingError: ``MAX_JOBS`` is set but is not a positive integer (a ``ValueError``).
     """
     env = os.environ if env is None else env
     raw = env.get("MAX_JOBS", "").strip()
     if raw:
         if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"MAX_JOBS={raw!r} is not a positive integer; set it to e.g. 1 or 4, or unset it")
+            raise SettingError(f"MAX_JOBS={raw!r} is not a positive integer; set it to e.g. 1 or 4, or unset it")
         return int(raw)
     if cpu_count is None:
         cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

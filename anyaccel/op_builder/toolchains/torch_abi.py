@@ -35,6 +35,8 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)")
 class TorchABIError(OpBuilderError, RuntimeError):
     """The stable-ABI target is malformed or newer than the running torch (the message names both)."""
 
+    CODE = "torch_abi_target"
+
 
 def parse_version(text: str) -> tuple[int, int]:
     """``"2.13.0+cpu"`` -> ``(2, 13)``.

@@ -61,7 +61,7 @@ def _ninja_file_of_a_failed_build(builder: OpBuilder, monkeypatch) -> tuple[str,
     ninja file it was given and the environment it would have run with."""
     seen: dict = {}
 
-    def fake_run_ninja(ninja, build_dir, jobs, env, timeout_s):
+    def fake_run_ninja(ninja, build_dir, jobs, env, timeout_s, **_progress):
         seen["file"] = (Path(build_dir) / "build.ninja").read_text()
         seen["gen"] = sorted(p.name for p in (Path(build_dir) / "gen").iterdir())
         seen["env"] = dict(env)

@@ -127,7 +127,7 @@ def test_npu_builder_key_preflight_and_compile(no_ascend, fake_torch_npu, monkey
     assert env["ASCEND_HOME_PATH"] == str(home)
     seen: dict = {}
 
-    def fake_run_ninja(ninja, build_dir, jobs, env, timeout_s):
+    def fake_run_ninja(ninja, build_dir, jobs, env, timeout_s, **_progress):
         seen["file"] = (Path(build_dir) / "build.ninja").read_text()
         seen["env"] = dict(env)
         return nj.NinjaResult(1, "FAILED: x.o\nc++ -c toy.cpp\ntoy.cpp:1: error: boom\n", 0.0)

@@ -13,7 +13,7 @@ from opb_helpers import HERE, child_env, run_json, toy_load_cmd, unique
 from toy_builder import ToyBuilder
 
 import anyaccel.op_builder.cli.aot as aot
-from anyaccel.op_builder.core.manifest import MANIFEST_NAME
+from anyaccel.op_builder.core.manifest import MANIFEST_NAME, compute_key
 from anyaccel.op_builder.registry import builder_class, spec_builds
 
 REPO = HERE.parent.parent
@@ -108,10 +108,15 @@ def test_one_failure_does_not_abort_and_prebuilt_is_used(tmp_path, counting_cxx)
     man_path.write_text(json.dumps(man))
     assert run_json(toy_load_cmd(variant), env)["source"] == "prebuilt" and count() == 0
 
-    # built for a stable-ABI target newer than this torch: not trusted; one warning, then a JIT build
+    # built for a stable-ABI target newer than this torch: not trusted; one warning, then a JIT build. The
+    # artifact is consistent (its key and namespace follow its inputs): a manifest edited in place is damaged
+    # instead (tests/op_builder/core/test_integrity.py)
     man = json.loads(pristine)
     man["inputs"]["abi_target"] = "9.99"
+    man["key"] = compute_key(man["inputs"])
+    man["namespace"] = f"anyaccel_toy_{man['key'][:10]}"
     man_path.write_text(json.dumps(man))
+    entries[0].rename(entries[0].parent / man["key"])
     proc = subprocess.run(toy_load_cmd(variant), env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])

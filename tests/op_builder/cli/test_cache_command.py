@@ -14,7 +14,8 @@ import pytest
 from anyaccel.op_builder.cli import cache as cache_commands
 from anyaccel.op_builder.core.cache import Cache
 from anyaccel.op_builder.core.lock import BuildLock
-from anyaccel.op_builder.core.manifest import write_manifest
+from anyaccel.op_builder.core.integrity import library_record
+from anyaccel.op_builder.core.manifest import compute_key, write_manifest
 
 
 def _parse(module, argv):
@@ -23,13 +24,18 @@ def _parse(module, argv):
     return parser.parse_args(argv)
 
 
-def _fake_entry(cache: Cache, key: str, **inputs) -> None:
+def _fake_entry(cache: Cache, label: str, **inputs) -> str:
+    """An intact entry (manifest schema 2: its inputs hash to its key, the library's digest is recorded); returns
+    its key."""
+    fields = cache_commands.runtime_fields() | {"abi_target": "2.10", "built_with_torch": "2.13.0",
+                                                 "isa": "portable", "label": label} | inputs
+    key = compute_key(fields)
     entry = cache.entry("fakeop", key)
     entry.mkdir(parents=True)
     (entry / "op.so").write_bytes(b"x" * 2048)
-    fields = cache_commands.runtime_fields() | {"abi_target": "2.10", "built_with_torch": "2.13.0",
-                                                 "isa": "portable"} | inputs
-    write_manifest(entry, {"key": key, "namespace": "ns", "inputs": fields, "created": 0})
+    write_manifest(entry, {"key": key, "namespace": "ns", "inputs": fields, "created": 0,
+                           **library_record(entry / "op.so")})
+    return key
 
 
 def test_stale_reason() -> None:
@@ -48,9 +54,9 @@ def test_stale_reason() -> None:
 def test_ls_and_clean(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path / "c"))
     cache = Cache.open()
-    _fake_entry(cache, "a" * 64, built_with_torch="2.10.0")  # another torch: loadable
-    _fake_entry(cache, "b" * 64, abi_target="9.99")  # needs a newer torch
-    _fake_entry(cache, "d" * 64, platform="plan9-vax")  # another machine
+    a = _fake_entry(cache, "a", built_with_torch="2.10.0")  # another torch: loadable
+    b = _fake_entry(cache, "b", abi_target="9.99")  # needs a newer torch
+    d = _fake_entry(cache, "d", platform="plan9-vax")  # another machine
     cache.entry("fakeop", "e" * 64).mkdir()  # no manifest: damaged
     (cache.tmp / "fakeop-cccccccccc-xyz").mkdir()  # leftover of a killed build
     (cache.logs / "fakeop-cccccccccc.log").write_text("failed")
@@ -60,12 +66,12 @@ def test_ls_and_clean(tmp_path, monkeypatch, capsys) -> None:
     assert lines[0] == f"cache root: {cache.root}"
     assert lines[1].split() == ["op", "key", "isa", "abi", "size", "built", "state"]
     rows = {line.split()[1]: line for line in lines[2:]}
-    assert rows["a" * 12].split()[3] == "2.10" and rows["a" * 12].endswith(" ok")
-    assert "stale: built for stable-ABI target '9.99' (newer than this torch)" in rows["b" * 12]
-    assert "stale: built for platform 'plan9-vax'" in rows["d" * 12]
-    assert "stale: no valid manifest" in rows["e" * 12]
+    assert rows[a[:12]].split()[3] == "2.10" and rows[a[:12]].endswith(" ok")
+    assert "stale: built for stable-ABI target '9.99' (newer than this torch)" in rows[b[:12]]
+    assert "stale: built for platform 'plan9-vax'" in rows[d[:12]]
+    assert "damaged: no-manifest" in rows["e" * 12]
     assert cache_commands.run(_parse(cache_commands, ["clean", "--stale"])) == 0
-    assert [p.name for p in cache.entries()] == ["a" * 64]
+    assert [p.name for p in cache.entries()] == [a]
     assert not any(cache.tmp.iterdir())
     assert "removed 4 item(s)" in capsys.readouterr().out
     assert cache_commands.run(_parse(cache_commands, ["clean", "--all"])) == 0
@@ -75,12 +81,12 @@ def test_ls_and_clean(tmp_path, monkeypatch, capsys) -> None:
 def test_clean_never_removes_an_entry_whose_build_lock_is_held(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path / "c"))
     cache = Cache.open()
-    _fake_entry(cache, "f" * 64, abi_target="9.99")
-    held = BuildLock(cache.lock_path("fakeop", "f" * 64), "held by a build")
+    f = _fake_entry(cache, "f", abi_target="9.99")
+    held = BuildLock(cache.lock_path("fakeop", f), "held by a build")
     assert held.try_acquire()
     try:
         assert cache_commands.run(_parse(cache_commands, ["clean", "--all"])) == 0
-        assert [p.name for p in cache.entries()] == ["f" * 64]
+        assert [p.name for p in cache.entries()] == [f]
     finally:
         held.release()
     assert cache_commands.run(_parse(cache_commands, ["clean", "--stale"])) == 0

@@ -117,6 +117,7 @@ def test_a_library_that_does_not_load_is_a_load_error_with_the_loaders_words(tmp
     """A published entry whose library the dynamic loader refuses: BuildError ``load_error`` naming the file and
     the loader's own message (torch.ops.load_library hides it)."""
     from anyaccel.op_builder.core.cache import Cache
+    from anyaccel.op_builder.core.integrity import library_record
     from anyaccel.op_builder.core.manifest import compute_key, write_manifest
 
     b = ToyBuilder(unique())
@@ -126,7 +127,7 @@ def test_a_library_that_does_not_load_is_a_load_error_with_the_loaders_words(tmp
     entry.mkdir(parents=True)
     (entry / "op.so").write_bytes(b"\x7fELF" + b"\0" * 60)  # an ELF header and nothing else
     write_manifest(entry, {"key": key, "namespace": b.namespace(key), "isa": b.isa(), "inputs": inputs,
-                           "library": "op.so"})
+                           **library_record(entry / "op.so")})
     err = _fail(b)
     assert err.code == "load_error" and str(entry / "op.so") in str(err)
     assert "file too short" in err.detail or "ELF" in err.detail, err.detail  # the dynamic loader's own words

@@ -61,9 +61,6 @@ def test_bad_timeout_variable_names_it(monkeypatch, raw):
         lock_mod.default_timeout_s()
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: lock.default_timeout_s (anyaccel/op_builder/core/lock.py) accepts "
-                   "ANYACCEL_BUILD_LOCK_TIMEOUT=nan ('nan <= 0' is False), and BuildLock.acquire then never times out "
-                   "('now - start >= nan' is always False): a waiter blocks forever")
 def test_nan_timeout_is_refused(monkeypatch):
     monkeypatch.setenv(lock_mod.TIMEOUT_ENV, "nan")
     with pytest.raises(ValueError, match=lock_mod.TIMEOUT_ENV):

@@ -179,9 +179,6 @@ def test_a_hung_compiler_raises_a_timeout_naming_the_variable(tmp_path: Path) ->
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux 5.3+)")
-@pytest.mark.xfail(strict=True, reason="source bug: run_ninja's timeout (anyaccel/op_builder/toolchains/ninja.py "
-                   "_kill_group) kills ninja's process group only, but ninja starts every command in a process "
-                   "group of its own, so the hung compiler and its children survive the build, orphaned")
 def test_a_timeout_leaves_no_process_behind(tmp_path: Path) -> None:
     slow, pids_file = _slow_compiler(tmp_path)
     (tmp_path / "a.cpp").write_text("")
