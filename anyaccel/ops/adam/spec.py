@@ -12,6 +12,9 @@ Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch
 
 With ``model_copies``, ``params`` are fp32 master weights and the updated value is also written, rounded
 to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's.
+
+``adam_rollback_step`` undoes one step given its gradients and arguments (DeepSpeed's ``adam_rollback``; rules
+in ``csrc/adam/cpu_adam.cpp``).
 """
 
 from anyaccel.ops.plans import make_plan_fake
@@ -36,6 +39,15 @@ SPEC = OpSpec(
             ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"),
                     ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
             doc="one Adam/AdamW step of every tensor in the lists, in place",
+        ),
+        Function(
+            "adam_rollback_step",
+            f"({_LISTS}, int step, float lr, float beta1, float beta2, float eps, float weight_decay, "
+            "bool bias_correction, bool adamw_mode) -> ()",
+            fake="anyaccel.ops.adam.fakes:adam_rollback_step",
+            ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "(0, 1)"), ("beta2", "(0, 1)"),
+                    ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
+            doc="undo the adam_step of `step` given its gradients and arguments, in place (DeepSpeed's rollback)",
         ),
         Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
         Function(
@@ -78,7 +90,7 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu",
                     sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
-                    functions=("adam_step", "isa"), accelerators=("*",),
+                    functions=("adam_step", "adam_rollback_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
                     functions=("adam_step", "adam_plan", "adam_step_planned", "adam_step_planned_capturable"),
