@@ -10,12 +10,13 @@ Optimization", JMLR 2011. The update and its order of operations are torch's ``t
     p = p - lr * g / (sqrt(v) + eps)
 
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy. The
-builder name is DeepSpeed's (``CPUAdagradBuilder``, a host op served on every accelerator). The optimizer
-is :class:`anyaccel.ops.adagrad.CPUAdagrad`.
+builder name is DeepSpeed's (``CPUAdagradBuilder``, a host op served on every accelerator). DeepSpeed's
+module ABI (``create_adagrad``, ``adagrad_update``, ``destroy_adagrad``) is
+:mod:`anyaccel.ops.adagrad.deepspeed`; the optimizer is :class:`anyaccel.ops.adagrad.CPUAdagrad`.
 """
 
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.spec import Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
     family="adagrad",
@@ -41,5 +42,10 @@ SPEC = OpSpec(
     implementations=(
         Implementation("cpu", 10, ("cpu",), build="cpu_adagrad",
                        description="SIMD kernel on torch's CPU thread pool (csrc/adagrad/cpu_adagrad.cpp)"),
+    ),
+    deepspeed=DeepSpeedABI(
+        adapter="anyaccel.ops.adagrad.deepspeed:adapter",
+        # deepspeed/ops/adagrad/cpu_adagrad.py (DeepSpeedCPUAdagrad)
+        builders=(("CPUAdagradBuilder", ("create_adagrad", "adagrad_update", "destroy_adagrad")),),
     ),
 )

@@ -106,6 +106,7 @@ def _sparse_grad(rows: torch.Tensor, vocab: int, dim: int, gen: torch.Generator)
     return torch.sparse_coo_tensor(rows.unsqueeze(0), values, (vocab, dim), check_invariants=True)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # inside torch.optim
 def test_sparse_gradients_update_only_their_rows_like_torch():
     gen = torch.Generator().manual_seed(2)
     emb = torch.nn.Parameter(torch.randn(64, 16, generator=gen))
