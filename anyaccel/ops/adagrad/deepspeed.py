@@ -61,6 +61,9 @@ class AdagradABI:
         self._module = module
         self.functions = tuple(functions)
 
+    def __repr__(self) -> str:
+        return f"AdagradABI({self._module!r})"
+
     def create_adagrad(self, optimizer_id: int, lr: float, eps: float, weight_decay: float, should_log: bool) -> int:
         """Create (or replace) DeepSpeed Adagrad optimizer ``optimizer_id``.
 

@@ -99,6 +99,9 @@ class AdamABI:
         self._module = module
         self.functions = tuple(functions)
 
+    def __repr__(self) -> str:
+        return f"AdamABI({self._module!r})"
+
     # ----- CPU Adam: the optimizer-id lifecycle ----------------------------------------------------------
     def create_adam(self, optimizer_id: int, lr: float, beta1: float, beta2: float, eps: float,
                     weight_decay: float, adamw_mode: bool, should_log: bool) -> int:

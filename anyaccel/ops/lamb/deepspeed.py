@@ -40,6 +40,9 @@ class LambABI:
         self._module = module
         self.functions = tuple(functions)
 
+    def __repr__(self) -> str:
+        return f"LambABI({self._module!r})"
+
     def lamb(self, p: Any, p_copy: Any, m: Any, v: Any, g: Any, lr: float, beta1: float, beta2: float,
              max_coeff: float, min_coeff: float, eps: float, grad_scale: float, step: int, eps_mode: int,
              bias_correction: int, decay: float) -> Any:

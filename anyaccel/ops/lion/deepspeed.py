@@ -78,6 +78,9 @@ class LionABI:
         self._module = module
         self.functions = tuple(functions)
 
+    def __repr__(self) -> str:
+        return f"LionABI({self._module!r})"
+
     def create_lion(self, optimizer_id: int, lr: float, beta1: float, beta2: float, weight_decay: float,
                     should_log: bool) -> int:
         """Create (or replace) DeepSpeed Lion optimizer ``optimizer_id``.
