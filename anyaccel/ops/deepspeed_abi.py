@@ -27,6 +27,7 @@ The adapters never import DeepSpeed: the ABI is plain functions over torch tenso
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import operator
 import threading
@@ -49,6 +50,7 @@ __all__ = [
     "flat_lists",
     "copy_back",
     "check_tensor_lists",
+    "overload",
 ]
 
 H = TypeVar("H")
@@ -124,9 +126,13 @@ def fp32(x: Any) -> float:
     Raises:
         TypeError: ``x`` is not a real number.
     """
-    if isinstance(x, bool):
-        return float(x)
-    return float(ctypes.c_float(float(x)).value)
+    return _fp32(float(x))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fp32(x: float) -> float:
+    # cached: an optimizer passes the same few hyper-parameters on every call
+    return float(ctypes.c_float(x).value)
 
 
 def integer(function: str, name: str, x: Any) -> int:
@@ -135,6 +141,8 @@ def integer(function: str, name: str, x: Any) -> int:
     Raises:
         TypeError: ``x`` is a float or another non-integer (the message names the function and argument).
     """
+    if type(x) is int:
+        return x
     try:
         return operator.index(x)
     except TypeError:
@@ -212,6 +220,9 @@ def run_flat(kernel: Callable[..., Any], tensors: Sequence[Any], written: Sequen
     Returns:
         What ``kernel`` returns.
     """
+    shape = tensors[0].shape
+    if all(t.is_contiguous() and t.shape == shape for t in tensors):  # DeepSpeed's usual call: no views needed
+        return kernel(*([t] for t in tensors), *args)
     flats = [t.view(-1) if t.is_contiguous() else t.contiguous().view(-1) for t in tensors]
     result = kernel(*([f] for f in flats), *args)
     for original, flat, w in zip(tensors, flats, written, strict=True):
@@ -222,28 +233,36 @@ def run_flat(kernel: Callable[..., Any], tensors: Sequence[Any], written: Sequen
 
 def flat_lists(lists: Sequence[Sequence[Any]], written: Sequence[bool]
                ) -> tuple[list[list[Any]], list[tuple[Any, Any]]]:
-    """Flat contiguous versions of ``lists`` for a multi-tensor kernel, and the copies to write back.
+    """Contiguous versions of ``lists`` (one entry per parameter each) for a multi-tensor kernel, and the
+    copies to write back.
+
+    When every tensor is contiguous the lists are passed as they are (a step over hundreds of tensors pays
+    nothing here). For a parameter with a non-contiguous tensor in any list, that parameter's tensors in every
+    list are flattened (views, or contiguous copies of the non-contiguous ones), so their shapes still match.
 
     Args:
-        lists: the tensor lists, in the kernel's order.
+        lists: the tensor lists, in the kernel's order, of equal length.
         written: per list, whether the kernel writes its tensors.
 
     Returns:
-        ``(flat_lists, write_back)``: ``write_back`` holds ``(original, flat copy)`` for every written tensor
-        that was not contiguous: copy each back (:func:`copy_back`) after the kernel ran.
+        ``(lists, write_back)``: ``write_back`` holds ``(original, flat copy)`` for every written tensor that
+        was not contiguous: copy each back (:func:`copy_back`) after the kernel ran.
     """
+    strided = {i for lst in lists for i, t in enumerate(lst) if not t.is_contiguous()}
+    if not strided:
+        return [list(lst) for lst in lists], []
     out: list[list[Any]] = []
     write_back: list[tuple[Any, Any]] = []
     for lst, w in zip(lists, written, strict=True):
-        flat = []
-        for t in lst:
+        flat = list(lst)
+        for i in strided:
+            t = lst[i]
             if t.is_contiguous():
-                flat.append(t.view(-1))
+                flat[i] = t.view(-1)
             else:
-                copy = t.contiguous().view(-1)
+                flat[i] = t.contiguous().view(-1)
                 if w:
-                    write_back.append((t, copy))
-                flat.append(copy)
+                    write_back.append((t, flat[i]))
         out.append(flat)
     return out, write_back
 
@@ -268,3 +287,12 @@ def check_tensor_lists(function: str, tensor_lists: Any, count: int, layout: str
     if len(lists) != count or len(set(lengths)) > 1:
         raise TensorListsError(function, f"{len(lists)} lists of lengths {lengths}", layout)
     return lists
+
+
+def overload(op: Any) -> Any:
+    """The ``default`` overload of a torch op packet (``torch.ops.ns.adam_step.default``), else ``op`` itself.
+
+    Calling the overload skips the packet's overload resolution: about half the cost of a small call, which
+    matters for DeepSpeed's per-tensor ``adam_update`` calls.
+    """
+    return getattr(op, "default", op)

@@ -59,13 +59,17 @@ def test_run_flat_writes_back_only_what_the_kernel_writes():
     assert torch.equal(written, before + 1.0) and torch.equal(read, torch.ones(4, 3).t())
 
 
-def test_flat_lists_and_copy_back():
-    a, b = torch.zeros(2, 3).t(), torch.zeros(5)
-    (flat_a, flat_b), back = flat_lists(([a, b], [a]), (True, False))
-    assert [t.dim() for t in flat_a] == [1, 1] and flat_a[1].data_ptr() == b.data_ptr()
-    flat_a[0].fill_(7.0)
+def test_flat_lists_pass_contiguous_lists_as_they_are_and_flatten_a_strided_parameter_everywhere():
+    a, b = torch.zeros(2, 3), torch.zeros(5)
+    same, back = flat_lists(([a, b], [a.clone(), b.clone()]), (True, False))
+    assert same[0][0] is a and same[0][1] is b and back == []
+    strided = torch.zeros(2, 3).t()
+    grad = torch.ones(3, 2)
+    (params, grads), back = flat_lists(([strided, b], [grad, b]), (True, False))
+    assert params[0].dim() == grads[0].dim() == 1 and params[1] is b and grads[0].data_ptr() == grad.data_ptr()
+    params[0].fill_(7.0)
     copy_back(back)
-    assert (a == 7).all() and len(back) == 1
+    assert (strided == 7).all() and len(back) == 1
 
 
 def test_tensor_lists_layout_and_errors_pickle():

@@ -85,13 +85,19 @@ class OpModule:
         import torch
 
         ns = getattr(torch.ops, self.namespace)
-        if hasattr(ns, name):
-            return getattr(ns, name)
+        fn: Callable[..., Any] | None = None
         abi = self.__dict__.get("_abi")
-        fn = abi.get(name) if abi is not None else None
-        if fn is not None:
-            return fn
-        raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function {name!r}")
+        if abi is not None and name in abi.functions:
+            fn = abi.get(name)
+        elif hasattr(ns, name):
+            fn = getattr(ns, name)
+        if fn is None:
+            raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function "
+                                 f"{name!r}")
+        # Found once, kept: DeepSpeed looks its functions up on every call (``self.ds_opt_adam.adam_update``),
+        # and finding a torch op by name costs far more than the call itself.
+        self.__dict__[name] = fn
+        return fn
 
     def __repr__(self) -> str:
         return f"OpModule(op={self.op!r}, namespace={self.namespace!r}, isa={self.isa!r}, path='{self.path}')"

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import OptimizerRegistry, fp32, integer, run_flat
+from anyaccel.ops.deepspeed_abi import OptimizerRegistry, fp32, integer, overload, run_flat
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class AdagradABI:
     @functools.cached_property
     def _adagrad_step(self) -> Any:
         """The module's ``adagrad_step`` op, looked up once."""
-        return self._module.adagrad_step
+        return overload(self._module.adagrad_step)
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdagradABI:

@@ -52,6 +52,7 @@ from anyaccel.ops.deepspeed_abi import (
     flat_lists,
     fp32,
     integer,
+    overload,
     run_flat,
 )
 
@@ -296,28 +297,27 @@ class AdamABI:
     @functools.cached_property
     def _adam_step(self) -> Any:
         """The module's ``adam_step`` op, looked up once (DeepSpeed calls ``adam_update`` per tensor)."""
-        return self._module.adam_step
+        return overload(self._module.adam_step)
 
     @functools.cached_property
     def _adam_rollback_step(self) -> Any:
         """The module's ``adam_rollback_step`` op (host builds)."""
-        return self._module.adam_rollback_step
+        return overload(self._module.adam_rollback_step)
 
     def _remember(self, oid: int, hyper: AdamHyperParameters, lr: float, beta1: float, beta2: float, eps: float,
                   weight_decay: float) -> AdamHyperParameters:
         """The id's hyper-parameters with this call's values (fp32-rounded), stored back (DeepSpeed keeps the
         latest ones in its optimizer object)."""
-        new = dataclasses.replace(hyper, lr=fp32(lr), beta1=fp32(beta1), beta2=fp32(beta2), eps=fp32(eps),
-                                  weight_decay=fp32(weight_decay))
-        if new != hyper:
-            REGISTRY.update(oid, new)
+        values = (fp32(lr), fp32(beta1), fp32(beta2), fp32(eps), fp32(weight_decay))
+        if values == (hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.weight_decay):
+            return hyper  # the usual case: no new object per call
+        new = AdamHyperParameters(*values, adamw_mode=hyper.adamw_mode)
+        REGISTRY.update(oid, new)
         return new
 
     def _isa(self) -> str:
-        try:
-            return str(self._module.isa())
-        except AttributeError:  # accelerator builds have no SIMD level
-            return "device"
+        """The SIMD level of a host build (``OpModule.isa``); accelerator builds have none."""
+        return str(getattr(self._module, "isa", None) or "device")
 
     def _name(self) -> str:
         return str(getattr(self._module, "op", type(self._module).__name__))

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer
+from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer, overload
 
 __all__ = ["MAX_GROUPS", "create", "register_group", "destroy", "ctrl_size", "ctrl_init", "run_worker", "submit",
            "wait", "ctrl_exit"]
@@ -258,7 +258,7 @@ def run_worker(handle: int, control_ptr: int) -> None:
     ctrl = _control(control_ptr)
     if zf.affinity:
         torch.set_num_threads(len(zf.affinity))
-    adam_step = zf.module.adam_step
+    adam_step = overload(zf.module.adam_step)
     while True:
         _sem_wait(libc, _sem(ctrl, "cmd_ready"))
         if ctrl.cmd == _CMD_EXIT:

@@ -23,7 +23,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer, run_flat
+from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer, overload, run_flat
 
 __all__ = ["LambABI", "adapter"]
 
@@ -86,7 +86,7 @@ class LambABI:
     @functools.cached_property
     def _lamb_step(self) -> Any:
         """The module's ``lamb_step`` op, looked up once."""
-        return self._module.lamb_step
+        return overload(self._module.lamb_step)
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LambABI:

@@ -41,6 +41,7 @@ from anyaccel.ops.deepspeed_abi import (
     flat_lists,
     fp32,
     integer,
+    overload,
     run_flat,
 )
 
@@ -165,7 +166,7 @@ class LionABI:
     @functools.cached_property
     def _lion_step(self) -> Any:
         """The module's ``lion_step`` op, looked up once."""
-        return self._module.lion_step
+        return overload(self._module.lion_step)
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LionABI:

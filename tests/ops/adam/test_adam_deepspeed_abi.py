@@ -173,3 +173,23 @@ def test_multi_tensor_adam_rejects_what_deepspeed_never_passes(op):
     with pytest.raises(TensorListsError, match="lengths \\[1, 2, 1, 1\\]"):
         op.multi_tensor_adam(1, noop, [[g], [p, p], [m], [v]], 1e-3, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0)
     op.multi_tensor_adam(1, noop, [[], [], [], []], 1e-3, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0)  # nothing to do
+
+
+def test_multi_tensor_adam_updates_a_non_contiguous_parameter(op):
+    base = torch.randn(8, 16)
+    p = base.t()  # FusedAdam never passes one; DeepSpeed's kernel would write through the strides
+    g, m, v = torch.randn(16, 8), torch.zeros(16, 8), torch.zeros(16, 8)
+    twin = [p.contiguous(), g.clone(), m.clone(), v.clone()]
+    op.multi_tensor_adam(1, None, [[g], [p], [m], [v]], 1e-3, 0.9, 0.999, 1e-8, 1, 1, 1, 0.0)
+    op.adam_step([twin[0]], [twin[1]], [twin[2]], [twin[3]], [], 1, fp32(1e-3), fp32(0.9), fp32(0.999), fp32(1e-8),
+                 0.0, True, True)
+    assert torch.equal(p, twin[0]) and torch.equal(base.t(), twin[0]) and torch.equal(m, twin[2])
+
+
+def test_should_log_logs_the_configuration_and_simd_level(op, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="anyaccel.ops.adam.deepspeed"):
+        assert op.create_adam(108, *HYPER, 0.01, True, True) == 0
+    assert f"Adam optimizer #108 is created with {op.isa} arithmetic capability" in caplog.text
+    op.destroy_adam(108)
