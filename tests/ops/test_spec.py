@@ -270,7 +270,8 @@ def test_a_row_served_twice_is_refused():
 
 def test_abi_must_name_served_builders_and_not_hide_torch_ops():
     with pytest.raises(SpecError, match="no build answers to"):
-        _toy_with_aliases(deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUAdamBuilder", ("create_adam",)),))).validate()
+        abi = DeepSpeedABI("toy.module:adapter", (("CPUAdamBuilder", ("create_adam",)),))
+        _toy_with_aliases(deepspeed=abi).validate()
     with pytest.raises(SpecError, match="hide them"):
         _toy_with_aliases(deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("toy_step",)),))).validate()
 
