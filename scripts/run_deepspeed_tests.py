@@ -18,10 +18,9 @@ With ``--accelerator deepspeed`` DeepSpeed runs alone (its own CPU accelerator h
 ``TORCH_EXTENSIONS_DIR`` (or a subfolder of ``--torch-extensions-dir``) whose content afterwards says what
 DeepSpeed JIT-built itself.
 
-The anyaccel run measures anyaccel's kernels: ``ANYACCEL_DEEPSPEED_ABI_FALLBACK=0``, so where anyaccel's op
-module lacks DeepSpeed's functions the test fails instead of DeepSpeed building its own kernel.
-``--abi-fallback on`` shows the interim behaviour of the integration's default (DeepSpeed's own builder for
-those ops, built into ``TORCH_EXTENSIONS_DIR``).
+The anyaccel run measures anyaccel's kernels: anyaccel's op modules offer DeepSpeed's module ABI
+(``create_adam``, ``multi_tensor_adam``...), and the integration never falls back to DeepSpeed's own builders,
+so an empty ``TORCH_EXTENSIONS_DIR`` afterwards means every kernel came from anyaccel's cache.
 
 Prints passed/failed/errors/skipped per accelerator (from pytest's JUnit XML) and the failing test ids.
 Exit status: 0 when every requested run completed (whatever its failures), 2 when one could not run.
@@ -91,7 +90,7 @@ def junit_counts(path: Path) -> dict[str, Any]:
 
 
 def run(accelerator: str, tests_src: Path, tests: list[str], scratch: Path, extensions_root: Path | None,
-        extra: list[str], timeout: int, abi_fallback: bool = False) -> dict[str, Any]:
+        extra: list[str], timeout: int) -> dict[str, Any]:
     """Run DeepSpeed's ``tests`` once with ``accelerator`` (``anyaccel`` or ``deepspeed``); return the counts."""
     work = scratch / f"tests-{accelerator}"
     shutil.copytree(tests_src, work)
@@ -105,7 +104,6 @@ def run(accelerator: str, tests_src: Path, tests: list[str], scratch: Path, exte
     if accelerator == "anyaccel":
         paths.insert(0, str(hook_folder(scratch)))
         env["ANYACCEL_DEEPSPEED"] = "1"
-        env["ANYACCEL_DEEPSPEED_ABI_FALLBACK"] = "1" if abi_fallback else "0"
         command[3:3] = ["-p", PLUGIN]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     print(f"== {accelerator}: {' '.join(command[1:])}  (in {work})", flush=True)
@@ -120,8 +118,7 @@ def run(accelerator: str, tests_src: Path, tests: list[str], scratch: Path, exte
                                                     f"{(proc.stdout + proc.stderr)[-3000:]}"}
     counts = junit_counts(xml)
     counts.update(accelerator=accelerator, returncode=proc.returncode, log=str(scratch / f"{accelerator}.log"),
-                  deepspeed_built=sorted(p.name for p in extensions.iterdir()),
-                  abi_fallback=abi_fallback if accelerator == "anyaccel" else None)
+                  deepspeed_built=sorted(p.name for p in extensions.iterdir()))
     return counts
 
 
@@ -137,16 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, default=None, help="keep logs and copies here (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per run")
-    parser.add_argument("--abi-fallback", choices=("on", "off"), default="off",
-                        help="anyaccel run: let DeepSpeed build its own kernels where anyaccel's lack its ABI")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = parser.parse_args(argv)
     tests_src = tests_folder(args.checkout.resolve())
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="ds-tests-"))
     scratch.mkdir(parents=True, exist_ok=True)
     modes = ["anyaccel", "deepspeed"] if args.accelerator == "both" else [args.accelerator]
-    results = [run(mode, tests_src, args.tests, scratch, args.torch_extensions_dir, args.pytest_args, args.timeout,
-                   abi_fallback=args.abi_fallback == "on") for mode in modes]
+    results = [run(mode, tests_src, args.tests, scratch, args.torch_extensions_dir, args.pytest_args, args.timeout)
+               for mode in modes]
     print(f"\nDeepSpeed's tests ({', '.join(args.tests)}) from {args.checkout}:")
     print(f"{'accelerator':<18} {'passed':>6} {'failed':>6} {'errors':>6} {'skipped':>7}  DeepSpeed JIT-built")
     for r in results:
@@ -154,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['accelerator']:<18} could not run: {r['error']}")
             continue
         built = ", ".join(r["deepspeed_built"]) or "nothing"
-        label = r["accelerator"] + ("+fallback" if r.get("abi_fallback") else "")
-        print(f"{label:<18} {r['passed']:>6} {r['failed']:>6} {r['errors']:>6} {r['skipped']:>7}  {built}")
+        print(f"{r['accelerator']:<18} {r['passed']:>6} {r['failed']:>6} {r['errors']:>6} {r['skipped']:>7}  {built}")
     for r in results:
         for test_id in r.get("failures", []):
             print(f"  {r['accelerator']} FAILED {test_id}")

@@ -4,7 +4,9 @@
 Nothing here is a hand-edited table: every :class:`~anyaccel.ops.spec.NativeBuild` of every op spec
 (:func:`anyaccel.ops.spec.all_specs`) becomes a builder class, made on first use by :func:`builder_class`
 from its backend's base (:data:`BACKEND_BASES`) and published under the build's DeepSpeed builder name
-(``"CPUAdamBuilder"``) for the accelerators it declares (``"*"``: every accelerator, for host ops). The
+(``"CPUAdamBuilder"``) for the accelerators it declares (``"*"``: every accelerator, for host ops), and
+under each of its :class:`~anyaccel.ops.spec.BuilderAlias` names for the accelerators the alias names (the
+CPU Adam build is also ``FusedAdamBuilder`` on ``cpu``: one build, one cache entry, another class name). The
 build's ``NAME`` (``"cpu_adam"``) is accepted as an alias. :func:`register_builder` adds rows for builders
 written by hand (plug-ins, tests).
 
@@ -36,24 +38,51 @@ _EXTRA_ALIASES: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-@functools.cache
-def builder_class(family: str, build_name: str) -> type:
+def builder_class(family: str, build_name: str, builder: str | None = None) -> type:
     """The builder class of build ``build_name`` (its ``NAME``) of op family ``family``, made once.
+
+    Args:
+        family: the op family.
+        build_name: the build's ``NAME``.
+        builder: one of the build's alias names (``"FusedAdamBuilder"`` for ``cpu_adam``): the class is then
+            a subclass of the build's class named after the alias (same ``NAME``, ``BUILD``, key and cache
+            entry). None or the build's own builder name: the build's class.
 
     Returns:
         A subclass of the build's backend base with ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD`` set,
         named after the DeepSpeed builder (``CPUAdamBuilder``).
 
     Raises:
-        SpecError: no such family or build.
+        SpecError: no such family or build, or ``builder`` is not a name the build answers to.
     """
-    from anyaccel.ops.spec import spec
+    from anyaccel.ops.spec import SpecError, spec
 
     s = spec(family)
     build = next((b for b in s.builds if b.name == build_name), None)
     if build is None:
         s.build(build_name)  # raises SpecError naming the builds
         raise AssertionError("unreachable")
+    if builder is not None and builder not in build.builder_names:
+        raise SpecError(f"op {family!r}: build {build_name!r} answers to {list(build.builder_names)}, not "
+                        f"{builder!r}")
+    return _make_class(family, build_name, None if builder == build.builder else builder)
+
+
+@functools.cache
+def _make_class(family: str, build_name: str, alias: str | None) -> type:
+    """The class of :func:`builder_class`, made once per (family, build, alias)."""
+    from anyaccel.ops.spec import spec
+
+    s = spec(family)
+    build = s.build(build_name)
+    if alias is not None:
+        primary = _make_class(family, build_name, None)
+        return type(alias, (primary,), {
+            "__module__": "anyaccel.op_builder",
+            "__doc__": f"{alias}: the {build.builder} build ({build.name}) under the name DeepSpeed asks for "
+                       f"on {', '.join(a for al in build.aliases if al.builder == alias for a in al.accelerators)}. "
+                       f"{s.summary}.",
+        })
     base = resolve(DELEGATING_BASE if build.module else BACKEND_BASES[build.backend])
     return type(build.builder, (base,), {
         "NAME": build.name,
@@ -67,11 +96,22 @@ def builder_class(family: str, build_name: str) -> type:
 
 
 def _spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
+    """Builder name -> accelerator -> (spec, build), from every build's rows (aliases included).
+
+    Raises:
+        SpecError: two specs claim the same (builder name, accelerator) row.
+    """
+    from anyaccel.ops.spec import SpecError
+
     rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
     for s in all_specs():
         for b in s.builds:
-            for acc in b.accelerators:
-                rows.setdefault(b.builder, {})[acc] = (s, b)
+            for builder, acc in b.rows():
+                taken = rows.setdefault(builder, {}).get(acc)
+                if taken is not None and taken[0].family != s.family:
+                    raise SpecError(f"builder {builder!r} on {acc!r} is claimed by op families {taken[0].family!r} "
+                                    f"and {s.family!r}")
+                rows[builder][acc] = (s, b)
     return rows
 
 
@@ -123,11 +163,11 @@ def _target(row_key: str, accelerator_name: str) -> str | type | None:
     spec_row = _spec_rows().get(row_key, {})
     hit = spec_row.get(accelerator_name)
     if hit is not None:
-        return builder_class(hit[0].family, hit[1].name)
+        return builder_class(hit[0].family, hit[1].name, row_key)
     if ANY_ACCELERATOR in extra:
         return extra[ANY_ACCELERATOR]
     hit = spec_row.get(ANY_ACCELERATOR)
-    return builder_class(hit[0].family, hit[1].name) if hit is not None else None
+    return builder_class(hit[0].family, hit[1].name, row_key) if hit is not None else None
 
 
 def get_builder_class(name: str, accelerator_name: str) -> type | None:

@@ -3,7 +3,10 @@
 - ``spec.py``: the op-spec vocabulary; ``<family>/spec.py``: each family described once;
 - ``validation.py``: the checks shared by kernels, fakes and front ends;
 - ``dispatch.py``: the implementation loader (priority, availability, forcing by name);
-- ``adam/``, ``lion/``: the optimizer families (``CPUAdam``, ``FusedAdam``, ``CPULion``, ``FusedLion``).
+- ``adam/``, ``lion/``, ``lamb/``, ``adagrad/``: the optimizer families (``CPUAdam``, ``FusedAdam``, ``CPULion``,
+  ``FusedLion``, ``FusedLamb``, ``CPUAdagrad``);
+- ``deepspeed_abi.py`` and ``<family>/deepspeed.py``: DeepSpeed's op-module ABI (``create_adam``,
+  ``multi_tensor_adam``...) over the families' ops, declared by each spec.
 
 Importing this package builds nothing and loads no native library; the optimizers are imported on first
 attribute access and load their op on first use.
@@ -18,6 +21,7 @@ _EXPORTS = {
     "FusedAdam": "anyaccel.ops.adam.fused:FusedAdam",
     "CPULion": "anyaccel.ops.lion.cpu:CPULion",
     "FusedLion": "anyaccel.ops.lion.fused:FusedLion",
+    "CPUAdagrad": "anyaccel.ops.adagrad.cpu:CPUAdagrad",
     "enable": "anyaccel.ops.override.mode:enable",
     "disable": "anyaccel.ops.override.mode:disable",
     "use_ops": "anyaccel.ops.override.mode:use_ops",

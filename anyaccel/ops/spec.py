@@ -5,7 +5,10 @@ their schemas, the dtype combinations its kernels accept, the native builds (sou
 backend, published under DeepSpeed's builder names), its implementations with their priorities, and what
 later layers attach to it (DeepSpeed's module ABI, benchmarks). Everything else is derived from the specs:
 
-- the builder registry (:mod:`anyaccel.op_builder.registry`): builder names, aliases and classes;
+- the builder registry (:mod:`anyaccel.op_builder.registry`): builder names, aliases and classes, including
+  the extra DeepSpeed builder names a build answers on given accelerators (:class:`BuilderAlias`);
+- DeepSpeed's module ABI on the modules ``load()`` returns (:class:`DeepSpeedABI`: ``create_adam``,
+  ``multi_tensor_adam``...), and the integration's table of what DeepSpeed's callers need per builder;
 - the schema header each native build compiles against (:mod:`anyaccel.op_builder.toolchains.schema`):
   the ``m.def`` schema strings, the C++ signature every kernel must have, and the accepted dtypes;
 - the validating fakes registered for ``torch.compile`` and ``opcheck``;
@@ -198,6 +201,67 @@ class DtypeCombo:
 
 
 @dataclass(frozen=True)
+class BuilderAlias:
+    """One more DeepSpeed builder name a build answers to, on some accelerators.
+
+    A build is compiled once, under its own ``NAME``; an alias publishes the same build (same sources, same
+    cache entry, same loaded library) under another builder class name where DeepSpeed asks for it by
+    that name. Example: DeepSpeed's ``FusedAdam`` on the CPU asks for ``FusedAdamBuilder``, which anyaccel
+    serves with its CPU Adam build (``BuilderAlias("FusedAdamBuilder", ("cpu",))`` on ``cpu_adam``).
+
+    Attributes:
+        builder: the builder class name (``"FusedAdamBuilder"``).
+        accelerators: the accelerators (``_name``) on which ``create_op_builder(builder)`` returns the build;
+            never ``"*"`` (an alias serves named accelerators only, so it cannot hide another build's row).
+    """
+
+    builder: str
+    accelerators: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeepSpeedABI:
+    """DeepSpeed's module ABI over an op family: the functions DeepSpeed's Python callers call on the module
+    their builder's ``load()`` returns (``create_adam``, ``adam_update``, ``multi_tensor_adam``...).
+
+    The functions are Python adapters over the family's torch ops (anyaccel's own functions stay on the
+    module). Which of them a loaded module offers follows from the builder names its build answers to
+    (the build's ``builder`` and its :class:`BuilderAlias` names): the CPU Adam build offers
+    ``CPUAdamBuilder``'s functions and, as ``FusedAdamBuilder`` on the CPU, ``multi_tensor_adam``.
+
+    Attributes:
+        adapter: ``"module:factory"``; the factory is called once per loaded module with that module and
+            the tuple of function names it offers, and returns the object whose attributes those functions
+            are (:class:`anyaccel.op_builder.core.module.OpModule` forwards names it lacks to it).
+        builders: ``(DeepSpeed builder name, function names)`` pairs: what DeepSpeed's callers use on a
+            module loaded through that builder name (sources: DeepSpeed's ``ops/<family>/*.py``).
+        platform_functions: ``(function name, sys.platform prefix)`` pairs for functions offered only on
+            some platforms (DeepSpeed defines ZenFlow's cross-process control on Linux only).
+    """
+
+    adapter: str
+    builders: tuple[tuple[str, tuple[str, ...]], ...]
+    platform_functions: tuple[tuple[str, str], ...] = ()
+
+    def functions_for(self, builder_names: tuple[str, ...] | list[str], platform: str | None = None
+                      ) -> tuple[str, ...]:
+        """The ABI functions a module serving ``builder_names`` offers on ``platform`` (default: this one).
+
+        Returns:
+            The names, in :attr:`builders` order, without repeats.
+        """
+        import sys
+
+        here = sys.platform if platform is None else platform
+        only = dict(self.platform_functions)
+        out: list[str] = []
+        for builder, names in self.builders:
+            if builder in builder_names:
+                out.extend(n for n in names if n not in out and here.startswith(only.get(n, "")))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class NativeBuild:
     """One compiled build of an op family: sources and flags for one backend, under a DeepSpeed builder name.
 
@@ -214,6 +278,7 @@ class NativeBuild:
         cxx_args: extra host-compiler flags.
         nvcc_args: extra device-compiler flags.
         module: for builds that compile nothing (NPU delegation), ``"module:load"`` returning the op module.
+        aliases: more builder names the build answers to on given accelerators (:class:`BuilderAlias`).
     """
 
     builder: str
@@ -226,11 +291,22 @@ class NativeBuild:
     cxx_args: tuple[str, ...] = ()
     nvcc_args: tuple[str, ...] = ()
     module: str | None = None
+    aliases: tuple[BuilderAlias, ...] = ()
 
     @property
     def build_var(self) -> str:
         """The variable that selects this build for AOT builds (``ANYACCEL_BUILD_CPU_ADAM``)."""
         return f"ANYACCEL_BUILD_{self.name.upper()}"
+
+    @property
+    def builder_names(self) -> tuple[str, ...]:
+        """Every builder class name the build answers to: :attr:`builder`, then its aliases'."""
+        return (self.builder, *(a.builder for a in self.aliases if a.builder != self.builder))
+
+    def rows(self) -> tuple[tuple[str, str], ...]:
+        """``(builder name, accelerator)`` for every registry row the build fills (aliases included)."""
+        return (tuple((self.builder, acc) for acc in self.accelerators)
+                + tuple((a.builder, acc) for a in self.aliases for acc in a.accelerators))
 
 
 @dataclass(frozen=True)
@@ -272,8 +348,8 @@ class OpSpec:
         dtypes: the dtype combinations the kernels accept (empty for ops without tensor-list dtypes).
         builds: the native builds.
         implementations: the implementations the loader chooses among, per device type.
-        deepspeed: ``"module:attribute"`` of the DeepSpeed module-ABI adapter attached to loaded modules,
-            or None.
+        deepspeed: DeepSpeed's module ABI over the family (:class:`DeepSpeedABI`), attached to the modules
+            its builds load, or None.
         benchmarks: benchmark scripts (``benchmarks/<file>``) that measure the family.
         source: the module that defined the spec (set by :func:`all_specs`).
     """
@@ -284,7 +360,7 @@ class OpSpec:
     dtypes: tuple[DtypeCombo, ...] = ()
     builds: tuple[NativeBuild, ...] = ()
     implementations: tuple[Implementation, ...] = ()
-    deepspeed: str | None = None
+    deepspeed: DeepSpeedABI | None = None
     benchmarks: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -358,6 +434,26 @@ class OpSpec:
                 raise SpecError(f"op {self.family!r}: build {b.name!r} registers unknown functions {unknown}")
             if not b.name.isidentifier():
                 raise SpecError(f"op {self.family!r}: build name {b.name!r} must be an identifier")
+            for alias in b.aliases:
+                if not alias.builder.isidentifier() or not alias.accelerators or "*" in alias.accelerators:
+                    raise SpecError(f"op {self.family!r}: build {b.name!r} has alias {alias!r}; accepted: an "
+                                    "identifier and at least one named accelerator (not '*')")
+        rows = [row for b in self.builds for row in b.rows()]
+        repeated = sorted({row for row in rows if rows.count(row) > 1})
+        if repeated:
+            raise SpecError(f"op {self.family!r}: (builder, accelerator) rows {repeated} are served by more than "
+                            "one build; give each row to exactly one build")
+        if self.deepspeed is not None:
+            served = {name for b in self.builds for name in b.builder_names}
+            unknown_builders = [name for name, _ in self.deepspeed.builders if name not in served]
+            if unknown_builders:
+                raise SpecError(f"op {self.family!r}: deepspeed ABI names builders {unknown_builders} that no build "
+                                f"answers to; builds answer to {sorted(served)}")
+            clash = [fn for _, fns in self.deepspeed.builders for fn in fns if fn in names]
+            if clash:
+                raise SpecError(f"op {self.family!r}: deepspeed ABI functions {clash} have the names of spec "
+                                "functions (torch ops), which would hide them on the loaded module; rename the spec "
+                                "function")
         builds = {b.name for b in self.builds}
         impl_names = [i.name for i in self.implementations]
         if len(set(impl_names)) != len(impl_names):

@@ -21,7 +21,7 @@ SAMPLES = [
     ds_errors.DeepSpeedNotInstalledError(),
     ds_errors.UntestedDeepSpeedVersionError("0.20.0", ["0.19.8"], "ANYACCEL_DEEPSPEED_ALLOW_UNTESTED"),
     ds_errors.DeepSpeedBuilderNotImplementedError("AsyncIOBuilder", "cpu", ["CPUAdamBuilder"]),
-    ds_errors.DeepSpeedABIMissingError("CPUAdamBuilder", "cpu_adam", ["create_adam"], "ABI_FALLBACK"),
+    ds_errors.DeepSpeedABIMissingError("CPUAdamBuilder", "cpu_adam", ["create_adam"]),
 ]
 
 

@@ -4,8 +4,8 @@
         python tests/integrations/ds_offload_states.py {anyaccel|deepspeed}
 
 Prints the losses of three steps with an offload/reload round trip after the first, as one JSON line.
-torch's Adam (``torch_adam``): without optimizer offload DeepSpeed would pick its FusedAdam, which anyaccel
-does not implement on the CPU yet.
+torch's Adam (``torch_adam``), so that both accelerators run the same optimizer code (without it DeepSpeed
+picks its FusedAdam, whose CPU kernel DeepSpeed would JIT-build for its own accelerator).
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ def main(argv: list[str]) -> None:
         visible_devices_envs=acc.visible_devices_envs(),
         fp64=acc.is_fp64_supported(),
         builders={n: _name(getattr(op_builder, n)) for n in (
-            "CPUAdamBuilder", "CPULionBuilder", "CPUAdagradBuilder", "FusedAdamBuilder", "AsyncIOBuilder",
-            "NotImplementedBuilder", "ShareMemCommBuilder", "PinMemoryBuilder")},
+            "CPUAdamBuilder", "CPULionBuilder", "CPUAdagradBuilder", "FusedAdamBuilder", "FusedLionBuilder",
+            "FusedLambBuilder", "AsyncIOBuilder", "NotImplementedBuilder", "ShareMemCommBuilder", "PinMemoryBuilder",
+            "TransformerBuilder")},
         cpu_adam_module_binding=_name(deepspeed.ops.adam.cpu_adam.CPUAdamBuilder),
         runtime_utils_bound_to_current=deepspeed.runtime.utils.torch_memory_reserved.__self__ is acc,
         compatible_ops=deepspeed.ops.__compatible_ops__,

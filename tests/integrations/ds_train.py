@@ -1,11 +1,14 @@
 """One rank of a small DeepSpeed training run; prints its losses and what ran as one JSON line.
 
     RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \\
-        python tests/integrations/ds_train.py {anyaccel|deepspeed} STAGE [STEPS]
+        python tests/integrations/ds_train.py {anyaccel|deepspeed} STAGE [STEPS [OPTIMIZER [OFFLOAD]]]
 
 ``anyaccel``: ``anyaccel.integrations.deepspeed.install()`` (the one call) before ``import deepspeed``;
-``deepspeed``: DeepSpeed's own CPU accelerator. Both train the same seeded MLP with ZeRO ``STAGE`` and
-``offload_optimizer: {device: cpu}`` (DeepSpeed picks its ``DeepSpeedCPUAdam``), gloo, fp32.
+``deepspeed``: DeepSpeed's own CPU accelerator. Both train the same seeded MLP with ZeRO ``STAGE``, gloo, fp32,
+DeepSpeed's optimizer ``OPTIMIZER`` (``AdamW`` by default; ``Adagrad``, ``Lion``, ``Adam``) and
+``offload_optimizer: {device: OFFLOAD}`` (``cpu`` by default: DeepSpeed picks its ``DeepSpeedCPUAdam``,
+``DeepSpeedCPUAdagrad`` or ``DeepSpeedCPULion``; ``none``: no offload, DeepSpeed picks ``FusedAdam`` or
+``FusedLion``).
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ import json
 import os
 import sys
 
+#: DeepSpeed's attribute holding the loaded op module, per optimizer class
+KERNEL_ATTRIBUTES = ("ds_opt_adam", "ds_opt_adagrad", "ds_opt_lion", "multi_tensor_adam", "multi_tensor_lion")
 
-def main(accelerator: str, stage: int, steps: int) -> None:
+
+def main(accelerator: str, stage: int, steps: int, optimizer_type: str = "AdamW", offload: str = "cpu") -> None:
     import torch
 
     if accelerator == "anyaccel":
@@ -31,8 +37,10 @@ def main(accelerator: str, stage: int, steps: int) -> None:
     config = {
         "train_micro_batch_size_per_gpu": 8,
         "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
-        "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu"}},
+        "optimizer": {"type": optimizer_type, "params": {"lr": 1e-3 if optimizer_type == "Lion" else 3e-3,
+                                                         "weight_decay": 0.01}},
+        "zero_optimization": {"stage": stage, **({"offload_optimizer": {"device": offload}} if offload != "none"
+                                                 else {})},
         "gradient_clipping": 1.0,
         "steps_per_print": 10_000,
         "wall_clock_breakdown": False,
@@ -42,14 +50,15 @@ def main(accelerator: str, stage: int, steps: int) -> None:
     data = torch.Generator().manual_seed(100 + rank)
     losses = []
     for _ in range(steps):
-        x = torch.randn(8, 32, generator=data)
-        y = torch.randn(8, 8, generator=data)
+        x = torch.randn(8, 32, generator=data).to(engine.device)
+        y = torch.randn(8, 8, generator=data).to(engine.device)
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
         losses.append(loss.item())
     inner = getattr(optimizer, "optimizer", optimizer)
-    kernel = getattr(inner, "ds_opt_adam", None)
+    kernel = next((getattr(inner, a) for a in KERNEL_ATTRIBUTES if hasattr(inner, a)), None)
+    kernel = getattr(kernel, "__self__", kernel)  # a bound multi_tensor_* function: its module
     extensions = os.environ.get("TORCH_EXTENSIONS_DIR", "")
     built = sorted(os.listdir(extensions)) if extensions and os.path.isdir(extensions) else []
     print(json.dumps({
@@ -65,4 +74,4 @@ def main(accelerator: str, stage: int, steps: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 6)
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 6, *sys.argv[4:6])

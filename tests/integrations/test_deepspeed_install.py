@@ -29,12 +29,13 @@ def _assert_wired(facts: dict) -> None:
     assert facts["accelerator_class"] == VIEW_CLASS and facts["accelerator_name"] == "cpu"
     assert facts["deepspeed_abc"] is True and facts["shares_state_with_anyaccel"] is True
     builders = facts["builders"]
-    # anyaccel's builders where anyaccel implements one...
-    assert builders["CPUAdamBuilder"] == ADAPTER + "CPUAdamBuilder"
-    assert builders["CPULionBuilder"] == ADAPTER + "CPULionBuilder"
+    # anyaccel's builders where anyaccel implements one (the Fused* ones: its CPU builds under DeepSpeed's names)...
+    for name in ("CPUAdamBuilder", "CPULionBuilder", "CPUAdagradBuilder", "FusedAdamBuilder", "FusedLionBuilder",
+                 "FusedLambBuilder"):
+        assert builders[name] == ADAPTER + name, name
     assert facts["cpu_adam_module_binding"] == ADAPTER + "CPUAdamBuilder"  # bound by name in ops/adam/cpu_adam
     # ...DeepSpeed's placeholder elsewhere, and DeepSpeed's own NotImplementedBuilder under its own name
-    for name in ("CPUAdagradBuilder", "FusedAdamBuilder", "AsyncIOBuilder", "ShareMemCommBuilder", "PinMemoryBuilder"):
+    for name in ("AsyncIOBuilder", "ShareMemCommBuilder", "PinMemoryBuilder", "TransformerBuilder"):
         assert builders[name] == f"{ADAPTER}AnyaccelNotImplemented{name}", name
     assert builders["NotImplementedBuilder"] == DEEPSPEED_NOT_IMPLEMENTED
     assert facts["placeholder_is_not_implemented"] is True
@@ -43,8 +44,10 @@ def _assert_wired(facts: dict) -> None:
     assert error == "DeepSpeedBuilderNotImplementedError" and is_value_error
     assert "'AsyncIOBuilder'" in message and "CPUAdamBuilder" in message and "ANYACCEL_DEEPSPEED" in message
     # ds_report's table and DeepSpeed's compatibility probe, with builder .name
-    assert facts["all_ops"] == ["cpu_adam", "cpu_lion", "deepspeed_not_implemented"]
-    assert facts["compatible_ops"] == {"deepspeed_not_implemented": False, "cpu_adam": True, "cpu_lion": True}
+    # (DeepSpeed's CPU FusedAdamBuilder is anyaccel's cpu_adam build: one entry)
+    assert facts["all_ops"] == ["cpu_adagrad", "cpu_adam", "cpu_lion", "deepspeed_not_implemented"]
+    assert facts["compatible_ops"] == {"deepspeed_not_implemented": False, "cpu_adam": True, "cpu_lion": True,
+                                       "cpu_adagrad": True}
     assert facts["cpu_adam_name"] == ["cpu_adam", "cpu_adam"]
     # DeepSpeed's return values where its code depends on them
     assert facts["visible_devices_envs"] == ["CUDA_VISIBLE_DEVICES"] and facts["fp64"] is True

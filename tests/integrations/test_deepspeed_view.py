@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import pickle
 import sys
 import types
@@ -53,7 +52,7 @@ def _adapter(functions: tuple) -> type:
 
 
 def test_adapter_gives_deepspeeds_builder_contract():
-    adapter = _adapter(("create_adam", "adam_update", "destroy_adam"))
+    adapter = _adapter(builders.required_functions("CPUAdamBuilder"))
     builder = adapter()
     assert builder.name == "cpu_adam" and adapter("other").name == "other"
     assert issubclass(adapter, FakeBuilder) and adapter.deepspeed_builder_name == "CPUAdamBuilder"
@@ -62,28 +61,28 @@ def test_adapter_gives_deepspeeds_builder_contract():
     assert builders.adapter_class(adapter.__mro__[2], "CPUAdamBuilder", "cpu") is adapter  # cached
 
 
-def test_missing_abi_falls_back_to_deepspeeds_builder_or_raises(monkeypatch, caplog):
-    adapter = _adapter(("adam_step",))  # anyaccel's module today: no DeepSpeed functions
-    own_module = types.SimpleNamespace(create_adam=None)
-
-    class DeepSpeedsOwn:
-        def load(self, verbose=True):
-            return own_module
-
-    monkeypatch.setattr(builders, "_deepspeed_own_builder_class", lambda acc, name: DeepSpeedsOwn)
-    monkeypatch.setattr(builders, "_warned_fallback", set())
-    monkeypatch.delenv(builders.ABI_FALLBACK_ENV, raising=False)
-    with caplog.at_level(logging.WARNING, logger=builders.__name__):
-        assert adapter().load() is own_module
-    assert "create_adam, adam_update, destroy_adam" in caplog.text and builders.ABI_FALLBACK_ENV in caplog.text
-    monkeypatch.setenv(builders.ABI_FALLBACK_ENV, "0")
+def test_missing_abi_raises_and_never_falls_back_to_deepspeeds_builder():
+    adapter = _adapter(("adam_step",))  # a module without DeepSpeed's functions (a plug-in spec without the ABI)
     with pytest.raises(DeepSpeedABIMissingError) as info:
         adapter().load()
-    assert info.value.missing == ("create_adam", "adam_update", "destroy_adam") and info.value.op == "cpu_adam"
-    monkeypatch.delenv(builders.ABI_FALLBACK_ENV)
-    monkeypatch.setattr(builders, "_deepspeed_own_builder_class", lambda acc, name: None)
-    with pytest.raises(DeepSpeedABIMissingError):  # nothing to fall back to (a plug-in accelerator)
-        adapter().load()
+    assert info.value.op == "cpu_adam" and info.value.missing[:4] == ("create_adam", "adam_update", "adam_rollback",
+                                                                        "destroy_adam")
+    assert "DeepSpeedABI" in str(info.value) and not hasattr(builders, "ABI_FALLBACK_ENV")
+
+
+def test_module_abi_table_is_read_from_the_specs():
+    from anyaccel.ops.spec import all_specs
+
+    declared = {b: fns for s in all_specs() if s.deepspeed for b, fns in s.deepspeed.builders}
+    assert dict(builders.DEEPSPEED_MODULE_ABI) == declared
+    assert builders.DEEPSPEED_MODULE_ABI["FusedAdamBuilder"] == ("multi_tensor_adam",)
+    assert set(builders.DEEPSPEED_MODULE_ABI) == {"CPUAdamBuilder", "FusedAdamBuilder", "CPULionBuilder",
+                                                  "FusedLionBuilder", "CPUAdagradBuilder", "FusedLambBuilder"}
+    every = set(builders.DEEPSPEED_MODULE_ABI["CPUAdamBuilder"])
+    linux_only = every - set(builders.required_functions("CPUAdamBuilder"))
+    assert linux_only == (set() if sys.platform.startswith("linux") else
+                          {f for f in builders.DEEPSPEED_MODULE_ABI["CPUAdamBuilder"] if "ctrl" in f or f in
+                           ("zenflow_adam_run_worker", "zenflow_adam_submit", "zenflow_adam_wait")})
 
 
 def test_pinning_through_the_view_uses_deepspeeds_native_backend_and_tracker(monkeypatch):

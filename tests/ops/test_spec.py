@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from anyaccel.op_builder import registry
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 from anyaccel.ops import spec as spec_mod
@@ -19,6 +20,8 @@ from anyaccel.ops.spec import (
     BACKENDS,
     CXX_TYPES,
     SCALAR_TYPES,
+    BuilderAlias,
+    DeepSpeedABI,
     DtypeCombo,
     Function,
     Implementation,
@@ -123,12 +126,14 @@ def test_implementations_and_builds_per_family(family: str) -> None:
                       (f"Fused{upper}Builder", f"fused_{family}_sycl", "xpu", ("xpu",)),
                       (f"Fused{upper}Builder", f"fused_{family}_npu", "npu", ("npu",))}
     cpu = s.build(f"CPU{upper}Builder")  # by DeepSpeed's builder name: the first build of that name
-    assert cpu.name == f"cpu_{family}" and [f.name for f in s.functions_of(cpu)] == [f"{family}_step", "isa"]
+    rollback = ["adam_rollback_step"] if family == "adam" else []  # DeepSpeed's adam_rollback (CPU only)
+    assert cpu.name == f"cpu_{family}" and [f.name for f in s.functions_of(cpu)] == [f"{family}_step", *rollback,
+                                                                                      "isa"]
     assert s.build(f"fused_{family}_sycl").backend == "xpu"
     assert cpu.isa_levels == ("avx512", "avx2", "neon", "portable")
     with pytest.raises(SpecError, match=rf"op '{family}' has no build 'nope'; it has \['cpu_{family}'"):
         s.build("nope")
-    with pytest.raises(SpecError, match=rf"op '{family}' has no function 'nope'; it has \['{family}_step', 'isa'"):
+    with pytest.raises(SpecError, match=rf"op '{family}' has no function 'nope'; it has \['{family}_step', "):
         s.function("nope")
 
 
@@ -221,3 +226,114 @@ def test_a_malformed_range_is_a_spec_error_naming_the_function() -> None:
 
 def test_spec_error_is_a_value_error() -> None:
     assert issubclass(SpecError, ValueError)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Builder aliases and DeepSpeed's module ABI
+# --------------------------------------------------------------------------------------------------------
+
+
+def _toy_with_aliases(**changes: object) -> OpSpec:
+    base = OpSpec(
+        family="toy",
+        summary="toy",
+        functions=(Function("toy_step", "(Tensor(a!)[] params, float lr) -> ()"),),
+        builds=(NativeBuild("CPUToyBuilder", "cpu_toy", "cpu", sources=("x.cpp",), functions=("toy_step",),
+                            accelerators=("*",), aliases=(BuilderAlias("FusedToyBuilder", ("cpu",)),)),
+                NativeBuild("FusedToyBuilder", "fused_toy", "cuda", sources=("x.cu",), functions=("toy_step",),
+                            accelerators=("cuda",))),
+        deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("create_toy", "toy_update")),
+                                                      ("FusedToyBuilder", ("multi_tensor_toy",))),
+                               platform_functions=(("toy_update", "linux"),)),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_build_rows_include_aliases_and_builder_names_list_them():
+    cpu, cuda = _toy_with_aliases().builds
+    assert cpu.rows() == (("CPUToyBuilder", "*"), ("FusedToyBuilder", "cpu"))
+    assert cpu.builder_names == ("CPUToyBuilder", "FusedToyBuilder") and cuda.builder_names == ("FusedToyBuilder",)
+    _toy_with_aliases().validate()
+
+
+def test_abi_functions_follow_the_builder_names_and_the_platform():
+    abi = _toy_with_aliases().deepspeed
+    assert abi is not None
+    assert abi.functions_for(("CPUToyBuilder", "FusedToyBuilder"), "linux") == ("create_toy", "toy_update",
+                                                                               "multi_tensor_toy")
+    assert abi.functions_for(("CPUToyBuilder",), "darwin") == ("create_toy",)
+    assert abi.functions_for(("FusedToyBuilder",), "linux") == ("multi_tensor_toy",)
+    assert abi.functions_for(("OtherBuilder",)) == ()
+
+
+@pytest.mark.parametrize("bad,words", [
+    (BuilderAlias("FusedToyBuilder", ("*",)), "not '*'"),
+    (BuilderAlias("FusedToyBuilder", ()), "at least one"),
+    (BuilderAlias("Fused Toy", ("cpu",)), "identifier"),
+])
+def test_aliases_must_name_accelerators(bad: BuilderAlias, words: str):
+    cpu, cuda = _toy_with_aliases().builds
+    with pytest.raises(SpecError, match=words):
+        _toy_with_aliases(builds=(dataclasses.replace(cpu, aliases=(bad,)), cuda)).validate()
+
+
+def test_a_row_served_twice_is_refused():
+    cpu, cuda = _toy_with_aliases().builds
+    clash = dataclasses.replace(cuda, accelerators=("cuda", "cpu"))
+    with pytest.raises(SpecError, match=r"\('FusedToyBuilder', 'cpu'\)"):
+        _toy_with_aliases(builds=(cpu, clash)).validate()
+
+
+def test_abi_must_name_served_builders_and_not_hide_torch_ops():
+    with pytest.raises(SpecError, match="no build answers to"):
+        abi = DeepSpeedABI("toy.module:adapter", (("CPUAdamBuilder", ("create_adam",)),))
+        _toy_with_aliases(deepspeed=abi).validate()
+    with pytest.raises(SpecError, match="hide them"):
+        _toy_with_aliases(deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("toy_step",)),))).validate()
+
+
+def test_alias_builder_class_is_the_build_under_deepspeeds_name():
+    primary = registry.get_builder_class("CPUAdamBuilder", "cpu")
+    alias = registry.get_builder_class("FusedAdamBuilder", "cpu")
+    assert alias is not None and primary is not None
+    assert alias.__name__ == "FusedAdamBuilder" and issubclass(alias, primary)
+    assert alias.NAME == primary.NAME == "cpu_adam" and alias.BUILD is primary.BUILD
+    assert registry.get_builder_class("FusedAdamBuilder", "cpu") is alias  # made once
+    assert registry.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
+    cuda = registry.get_builder_class("FusedAdamBuilder", "cuda")
+    assert cuda is not None and cuda.NAME == "fused_adam"
+    assert registry.get_builder_class("FusedLionBuilder", "cpu").NAME == "cpu_lion"  # type: ignore[union-attr]
+    assert registry.get_builder_class("FusedLambBuilder", "cpu").NAME == "cpu_lamb"  # type: ignore[union-attr]
+    assert registry.get_builder_class("FusedAdamBuilder", "mps") is None  # the alias names cpu only
+    with pytest.raises(SpecError, match="answers to"):
+        registry.builder_class("adam", "cpu_adam", "FusedLionBuilder")
+
+
+def test_loaded_modules_offer_the_abi_functions_of_their_builder_names():
+    cpu_adam = registry.builder_class("adam", "cpu_adam")()
+    adapter, functions = cpu_adam._module_extras()["deepspeed_abi"]
+    assert adapter == "anyaccel.ops.adam.deepspeed:adapter"
+    assert functions[:4] == ("create_adam", "adam_update", "adam_rollback", "destroy_adam")
+    assert "multi_tensor_adam" in functions  # the CPU build is FusedAdamBuilder on the cpu accelerator
+    _, fused = registry.builder_class("adam", "fused_adam")()._module_extras()["deepspeed_abi"]
+    assert fused == ("multi_tensor_adam",)  # no create_adam on the CUDA module
+    _, lamb = registry.builder_class("lamb", "cpu_lamb")()._module_extras()["deepspeed_abi"]
+    assert lamb == ("lamb",)
+
+
+def test_every_declared_abi_function_exists_on_its_adapter():
+    from anyaccel.ops.spec import all_specs, resolve
+
+    for s in all_specs():
+        if s.deepspeed is None:
+            continue
+        adapter = resolve(s.deepspeed.adapter)(object(), ())
+        for _, functions in s.deepspeed.builders:
+            for fn in functions:
+                assert callable(getattr(adapter, fn)), f"{s.family}: {fn}"
+
+
+def test_adagrad_spec_is_a_host_family_under_deepspeeds_builder_name():
+    s = spec_mod.spec("adagrad")
+    assert [b.builder for b in s.builds] == ["CPUAdagradBuilder"]
+    assert registry.get_builder_class("CPUAdagradBuilder", "cuda").NAME == "cpu_adagrad"  # type: ignore[union-attr]

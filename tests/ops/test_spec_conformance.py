@@ -62,10 +62,22 @@ def test_schema_headers_carry_every_function_range_and_dtype(s: OpSpec) -> None:
 @pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
 def test_registry_and_loader_are_derived_from_the_spec(s: OpSpec) -> None:
     for b in s.builds:
-        for acc in b.accelerators:
-            cls = registry.get_builder_class(b.builder, "cuda" if acc == "*" else acc)
-            assert cls is not None and cls.NAME == b.name and cls.BUILD == b and cls.__name__ == b.builder
+        for builder, acc in b.rows():  # the build's own rows and its aliases'
+            cls = registry.get_builder_class(builder, "cuda" if acc == "*" else acc)
+            assert cls is not None and cls.NAME == b.name and cls.BUILD == b and cls.__name__ == builder
     assert {i.name for i in dispatch.implementations(s.family)} == {i.name for i in s.implementations}
+
+
+@pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
+def test_deepspeed_abi_is_offered_by_the_builds_that_answer_to_its_builders(s: OpSpec) -> None:
+    if s.deepspeed is None:
+        pytest.skip(f"{s.family} declares no DeepSpeed module ABI")
+    for b in s.builds:
+        extras = registry.builder_class(s.family, b.name)()._module_extras()
+        expected = s.deepspeed.functions_for(b.builder_names)
+        assert extras.get("deepspeed_abi", (None, ()))[1] == expected
+    served = {name for b in s.builds for name in b.builder_names}
+    assert {name for name, _ in s.deepspeed.builders} <= served
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +102,16 @@ def test_host_build_passes_opcheck_for_every_dtype_combination(s: OpSpec, b: Any
         op = getattr(getattr(torch.ops, module.namespace), fn.name).default
         for combo in s.dtypes:
             torch.library.opcheck(op, tuple(sample_args(fn, combo)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("s", "b"), HOST_BUILDS_WITH_DTYPES, ids=HOST_IDS)
+def test_host_build_offers_its_deepspeed_functions(s: OpSpec, b: Any, host_modules: dict) -> None:
+    module = host_modules[b.name]
+    expected = s.deepspeed.functions_for(b.builder_names) if s.deepspeed else ()
+    assert module.deepspeed_functions == expected
+    for name in expected:
+        assert callable(getattr(module, name))
 
 
 @pytest.mark.slow

@@ -25,5 +25,23 @@ struct AdamConsts {
 // One segment function per accepted dtype combination (defined in cpu_adam_kernel.cpp).
 const host::SegmentTable<AdamConsts>& segments();
 
+// Per-call constants of the rollback (the inverse of one step with the same arguments), computed once in
+// double precision and rounded to fp32.
+struct RollbackConsts {
+  float beta1;
+  float beta1_complement;  // 1 - beta1
+  float beta2;
+  float beta2_complement;  // 1 - beta2
+  float eps;
+  float step_size;         // lr / bc1 (the step's)
+  float inv_bc2_sqrt;      // 1 / sqrt(bc2) (the step's)
+  float weight_decay;      // the L2 (adamw_mode=false) term
+  float decay;             // 1 - lr * weight_decay for adamw_mode, else exactly 1
+  bool l2;                 // !adamw_mode && weight_decay != 0
+};
+
+// One rollback segment function per accepted dtype combination (defined in cpu_adam_kernel.cpp).
+const host::SegmentTable<RollbackConsts>& rollback_segments();
+
 }  // namespace adam
 }  // namespace anyaccel

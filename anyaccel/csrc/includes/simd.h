@@ -121,6 +121,14 @@ struct VecF {
     const __mmask16 nonzero = _mm512_cmp_ps_mask(a.v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
     return {_mm512_mask_mov_ps(a.v, nonzero, one)};
   }
+  // 0 where a < 0, else a (NaN and -0 stay): clamps a rounding error below zero of a non-negative value.
+  static VecF clamp_negative(VecF a) {
+    return {_mm512_mask_mov_ps(a.v, _mm512_cmp_ps_mask(a.v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps())};
+  }
+  // a where a is finite, else 0 (inf and NaN become 0).
+  static VecF finite_or_zero(VecF a) {
+    return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_sub_ps(a.v, a.v), _mm512_setzero_ps(), _CMP_EQ_OQ), a.v)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -172,6 +180,15 @@ struct VecF {
     const __m256 nonzero = _mm256_cmp_ps(a.v, _mm256_setzero_ps(), _CMP_NEQ_OQ);
     return {_mm256_blendv_ps(a.v, one, nonzero)};
   }
+  // 0 where a < 0, else a (NaN and -0 stay): clamps a rounding error below zero of a non-negative value.
+  static VecF clamp_negative(VecF a) {
+    const __m256 negative = _mm256_cmp_ps(a.v, _mm256_setzero_ps(), _CMP_LT_OQ);
+    return {_mm256_andnot_ps(negative, a.v)};
+  }
+  // a where a is finite, else 0 (inf and NaN become 0).
+  static VecF finite_or_zero(VecF a) {
+    return {_mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a.v, a.v), _mm256_setzero_ps(), _CMP_EQ_OQ), a.v)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -222,6 +239,16 @@ struct VecF {
     const uint32x4_t nonzero = vorrq_u32(vcgtq_f32(a.v, zero), vcltq_f32(a.v, zero));  // false for NaN
     return {vbslq_f32(nonzero, one, a.v)};
   }
+  // 0 where a < 0, else a (NaN and -0 stay): clamps a rounding error below zero of a non-negative value.
+  static VecF clamp_negative(VecF a) {
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    return {vbslq_f32(vcltq_f32(a.v, zero), zero, a.v)};
+  }
+  // a where a is finite, else 0 (inf and NaN become 0).
+  static VecF finite_or_zero(VecF a) {
+    const float32x4_t zero = vdupq_n_f32(0.0f);
+    return {vbslq_f32(vceqq_f32(vsubq_f32(a.v, a.v), zero), a.v, zero)};
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -248,6 +275,8 @@ struct VecF {
   static VecF fnma(VecF a, VecF b, VecF c) { return {std::fma(-a.v, b.v, c.v)}; }
   static VecF sqrt(VecF a) { return {std::sqrt(a.v)}; }
   static VecF sign(VecF a) { return {sign_scalar(a.v)}; }
+  static VecF clamp_negative(VecF a) { return {a.v < 0.0f ? 0.0f : a.v}; }
+  static VecF finite_or_zero(VecF a) { return {std::isfinite(a.v) ? a.v : 0.0f}; }
 };
 
 #endif
@@ -270,6 +299,8 @@ struct ScalarF {
   static ScalarF fnma(ScalarF a, ScalarF b, ScalarF c) { return {std::fma(-a.v, b.v, c.v)}; }
   static ScalarF sqrt(ScalarF a) { return {std::sqrt(a.v)}; }
   static ScalarF sign(ScalarF a) { return {sign_scalar(a.v)}; }
+  static ScalarF clamp_negative(ScalarF a) { return {a.v < 0.0f ? 0.0f : a.v}; }
+  static ScalarF finite_or_zero(ScalarF a) { return {std::isfinite(a.v) ? a.v : 0.0f}; }
 };
 
 }  // namespace simd

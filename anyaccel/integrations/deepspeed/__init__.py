@@ -22,11 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from anyaccel.integrations.deepspeed.builders import (
-    ABI_FALLBACK_ENV,
-    DEEPSPEED_MODULE_ABI,
-    DeepSpeedBuilderAdapter,
-)
+from anyaccel.integrations.deepspeed.builders import DEEPSPEED_MODULE_ABI, DeepSpeedBuilderAdapter
 from anyaccel.integrations.deepspeed.errors import (
     DeepSpeedABIMissingError,
     DeepSpeedBuilderNotImplementedError,
@@ -56,7 +52,6 @@ __all__ = [
     "TESTED_VERSIONS",
     "ENABLE_ENV",
     "ALLOW_UNTESTED_ENV",
-    "ABI_FALLBACK_ENV",
     "PTH_NAME",
     "DeepSpeedIntegrationError",
     "DeepSpeedNotInstalledError",

@@ -19,20 +19,20 @@ anyaccel's own ``create_op_builder`` is unchanged: an unknown name still raises 
 valid names. The DeepSpeed behaviour lives only here, applied through the DeepSpeed-facing accelerator
 (:mod:`anyaccel.integrations.deepspeed.view`).
 
-Interim, until anyaccel's op modules offer DeepSpeed's module ABI (issue 11, op-ABI half): when the module
-anyaccel's builder loads lacks the functions DeepSpeed's callers use (:data:`DEEPSPEED_MODULE_ABI`), the
-adapter falls back to DeepSpeed's own builder for that name, which DeepSpeed JIT-builds into
-``TORCH_EXTENSIONS_DIR``, with one warning; ``ANYACCEL_DEEPSPEED_ABI_FALLBACK=0`` makes it a
-:class:`DeepSpeedABIMissingError` instead.
+DeepSpeed's optimizers call functions on the module ``load()`` returns (``create_adam``, ``adam_update``,
+``multi_tensor_adam``...). anyaccel's op modules offer them: each op spec declares DeepSpeed's module ABI
+(:class:`anyaccel.ops.spec.DeepSpeedABI`), and :data:`DEEPSPEED_MODULE_ABI` (builder name -> the functions
+DeepSpeed's callers use) is read from the specs. The adapter checks a loaded module against it and raises
+:class:`DeepSpeedABIMissingError` for a builder whose module lacks them (a plug-in op family published under
+a DeepSpeed builder name without declaring the ABI). There is no fallback to DeepSpeed's own builders:
+with anyaccel installed, DeepSpeed builds nothing itself.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from anyaccel.integrations.deepspeed.errors import DeepSpeedABIMissingError, DeepSpeedBuilderNotImplementedError
@@ -40,57 +40,71 @@ from anyaccel.integrations.deepspeed.errors import DeepSpeedABIMissingError, Dee
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ABI_FALLBACK_ENV",
     "DEEPSPEED_MODULE_ABI",
-    "DEEPSPEED_ACCELERATORS",
     "NOT_IMPLEMENTED_BUILDER",
     "DeepSpeedBuilderAdapter",
     "deepspeed_builder_class",
     "implemented_builders",
-    "abi_fallback_enabled",
 ]
 
-#: ``0``/``false``/``no``/``off``: refuse (typed error) instead of falling back to DeepSpeed's own builder
-#: when anyaccel's op module lacks DeepSpeed's functions. Default: fall back (interim, see module doc).
-ABI_FALLBACK_ENV = "ANYACCEL_DEEPSPEED_ABI_FALLBACK"
 
-#: DeepSpeed builder name -> functions DeepSpeed's callers use on the module ``load()`` returns (sources:
-#: ``deepspeed/ops/adam/cpu_adam.py``, ``ops/lion/cpu_lion.py``, ``ops/adagrad/cpu_adagrad.py``,
-#: ``ops/adam/fused_adam.py``, ``ops/lion/fused_lion.py``, ``ops/lamb/fused_lamb.py`` in DeepSpeed 0.19.8).
-DEEPSPEED_MODULE_ABI: Mapping[str, tuple[str, ...]] = {
-    "CPUAdamBuilder": ("create_adam", "adam_update", "destroy_adam"),
-    "CPULionBuilder": ("create_lion", "lion_update", "destroy_lion"),
-    "CPUAdagradBuilder": ("create_adagrad", "adagrad_update", "destroy_adagrad"),
-    "FusedAdamBuilder": ("multi_tensor_adam",),
-    "FusedLionBuilder": ("multi_tensor_lion",),
-    "FusedLambBuilder": ("lamb",),
-}
+class _SpecModuleABI(Mapping[str, tuple[str, ...]]):
+    """DeepSpeed builder name -> the functions DeepSpeed's callers use on the module ``load()`` returns, read
+    from the op specs' :class:`~anyaccel.ops.spec.DeepSpeedABI` on first use (every platform's functions;
+    the check of a loaded module uses this platform's, :func:`required_functions`)."""
 
-#: anyaccel accelerator name -> DeepSpeed's own accelerator class for the same device ("module:Class"),
-#: whose ``get_op_builder`` gives DeepSpeed's builder for the interim ABI fallback.
-DEEPSPEED_ACCELERATORS: Mapping[str, str] = {
-    "cpu": "deepspeed.accelerator.cpu_accelerator:CPU_Accelerator",
-    "cuda": "deepspeed.accelerator.cuda_accelerator:CUDA_Accelerator",
-    "xpu": "deepspeed.accelerator.xpu_accelerator:XPU_Accelerator",
-    "npu": "deepspeed.accelerator.npu_accelerator:NPU_Accelerator",
-    "mps": "deepspeed.accelerator.mps_accelerator:MPS_Accelerator",
-}
+    def _table(self) -> dict[str, tuple[str, ...]]:
+        from anyaccel.ops.spec import all_specs
+
+        table: dict[str, list[str]] = {}
+        for spec in all_specs():
+            if spec.deepspeed is None:
+                continue
+            for builder, functions in spec.deepspeed.builders:
+                names = table.setdefault(builder, [])
+                names.extend(f for f in functions if f not in names)
+        return {k: tuple(v) for k, v in table.items()}
+
+    def __getitem__(self, key: str) -> tuple[str, ...]:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return f"DEEPSPEED_MODULE_ABI({self._table()!r})"
+
+
+#: DeepSpeed builder name -> functions DeepSpeed's callers use on the module ``load()`` returns, from the op
+#: specs (``CPUAdamBuilder``: ``create_adam``, ``adam_update``, ``adam_rollback``, ``destroy_adam``, ZenFlow's
+#: ``zenflow_adam_*``; ``FusedAdamBuilder``: ``multi_tensor_adam``; ...; sources in each spec).
+DEEPSPEED_MODULE_ABI: Mapping[str, tuple[str, ...]] = _SpecModuleABI()
+
+
+def required_functions(builder: str) -> tuple[str, ...]:
+    """The functions DeepSpeed's callers use on a ``builder`` module on this platform (from the specs).
+
+    Returns:
+        The names; empty for a builder no spec declares the ABI of.
+    """
+    from anyaccel.ops.spec import all_specs
+
+    out: list[str] = []
+    for spec in all_specs():
+        if spec.deepspeed is not None:
+            out.extend(f for f in spec.deepspeed.functions_for([builder]) if f not in out)
+    return tuple(out)
 
 #: DeepSpeed's placeholder class name; asking for it returns DeepSpeed's class itself, so that
 #: ``isinstance(builder, deepspeed.ops.op_builder.NotImplementedBuilder)`` holds for every placeholder.
 NOT_IMPLEMENTED_BUILDER = "NotImplementedBuilder"
 
-_FALSE = ("0", "false", "no", "off")
 _lock = threading.RLock()
 _adapters: dict[tuple[type, str, str], type] = {}
 _placeholders: dict[tuple[str, str], type] = {}
-_deepspeed_accelerators: dict[str, Any] = {}
-_warned_fallback: set = set()
-
-
-def abi_fallback_enabled() -> bool:
-    """True unless ``ANYACCEL_DEEPSPEED_ABI_FALLBACK`` is ``0``/``false``/``no``/``off`` (read at each load)."""
-    return os.environ.get(ABI_FALLBACK_ENV, "1").strip().lower() not in _FALSE
 
 
 def implemented_builders(accelerator_name: str) -> list[str]:
@@ -155,24 +169,6 @@ def placeholder_class(name: str, accelerator_name: str) -> type:
     return cls
 
 
-def _deepspeed_own_builder_class(accelerator_name: str, name: str) -> type | None:
-    """DeepSpeed's own builder class for ``name`` on the device ``accelerator_name``, or None.
-
-    Side effects: constructs DeepSpeed's accelerator for that device once (cached).
-    """
-    path = DEEPSPEED_ACCELERATORS.get(accelerator_name)
-    if path is None:
-        return None
-    with _lock:
-        accelerator = _deepspeed_accelerators.get(accelerator_name)
-        if accelerator is None:
-            module_name, _, class_name = path.partition(":")
-            accelerator = getattr(importlib.import_module(module_name), class_name)()
-            _deepspeed_accelerators[accelerator_name] = accelerator
-    builder = accelerator.get_op_builder(name)
-    return builder if isinstance(builder, type) else None
-
-
 _BuilderBase: Any = object  # the adapted anyaccel builder class comes second in the MRO
 
 
@@ -181,8 +177,7 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
 
     Adds the instance attribute ``name`` (DeepSpeed's ``OpBuilder.__init__`` sets it; ``ALL_OPS`` and
     ``ds_report`` key on it), accepts DeepSpeed's ``load(verbose=True)`` default, and checks the loaded
-    module for DeepSpeed's functions (:data:`DEEPSPEED_MODULE_ABI`), falling back to DeepSpeed's own
-    builder while anyaccel's module lacks them (see the module doc).
+    module for DeepSpeed's functions (:func:`required_functions`, from the op specs).
 
     Attributes:
         deepspeed_builder_name: the DeepSpeed class name this adapter answers for (``"CPUAdamBuilder"``).
@@ -194,14 +189,23 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__()
-        self.name: str = name or self.NAME
+        self._deepspeed_name = name or self.NAME
+
+    @property
+    def name(self) -> str:
+        """DeepSpeed's instance attribute ``name`` (its ``OpBuilder.__init__(name)``): the name given, else ``NAME``.
+        Writable, as DeepSpeed's is (anyaccel's ``OpBuilder.name`` is a read-only view of ``NAME``)."""
+        return str(self.__dict__.get("_deepspeed_name", self.NAME))
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._deepspeed_name = value
 
     def load(self, verbose: bool = False) -> Any:
         """anyaccel's ``load()``, checked for DeepSpeed's module functions (see the class doc).
 
         Raises:
-            DeepSpeedABIMissingError: functions are missing and ``ANYACCEL_DEEPSPEED_ABI_FALLBACK=0``, or no
-                DeepSpeed builder exists to fall back to.
+            DeepSpeedABIMissingError: the loaded module lacks functions DeepSpeed's callers use.
             OpBuilderError: the errors of anyaccel's ``load()`` (typed build errors).
         """
         return self._deepspeed_module(super().load(verbose), verbose)
@@ -211,22 +215,10 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
         return self._deepspeed_module(super().jit_load(verbose), verbose)
 
     def _deepspeed_module(self, module: Any, verbose: bool) -> Any:
-        required = DEEPSPEED_MODULE_ABI.get(self.deepspeed_builder_name, ())
-        missing = [fn for fn in required if not hasattr(module, fn)]
-        if not missing:
-            return module
-        fallback = _deepspeed_own_builder_class(self.accelerator_name, self.deepspeed_builder_name)
-        if fallback is None or not abi_fallback_enabled():
-            raise DeepSpeedABIMissingError(self.deepspeed_builder_name, self.NAME, missing, ABI_FALLBACK_ENV)
-        if self.deepspeed_builder_name not in _warned_fallback:
-            _warned_fallback.add(self.deepspeed_builder_name)
-            logger.warning(
-                "anyaccel's %r op lacks DeepSpeed's functions %s; using DeepSpeed's own %s instead, which "
-                "DeepSpeed builds into TORCH_EXTENSIONS_DIR (interim until anyaccel's ops offer DeepSpeed's "
-                "ABI; %s=0 makes this an error)",
-                self.NAME, ", ".join(missing), self.deepspeed_builder_name, ABI_FALLBACK_ENV,
-            )
-        return fallback().load(verbose)
+        missing = [fn for fn in required_functions(self.deepspeed_builder_name) if not hasattr(module, fn)]
+        if missing:
+            raise DeepSpeedABIMissingError(self.deepspeed_builder_name, self.NAME, missing)
+        return module
 
 
 def adapter_class(builder_class: type, name: str, accelerator_name: str) -> type:

@@ -76,23 +76,25 @@ class DeepSpeedBuilderNotImplementedError(DeepSpeedIntegrationError, ValueError)
 
 
 class DeepSpeedABIMissingError(DeepSpeedIntegrationError, AttributeError):
-    """anyaccel's op module lacks the functions DeepSpeed's callers use (``create_adam``/``adam_update``...).
+    """anyaccel's op module lacks functions DeepSpeed's callers use (``create_adam``, ``multi_tensor_adam``...).
 
-    An ``AttributeError``, what DeepSpeed's optimizers would raise on the missing function.
+    anyaccel's own op families declare DeepSpeed's module ABI in their specs, so this names a builder whose
+    spec does not (a plug-in op family published under a DeepSpeed builder name). An ``AttributeError``,
+    what DeepSpeed's optimizers would raise on the missing function.
 
     Args:
         builder: the DeepSpeed builder class name.
         op: anyaccel's op name.
         missing: the missing function names.
-        fallback_env: the variable that allows falling back to DeepSpeed's own builder.
     """
 
-    def __init__(self, builder: str, op: str, missing: Sequence[str], fallback_env: str) -> None:
+    def __init__(self, builder: str, op: str, missing: Sequence[str]) -> None:
         self.builder = builder
         self.op = op
         self.missing = tuple(missing)
         super().__init__(
-            f"anyaccel's {op!r} op (DeepSpeed's {builder}) does not offer DeepSpeed's module ABI yet: missing "
-            f"{', '.join(self.missing)}. Set {fallback_env}=1 (the default) to let DeepSpeed build and use its "
-            f"own {builder} for it, or update anyaccel."
+            f"anyaccel's {op!r} op (DeepSpeed's {builder}) does not offer DeepSpeed's module functions "
+            f"{', '.join(self.missing)}. Declare them in the op spec's `deepspeed` field (anyaccel.ops.spec."
+            f"DeepSpeedABI, see docs/adding_an_op.md), or run without anyaccel.integrations.deepspeed.install() "
+            f"(unset ANYACCEL_DEEPSPEED) to use DeepSpeed's own {builder}."
         )

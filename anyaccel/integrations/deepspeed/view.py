@@ -20,7 +20,8 @@ answered DeepSpeed's way:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from typing_extensions import override
 

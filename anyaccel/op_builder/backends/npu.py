@@ -274,6 +274,10 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         Raises:
             ImportError: torch_npu is not installed (the message names it).
 
+        Returns:
+            The op's torch ops, plus DeepSpeed's module functions the spec declares for the build
+            (``multi_tensor_adam``...).
+
         Side effects: imports torch_npu (which registers the ``npu`` device type), then registers the
         Python-level ops.
         """
@@ -287,7 +291,9 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         # torch knows the "npu" device type only after torch_npu renamed PrivateUse1; the ops are registered
         # for it below, so the vendor package is imported first (an installed package: compatibility() said so).
         importlib.import_module(VENDOR_PACKAGE)
-        return resolve(self.BUILD.module)()
+        from anyaccel.op_builder.core.module import with_deepspeed_abi
+
+        return with_deepspeed_abi(resolve(self.BUILD.module)(), self._module_extras())
 
     @override
     def jit_load(self, verbose: bool = False) -> Any:

@@ -484,12 +484,14 @@ class OpBuilder:
         return module
 
     def _module_extras(self) -> dict[str, Any]:
-        """Python attributes the loaded module offers besides the torch ops (the spec's DeepSpeed ABI)."""
-        if self.SPEC is None or self.SPEC.deepspeed is None:
+        """What the loaded module offers besides its torch ops: ``{"deepspeed_abi": (adapter, functions)}``,
+        the spec's DeepSpeed ABI functions for the builder names this build answers to (its ``builder`` and
+        aliases; :meth:`anyaccel.ops.spec.DeepSpeedABI.functions_for`), or ``{}``. Imports nothing."""
+        abi = self.SPEC.deepspeed if self.SPEC is not None else None
+        if abi is None or self.BUILD is None:
             return {}
-        from anyaccel.ops.spec import resolve
-
-        return {"_abi_factory": resolve(self.SPEC.deepspeed)}
+        functions = abi.functions_for(self.BUILD.builder_names)
+        return {"deepspeed_abi": (abi.adapter, functions)} if functions else {}
 
     def _matches(self, recorded: dict[str, Any], inputs: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
         """The fields that keep a recorded build from serving ``inputs`` (empty: it serves them)."""

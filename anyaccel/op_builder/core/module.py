@@ -2,9 +2,50 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+__all__ = ["OpModule", "DeepSpeedFunctions", "with_deepspeed_abi"]
+
+
+class DeepSpeedFunctions:
+    """DeepSpeed's module-ABI functions of one loaded op module, made on first use.
+
+    The op spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names an adapter factory (``"module:factory"``)
+    and the functions a module of this build offers (``create_adam``, ``adam_update``, ...). The factory is
+    imported and called only when one of those names is first asked for, so loading an op imports no
+    adapter code.
+
+    Args:
+        owner: the loaded module the functions work on (passed to the factory).
+        target: the factory, ``"module:factory"``; called as ``factory(owner, functions)``.
+        functions: the names offered.
+    """
+
+    def __init__(self, owner: Any, target: str | None, functions: tuple[str, ...]) -> None:
+        self._owner = owner
+        self._target = target
+        self.functions = functions if target else ()
+        self._adapter: Any = None
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> Callable[..., Any] | None:
+        """The function ``name`` if the module offers it, else None.
+
+        Side effects: imports and calls the adapter factory on the first hit.
+        """
+        if name not in self.functions:
+            return None
+        with self._lock:
+            if self._adapter is None:
+                from anyaccel.ops.spec import resolve
+
+                assert self._target is not None
+                self._adapter = resolve(self._target)(self._owner, self.functions)
+        fn: Callable[..., Any] = getattr(self._adapter, name)
+        return fn
 
 
 class OpModule:
@@ -12,8 +53,8 @@ class OpModule:
 
     ``module.adam_step(...)`` is ``torch.ops.<namespace>.adam_step(...)``: attribute access forwards to the
     op namespace the library registered with ``STABLE_TORCH_LIBRARY`` (docs/architecture.md "Op builders").
-    Names that are not torch ops of the library are looked up on the op spec's DeepSpeed ABI adapter, when
-    the spec declares one (``create_adam``, ``adam_update``, ... for DeepSpeed's optimizers).
+    Names that are not torch ops of the library are DeepSpeed's module-ABI functions the op spec declares
+    for this build (``create_adam``, ``adam_update``, ``multi_tensor_adam``...; :attr:`deepspeed_functions`).
 
     Attributes:
         op: the builder's ``NAME``.
@@ -22,6 +63,8 @@ class OpModule:
         isa: the CPU ISA level compiled in (None for non-CPU builds).
         key: the full cache key (64 hex digits) of the build.
         source: where it was found: "prebuilt", "cache" or "built".
+        deepspeed_functions: DeepSpeed's functions this module offers besides its torch ops (empty when the
+            spec declares none for the build).
     """
 
     def __init__(self, op: str, namespace: str, path: Path, isa: str | None, key: str, source: str,
@@ -32,8 +75,9 @@ class OpModule:
         self.isa = isa
         self.key = key
         self.source = source
-        factory = (extras or {}).get("_abi_factory")
-        self._abi = factory(self) if factory is not None else None
+        target, functions = (extras or {}).get("deepspeed_abi", (None, ()))
+        self._abi = DeepSpeedFunctions(self, target, tuple(functions))
+        self.deepspeed_functions: tuple[str, ...] = self._abi.functions
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -41,12 +85,61 @@ class OpModule:
         import torch
 
         ns = getattr(torch.ops, self.namespace)
-        if hasattr(ns, name):
-            return getattr(ns, name)
+        fn: Callable[..., Any] | None = None
         abi = self.__dict__.get("_abi")
-        if abi is not None and hasattr(abi, name):
-            return getattr(abi, name)
-        raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function {name!r}")
+        if abi is not None and name in abi.functions:
+            fn = abi.get(name)
+        elif hasattr(ns, name):
+            fn = getattr(ns, name)
+        if fn is None:
+            raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function "
+                                 f"{name!r}")
+        # Found once, kept: DeepSpeed looks its functions up on every call (``self.ds_opt_adam.adam_update``),
+        # and finding a torch op by name costs far more than the call itself.
+        self.__dict__[name] = fn
+        return fn
 
     def __repr__(self) -> str:
         return f"OpModule(op={self.op!r}, namespace={self.namespace!r}, isa={self.isa!r}, path='{self.path}')"
+
+
+class _WithDeepSpeedFunctions:
+    """A Python-level op module (a namespace of torch ops) plus DeepSpeed's functions (see
+    :func:`with_deepspeed_abi`)."""
+
+    def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
+        self._module = module
+        self._abi = DeepSpeedFunctions(self, target, functions)
+        self.deepspeed_functions = self._abi.functions
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        module = self.__dict__.get("_module")
+        if module is not None and hasattr(module, name):
+            return getattr(module, name)
+        abi = self.__dict__.get("_abi")
+        fn = abi.get(name) if abi is not None else None
+        if fn is not None:
+            return fn
+        raise AttributeError(f"op module {module!r} has no function {name!r}")
+
+    def __repr__(self) -> str:
+        return f"{self._module!r} + DeepSpeed functions {list(self.deepspeed_functions)}"
+
+
+def with_deepspeed_abi(module: Any, extras: dict[str, Any]) -> Any:
+    """``module`` (a Python-level op module: builds that compile nothing) with DeepSpeed's functions added.
+
+    Args:
+        module: the object whose attributes are the op's torch ops.
+        extras: :meth:`~anyaccel.op_builder.core.builder.OpBuilder._module_extras` of its builder.
+
+    Returns:
+        A forwarding wrapper offering ``module``'s attributes and the declared DeepSpeed functions, or
+        ``module`` itself when the spec declares none for the build.
+    """
+    target, functions = extras.get("deepspeed_abi", (None, ()))
+    if not target or not functions:
+        return module
+    return _WithDeepSpeedFunctions(module, target, tuple(functions))

@@ -11,11 +11,24 @@ Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch
     p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - beta_i**step (1 without bias correction)
 
 With ``model_copies``, ``params`` are fp32 master weights and the updated value is also written, rounded
-to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's.
+to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's; the CPU build
+also answers to ``FusedAdamBuilder`` on the CPU accelerator (DeepSpeed's ``FusedAdam`` on CPU tensors).
+
+``adam_rollback_step`` undoes one step given its gradients and arguments (DeepSpeed's ``adam_rollback``; rules
+in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_update``, ``adam_rollback``,
+``destroy_adam``, ``multi_tensor_adam``, ZenFlow's ``zenflow_adam_*``) is :mod:`anyaccel.ops.adam.deepspeed`.
 """
 
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import DtypeCombo, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import (
+    BuilderAlias,
+    DeepSpeedABI,
+    DtypeCombo,
+    Function,
+    Implementation,
+    NativeBuild,
+    OpSpec,
+)
 
 #: The ranges of a planned step's launch arguments (the plan's dtype combination, tensor and chunk counts);
 #: 9 is the number of dtype combinations below.
@@ -36,6 +49,15 @@ SPEC = OpSpec(
             ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"),
                     ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
             doc="one Adam/AdamW step of every tensor in the lists, in place",
+        ),
+        Function(
+            "adam_rollback_step",
+            f"({_LISTS}, int step, float lr, float beta1, float beta2, float eps, float weight_decay, "
+            "bool bias_correction, bool adamw_mode) -> ()",
+            fake="anyaccel.ops.adam.fakes:adam_rollback_step",
+            ranges=(("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "(0, 1)"), ("beta2", "(0, 1)"),
+                    ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
+            doc="undo the adam_step of `step` given its gradients and arguments, in place (DeepSpeed's rollback)",
         ),
         Function("isa", "() -> str", doc="the CPU SIMD level compiled in (host builds)"),
         Function(
@@ -78,8 +100,9 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu",
                     sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
-                    functions=("adam_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    functions=("adam_step", "adam_rollback_step", "isa"), accelerators=("*",),
+                    isa_levels=("avx512", "avx2", "neon", "portable"),
+                    aliases=(BuilderAlias("FusedAdamBuilder", ("cpu",)),)),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
                     functions=("adam_step", "adam_plan", "adam_step_planned", "adam_step_planned_capturable"),
                     accelerators=("cuda",)),
@@ -99,6 +122,23 @@ SPEC = OpSpec(
                        description="torch_npu.npu_apply_adam_w (Ascend ApplyAdamW), foreach otherwise"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.adam.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernel (anyaccel/ops/adam/triton.py)"),
+    ),
+    deepspeed=DeepSpeedABI(
+        adapter="anyaccel.ops.adam.deepspeed:adapter",
+        builders=(
+            # deepspeed/ops/adam/cpu_adam.py (DeepSpeedCPUAdam), runtime/zenflow/zenflow_utils.py,
+            # runtime/zenflow/zenflow_stage_1_and_2.py, runtime/zenflow/engine_stage3.py
+            ("CPUAdamBuilder", ("create_adam", "adam_update", "adam_rollback", "destroy_adam",
+                                "zenflow_adam_create", "zenflow_adam_register_group", "zenflow_adam_destroy",
+                                "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker",
+                                "zenflow_adam_submit", "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
+            # deepspeed/ops/adam/fused_adam.py (FusedAdam)
+            ("FusedAdamBuilder", ("multi_tensor_adam",)),
+        ),
+        # DeepSpeed defines the cross-process ZenFlow control on Linux only (cpu_adam.cpp, #if __linux__)
+        platform_functions=tuple((fn, "linux") for fn in (
+            "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker", "zenflow_adam_submit",
+            "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
     ),
     benchmarks=("benchmarks/cpu_adam.py", "benchmarks/gpu_optimizers.py"),
 )

@@ -14,7 +14,9 @@ LAMB (You et al., ICLR 2020, https://arxiv.org/abs/1904.00962) as DeepSpeed's ``
 The norms are the L2 norms of the whole tensor (its trust ratio); the coefficient of each tensor is
 written into ``lamb_coeffs`` (one fp32 entry per parameter, on the parameters' device), which DeepSpeed's
 ``get_lamb_coeffs()`` reports. With ``model_copies``, ``params`` are fp32 masters and the updated value is
-also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``).
+also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); the CPU build also
+answers to ``FusedLambBuilder`` on the CPU accelerator. DeepSpeed's module function ``lamb(...)`` is
+:mod:`anyaccel.ops.lamb.deepspeed`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import BuilderAlias, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
 
 _RANGES = (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"), ("eps", "(0, inf)"),
            ("weight_decay", "[0, inf)"), ("grad_scale", "(0, inf)"), ("max_coeff", "(0, inf)"),
@@ -77,7 +79,8 @@ SPEC = OpSpec(
         NativeBuild("CPULambBuilder", "cpu_lamb", "cpu",
                     sources=("csrc/lamb/cpu_lamb.cpp", "csrc/lamb/cpu_lamb_kernel.cpp"),
                     functions=("lamb_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "neon", "portable"),
+                    aliases=(BuilderAlias("FusedLambBuilder", ("cpu",)),)),
         NativeBuild("FusedLambBuilder", "fused_lamb", "cuda", sources=("csrc/lamb/fused_lamb_cuda.cu",),
                     functions=("lamb_step", "lamb_plan", "lamb_step_planned", "lamb_step_planned_capturable"),
                     accelerators=("cuda",)),
@@ -89,6 +92,10 @@ SPEC = OpSpec(
                        description="CUDA multi-tensor kernels: update and norms, trust ratios, apply"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lamb.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernels (anyaccel/ops/lamb/triton.py)"),
+    ),
+    deepspeed=DeepSpeedABI(
+        adapter="anyaccel.ops.lamb.deepspeed:adapter",
+        builders=(("FusedLambBuilder", ("lamb",)),),  # deepspeed/ops/lamb/fused_lamb.py
     ),
     benchmarks=("benchmarks/gpu_optimizers.py",),
 )

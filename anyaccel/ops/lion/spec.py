@@ -8,13 +8,15 @@ Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algori
     m = beta2 * m + (1 - beta2) * g
 
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy.
-Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``).
+Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CPU build also answers to
+``FusedLionBuilder`` on the CPU accelerator, which DeepSpeed itself lacks there. DeepSpeed's module ABI
+(``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is :mod:`anyaccel.ops.lion.deepspeed`.
 """
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import BuilderAlias, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
     family="lion",
@@ -58,7 +60,8 @@ SPEC = OpSpec(
         NativeBuild("CPULionBuilder", "cpu_lion", "cpu",
                     sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_kernel.cpp"),
                     functions=("lion_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "neon", "portable"),
+                    aliases=(BuilderAlias("FusedLionBuilder", ("cpu",)),)),
         NativeBuild("FusedLionBuilder", "fused_lion", "cuda", sources=("csrc/lion/fused_lion_cuda.cu",),
                     functions=("lion_step", "lion_plan", "lion_step_planned", "lion_step_planned_capturable"),
                     accelerators=("cuda",)),
@@ -78,6 +81,13 @@ SPEC = OpSpec(
                        description="torch _foreach_* ops (torch_npu multi-tensor kernels)"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lion.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernel (anyaccel/ops/lion/triton.py)"),
+    ),
+    deepspeed=DeepSpeedABI(
+        adapter="anyaccel.ops.lion.deepspeed:adapter",
+        builders=(
+            ("CPULionBuilder", ("create_lion", "lion_update", "destroy_lion")),  # deepspeed/ops/lion/cpu_lion.py
+            ("FusedLionBuilder", ("multi_tensor_lion",)),  # deepspeed/ops/lion/fused_lion.py
+        ),
     ),
     benchmarks=("benchmarks/cpu_lion.py", "benchmarks/gpu_optimizers.py"),
 )
