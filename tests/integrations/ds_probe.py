@@ -75,7 +75,7 @@ def main(argv: list[str]) -> None:
     facts["all_ops"] = sorted(ALL_OPS)
     cpu_adam = op_builder.CPUAdamBuilder()
     facts["cpu_adam_name"] = [cpu_adam.name, op_builder.CPUAdamBuilder.NAME]
-    placeholder = acc.create_op_builder("AsyncIOBuilder")
+    placeholder = acc.create_op_builder("ShareMemCommBuilder")
     facts["placeholder_is_not_implemented"] = isinstance(placeholder, op_builder.NotImplementedBuilder)
     facts["placeholder_name"] = [placeholder.name, placeholder.is_compatible()]
     try:
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> None:
 
         facts["shares_state_with_anyaccel"] = anyaccel.get_accelerator().__dict__ is acc.__dict__
         try:
-            anyaccel.get_accelerator().create_op_builder("AsyncIOBuilder")
+            anyaccel.get_accelerator().create_op_builder("ShareMemCommBuilder")
         except UnknownOpError as exc:
             facts["anyaccel_unknown_op"] = str(exc)
     if "--uninstall" in flags:

@@ -421,9 +421,10 @@ class AsyncIOModule:
 
     Args:
         module: the :class:`~anyaccel.op_builder.core.module.OpModule` of the ``async_io`` build.
+        functions: the ABI function names the module offers (the spec's ``("aio_handle",)``).
     """
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, functions: tuple[str, ...] = ("aio_handle",)) -> None:
         self._module = module
 
     def aio_handle(self, block_size: int = 1024 * 1024, queue_depth: int = 128, single_submit: bool = False,

@@ -34,8 +34,19 @@ def test_steps_match_float64(dtype: torch.dtype) -> None:
     ms = [(torch.randn(n) * 0.1).to(dtype) for n in SIZES]
     gs = [torch.randn(n).to(dtype) for n in SIZES]
     want = [_ref(p, g, m, 1e-2, 0.9, 0.99, 0.1) for p, g, m in zip(ps, gs, ms, strict=True)]
+    ms0, ps0 = [m.clone() for m in ms], [p.clone() for p in ps]
     lion_step(ps, gs, ms, [], 1e-2, 0.9, 0.99, 0.1)
     tol = {"rtol": 1e-6, "atol": 1e-7} if dtype == torch.float32 else {"rtol": 0.008, "atol": 1e-3}
-    for (wp, wm), p, m in zip(want, ps, ms, strict=True):
-        torch.testing.assert_close(p.double(), wp, **tol)
+    for (wp, wm), p, m, m0, p0, g in zip(want, ps, ms, ms0, ps0, gs, strict=True):
+        # the update's sign is a tie where beta1*m + (1-beta1)*g cancels to within rounding (16-bit inputs
+        # make exact ratios g/m = -9 common): the kernel (fp32) and the reference (fp64) may round it to
+        # either side, so those parameters are checked against both signs
+        c = 0.9 * m0.double() + 0.1 * g.double()
+        tie = c.abs() <= 1e-6 * (m0.double().abs() + g.double().abs())
+        assert int(tie.sum()) <= max(2, p.numel() // 100)
+        # the three values a tie may give (sign -1, 0, +1), the closest one to the kernel's
+        candidates = torch.stack([p0.double() * (1 - 1e-2 * 0.1) - 1e-2 * s for s in (-1.0, 0.0, 1.0)])
+        closest = candidates.gather(0, (candidates - p.double()).abs().argmin(0, keepdim=True))[0]
+        near = torch.where(tie, closest, wp)
+        torch.testing.assert_close(p.double(), near, **tol)
         torch.testing.assert_close(m.double(), wm, **tol)
