@@ -67,4 +67,4 @@ def activate() -> None:
 
         install()
         return
-    sys.meta_path.insert(0, DeepSpeedImportTrigger())  # type: ignore[arg-type]
+    sys.meta_path.insert(0, DeepSpeedImportTrigger())

@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 import warnings
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 # subcommand -> (module, one-line help). Adding a command is one row here.
 SUBCOMMANDS = {
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anyaccel`` console script and of ``python -m anyaccel``.
 
     Args:

@@ -89,10 +89,10 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Formats ``rows`` under ``headers`` as a Markdown table with padded columns."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
     lines = [
-        "| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |",
+        "| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True)) + " |",
         "|" + "|".join("-" * (w + 2) for w in widths) + "|",
     ]
-    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
     return "\n".join(lines)
 
 

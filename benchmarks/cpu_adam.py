@@ -29,9 +29,16 @@ import tempfile
 import time
 
 import torch
-
-from _common import (REPO_ROOT, Impl, add_plan_arguments, dtype_label, measure_ceiling, parse_plan,
-                     print_environment, run_table)
+from _common import (
+    REPO_ROOT,
+    Impl,
+    add_plan_arguments,
+    dtype_label,
+    measure_ceiling,
+    parse_plan,
+    print_environment,
+    run_table,
+)
 
 logger = logging.getLogger("benchmarks.cpu_adam")
 

@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-
 from _common import Impl, add_plan_arguments, dtype_label, measure_ceiling, parse_plan, print_environment, run_table
 
 logger = logging.getLogger("benchmarks.cpu_lion")
@@ -72,7 +71,7 @@ class TorchLion(torch.optim.Optimizer):
                 torch._foreach_add_(ps, cs, alpha=-lr)
                 torch._foreach_lerp_(ms, gs, 1 - beta2)
             else:
-                for p, g, m in zip(ps, gs, ms):
+                for p, g, m in zip(ps, gs, ms, strict=True):
                     p.mul_(1 - lr * wd)
                     p.add_(torch.lerp(g, m, beta1).sign_(), alpha=-lr)
                     m.lerp_(g, 1 - beta2)

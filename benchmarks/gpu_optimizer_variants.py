@@ -74,13 +74,14 @@ def main() -> int:
         gs = [torch.randn(n, device="cuda", dtype=dtype) * 1e-2 for n in sizes]
         ms = [(torch.randn(n, device="cuda") * 1e-3).to(sdtype) for n in sizes]
         vs = [(torch.rand(n, device="cuda") * 1e-4).to(sdtype) for n in sizes]
-        fns = {name: (lambda op=op: op.adam_step(ps, gs, ms, vs, [], 10, 1e-5, 0.9, 0.999, 1e-8, 0.01, True, True))
+        args = (ps, gs, ms, vs)
+        fns = {name: (lambda op=op, a=args: op.adam_step(*a, [], 10, 1e-5, 0.9, 0.999, 1e-8, 0.01, True, True))
                for name, op in ops.items()}
         if dtype == sdtype:
             steps = [torch.tensor(10.0, device="cuda") for _ in sizes]
-            fns["torch _fused_adamw_"] = lambda: torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=1e-5, beta1=0.9,
-                                                                    beta2=0.999, weight_decay=0.01, eps=1e-8,
-                                                                    amsgrad=False, maximize=False)
+            fns["torch _fused_adamw_"] = lambda a=args, steps=steps: torch._fused_adamw_(
+                *a, [], steps, lr=1e-5, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8, amsgrad=False,
+                maximize=False)
         samples = {k: [] for k in fns}
         for fn in fns.values():
             fn()

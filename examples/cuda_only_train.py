@@ -8,7 +8,6 @@ Run: ``python examples/cuda_only_train.py [seed]``; prints the loss of each step
 """
 
 import sys
-from typing import List
 
 import torch
 import torch.nn as nn
@@ -26,7 +25,7 @@ def make_data(seed: int, n: int = 64):
     return x, y
 
 
-def train(seed: int, steps: int = 5) -> List[float]:
+def train(seed: int, steps: int = 5) -> list[float]:
     """Train a 2-layer MLP for ``steps`` steps on data from ``seed``; return the loss of each step."""
     torch.manual_seed(seed)
     if use_cuda:

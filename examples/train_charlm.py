@@ -23,9 +23,9 @@ import statistics
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List
 
 import torch
 from torch import nn
@@ -42,7 +42,7 @@ def load_corpus(max_bytes: int) -> torch.Tensor:
         FileNotFoundError: if the standard library directory holds no ``.py`` file.
     """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    chunks: List[bytes] = []
+    chunks: list[bytes] = []
     total = 0
     for path in sorted(stdlib.glob("*.py")) + sorted(stdlib.glob("*/*.py")):
         data = path.read_bytes()
@@ -83,11 +83,11 @@ class CharTransformer(nn.Module):
 @dataclass
 class RunResult:
     name: str
-    losses: List[float]
+    losses: list[float]
     val_before: float
     val_after: float
-    step_ms: List[float]
-    optimizer_ms: List[float]
+    step_ms: list[float]
+    optimizer_ms: list[float]
 
 
 def batches(data: torch.Tensor, batch: int, context: int, generator: torch.Generator):
@@ -160,7 +160,7 @@ def train(name: str, args: argparse.Namespace, train_data: torch.Tensor, val_dat
     return RunResult(name, losses, val_before, val_after, step_ms, opt_ms)
 
 
-def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--optimizer", choices=["cpuadam", "adamw", "both"], default="cpuadam")
     p.add_argument("--steps", type=int, default=300)
@@ -177,7 +177,7 @@ def parse_args(argv: List[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     acc = get_accelerator()
     device = acc.device_name()

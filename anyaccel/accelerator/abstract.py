@@ -22,9 +22,9 @@ import contextlib
 import importlib
 import importlib.util
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import torch
 

@@ -8,8 +8,9 @@ typed :class:`~anyaccel.accelerator.errors.UnsupportedOperationError` naming the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

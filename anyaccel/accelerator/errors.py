@@ -24,7 +24,7 @@ __all__ = [
 
 def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException:
     """Unpickle a :class:`ReconstructibleError` by calling its constructor again."""
-    return cls(*args, **kwargs)  # type: ignore[no-any-return]
+    return cls(*args, **kwargs)
 
 
 class ReconstructibleError(Exception):

@@ -10,7 +10,8 @@ DeepSpeed's CPU and MPS accelerators return ``None`` instead, which breaks such 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["HostEvent", "HostStream", "host_stream_class", "host_event_class"]
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def entry_point_specs() -> list[AcceleratorSpec]:
     try:
         found = metadata.entry_points(group=ENTRY_POINT_GROUP)
     except TypeError:  # Python < 3.10: entry_points() returns a dict
-        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined,arg-type]
+        found = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[arg-type]
     specs = []
     for entry_point in found:
         specs.append(_entry_point_spec(entry_point))

@@ -17,7 +17,7 @@ import difflib
 import logging
 import sys
 from collections import Counter
-from typing import List, Optional, TextIO
+from typing import TextIO
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def unified_diff(path: str, before: str, after: str) -> str:
     """Return a ``git apply``/``patch -p1`` compatible unified diff of one file (``a/``, ``b/`` prefixes)."""
-    lines: List[str] = []
+    lines: list[str] = []
     for line in difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path.lstrip('/')}", f"b/{path.lstrip('/')}"
+        before.splitlines(keepends=True), after.splitlines(keepends=True),
+        f"a/{path.lstrip('/')}", f"b/{path.lstrip('/')}"
     ):
         lines.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(lines)
 
 
-def run(args: argparse.Namespace, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> int:
+def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run ``anyaccel migrate`` with parsed ``args`` (``paths``: list of str, ``mode``: diff/write/check).
 
     Args:

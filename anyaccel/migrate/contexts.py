@@ -14,8 +14,7 @@ in :attr:`ContextMarker.device_attributes` / :attr:`ContextMarker.backend_attrib
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Callable
+from collections.abc import Callable, Collection, Sequence
 
 import libcst as cst
 

@@ -6,8 +6,8 @@ import dataclasses
 import logging
 import os
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
 
 from anyaccel.migrate.findings import Finding
 
@@ -48,7 +48,7 @@ def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
     for given in paths:
         root = Path(given)
         if root.is_dir():
-            found: List[Path] = []
+            found: list[Path] = []
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIPPED_DIRECTORIES)
                 found.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
@@ -61,7 +61,7 @@ def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
                 yield candidate
 
 
-def read_source(path: str) -> "SourceText | Finding":
+def read_source(path: str) -> SourceText | Finding:
     """Read ``path`` as UTF-8 Python source.
 
     Args:
@@ -107,7 +107,7 @@ def write_atomic(path: str, source: SourceText) -> None:
     """
     target = Path(path)
     data = ((_BOM if source.bom else "") + source.text).encode("utf-8")
-    mode: Optional[int] = None
+    mode: int | None = None
     try:
         mode = target.stat().st_mode & 0o7777
     except OSError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +43,8 @@ class MigrationResult:
 
     original: str
     rewritten: str
-    findings: "tuple[Finding, ...]"
-    error: Optional[Finding] = None
+    findings: tuple[Finding, ...]
+    error: Finding | None = None
 
     @property
     def changed(self) -> bool:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import io
 import logging
 import tokenize
-from typing import FrozenSet
 
 from anyaccel.migrate.rules import OPT_OUT_PATTERN
 
 logger = logging.getLogger(__name__)
 
 
-def opted_out_lines(source: str) -> FrozenSet[int]:
+def opted_out_lines(source: str) -> frozenset[int]:
     """Return the 1-based numbers of the lines whose comment matches ``rules.OPT_OUT_PATTERN``.
 
     Only real comments count (found with the standard ``tokenize`` module), so the marker inside a string

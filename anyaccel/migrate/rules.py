@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, FrozenSet, Mapping, Optional, Tuple
+from collections.abc import Mapping
 
 #: Import used by rewritten code, as ``from <module> import <name>``.
 ACCELERATOR_MODULE = "anyaccel"
 ACCELERATOR_FACTORY = "get_accelerator"
 
-#: Inline comment that opts a line out of rewriting and of ``--check`` (like ``# noqa``).
+#: Inline comment that opts a line out of rewriting and of ``--check`` (as flake8's noqa comment does).
 OPT_OUT_PATTERN = re.compile(r"#\s*anyaccel\s*:\s*ignore\b")
 
 #: ``torch.cuda.<key>`` -> ``get_accelerator().<value>``. The accelerator member takes the same
@@ -77,7 +77,7 @@ RUNTIME_MEMBERS: Mapping[str, str] = {
 #: ``torch.cuda.<key>(...)`` calls that map to an accelerator member with a different call shape:
 #: key -> (member, number of positional arguments the member accepts). ``torch.cuda.CUDAGraph()``
 #: becomes ``get_accelerator().create_graph()``.
-RUNTIME_CALLS: Mapping[str, Tuple[str, int]] = {
+RUNTIME_CALLS: Mapping[str, tuple[str, int]] = {
     "CUDAGraph": ("create_graph", 0),
 }
 
@@ -88,7 +88,7 @@ CURRENT_DEVICE_AS_DEVICE = "current_device_name"
 #: The replacement takes the device type as its first argument (``torch.autocast(device_type, ...)``,
 #: ``torch.amp.GradScaler(device, ...)``); the original's positional arguments are passed on by keyword
 #: because the parameter orders differ (PyTorch docs: torch.autocast, torch.amp.GradScaler).
-AMP_CALLS: Mapping[str, Tuple[str, Tuple[str, ...]]] = {
+AMP_CALLS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     "autocast": ("torch.autocast", ("enabled", "dtype", "cache_enabled")),
     "GradScaler": (
         "torch.amp.GradScaler",
@@ -104,29 +104,29 @@ AMP_DECORATORS: Mapping[str, str] = {
 
 #: Keyword arguments whose value is a device (any callee): ``torch.zeros(..., device="cuda")``,
 #: ``torch.load(..., map_location="cuda")``, ``torch.autocast(device_type="cuda")``.
-DEVICE_KEYWORDS: FrozenSet[str] = frozenset({"device", "map_location", "device_type"})
+DEVICE_KEYWORDS: frozenset[str] = frozenset({"device", "map_location", "device_type"})
 
 #: Callees whose first positional argument is a device.
-DEVICE_FIRST_ARG_CALLEES: FrozenSet[str] = frozenset(
+DEVICE_FIRST_ARG_CALLEES: frozenset[str] = frozenset(
     {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.Generator"}
 )
 
 #: Methods whose first positional argument is a device when it is a device string: ``x.to("cuda")``.
-DEVICE_FIRST_ARG_METHODS: FrozenSet[str] = frozenset({"to"})
+DEVICE_FIRST_ARG_METHODS: frozenset[str] = frozenset({"to"})
 
 #: Assignment targets whose value is a device: a name equal to or ending with one of these.
-DEVICE_NAME_SUFFIXES: Tuple[str, ...] = ("device", "device_type")
+DEVICE_NAME_SUFFIXES: tuple[str, ...] = ("device", "device_type")
 
 #: Distributed calls whose argument is a communication backend: qualified-name suffix ->
 #: (keyword name, positional index or None).
-BACKEND_ARGUMENTS: Mapping[str, Tuple[str, Optional[int]]] = {
+BACKEND_ARGUMENTS: Mapping[str, tuple[str, int | None]] = {
     "init_process_group": ("backend", 0),
     "new_group": ("backend", None),
     "init_distributed": ("dist_backend", 0),
 }
 
 #: Assignment targets whose value is a communication backend.
-BACKEND_NAME_SUFFIXES: Tuple[str, ...] = ("backend",)
+BACKEND_NAME_SUFFIXES: tuple[str, ...] = ("backend",)
 
 #: The CUDA communication backend string and its accelerator replacement.
 CUDA_BACKEND = "nccl"
@@ -150,7 +150,7 @@ TENSOR_METHODS: Mapping[str, str] = {
 TENSOR_PROPERTIES: Mapping[str, str] = {"is_cuda": "on_accelerator"}
 
 #: Keywords of ``Tensor.cuda``/``Module.cuda`` that ``.to(...)`` accepts unchanged.
-CUDA_METHOD_PASSTHROUGH: FrozenSet[str] = frozenset({"non_blocking", "memory_format"})
+CUDA_METHOD_PASSTHROUGH: frozenset[str] = frozenset({"non_blocking", "memory_format"})
 
 #: argparse's method declaring an option: ``parser.add_argument(...)`` (also on argument groups).
 OPTION_METHOD = "add_argument"
@@ -178,7 +178,7 @@ class Reason:
 
 
 #: Reasons given for code left alone, by kind (the kind is printed with each finding).
-REASONS: Dict[str, Reason] = {
+REASONS: dict[str, Reason] = {
     "no-equivalent": Reason(
         "{name} is left as it is",
         "the accelerator interface has no member that does the same on other devices",

@@ -15,7 +15,7 @@ Every rewrite yields code the same rules leave unchanged, which makes the migrat
 from __future__ import annotations
 
 import logging
-from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
@@ -70,23 +70,23 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     DESCRIPTION = "Rewrite torch.cuda code to anyaccel's get_accelerator() API."
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, context: CodemodContext, path: str, opted_out: FrozenSet[int]) -> None:
+    def __init__(self, context: CodemodContext, path: str, opted_out: frozenset[int]) -> None:
         super().__init__(context)
         self.path = path
         self.opted_out = opted_out
-        self.findings: List[Finding] = []
+        self.findings: list[Finding] = []
         self.rewrites = 0
         self._contexts = ContextMarker(lambda node: {q.name for q in self._qualified(node)})
         self._needs_torch = False
-        self._cuda_imports: List[Tuple[str, Optional[str], Optional[str]]] = []
+        self._cuda_imports: list[tuple[str, str | None, str | None]] = []
         self._binds_get_accelerator = False
 
     # ------------------------------------------------------------------ helpers
 
-    def _qualified(self, node: cst.CSTNode) -> Set[cst.metadata.QualifiedName]:
+    def _qualified(self, node: cst.CSTNode) -> set[cst.metadata.QualifiedName]:
         return set(self.get_metadata(QualifiedNameProvider, node, set()) or set())
 
-    def _cuda_suffix(self, node: cst.CSTNode) -> Optional[str]:
+    def _cuda_suffix(self, node: cst.CSTNode) -> str | None:
         """``"synchronize"`` for a reference to ``torch.cuda.synchronize``, ``""`` for ``torch.cuda``, else None.
 
         Only plain dotted names count: ``torch.cuda.current_stream().synchronize`` is a method of the
@@ -111,7 +111,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         """
         return _is_dotted(node) and any(q.source == QualifiedNameSource.IMPORT for q in self._qualified(node))
 
-    def _parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    def _parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.get_metadata(ParentNodeProvider, node, None)
 
     def _is_called(self, node: cst.CSTNode) -> bool:
@@ -123,7 +123,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         parent = self._parent(node)
         return not (isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node))
 
-    def _lines(self, node: cst.CSTNode) -> Tuple[int, int, int]:
+    def _lines(self, node: cst.CSTNode) -> tuple[int, int, int]:
         pos = self.get_metadata(PositionProvider, node)
         return pos.start.line, pos.end.line, pos.start.column + 1
 
@@ -192,7 +192,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ strings (bottom-up)
 
-    def _device_string(self, value: str) -> Optional[cst.Call]:
+    def _device_string(self, value: str) -> cst.Call | None:
         match = rules.CUDA_DEVICE_STRING.match(value)
         if match is None:
             return None
@@ -279,7 +279,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     # ------------------------------------------------------------------ torch.cuda references
 
     def _rewrite_cuda_reference(
-        self, original: Union[cst.Name, cst.Attribute], updated: cst.BaseExpression, suffix: str
+        self, original: cst.Name | cst.Attribute, updated: cst.BaseExpression, suffix: str
     ) -> cst.BaseExpression:
         """Rewrite the outermost reference to ``torch.cuda.<suffix>`` (an attribute chain or an imported name)."""
         parent = self._parent(original)
@@ -381,9 +381,9 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     def _keywordize(
         self, original: cst.Call, updated: cst.Call, names: Sequence[str], label: str
-    ) -> Optional[List[cst.Arg]]:
+    ) -> list[cst.Arg] | None:
         """Return ``updated``'s arguments with positional ones passed by keyword, or None (and a finding)."""
-        result: List[cst.Arg] = []
+        result: list[cst.Arg] = []
         for index, arg in enumerate(updated.args):
             if arg.star:
                 self._report(original, "amp-call-args", name=label, detail="*args or **kwargs")
@@ -401,9 +401,9 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     def _rewrite_cuda_method(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         """``x.cuda()`` / ``x.cuda(i)`` / ``x.cuda(device=i, non_blocking=True)`` -> ``x.to(...)``."""
-        device: Optional[cst.BaseExpression] = None
-        kept: List[cst.Arg] = []
-        for orig_arg, arg in zip(original.args, updated.args):
+        device: cst.BaseExpression | None = None
+        kept: list[cst.Arg] = []
+        for orig_arg, arg in zip(original.args, updated.args, strict=True):
             keyword = arg.keyword.value if arg.keyword is not None else None
             if arg.star:
                 self._report(original, "cuda-call-args", detail="*args or **kwargs")

@@ -92,7 +92,7 @@ def _member_from_function(node: ast.FunctionDef) -> Member:
         abstract="abstractmethod" in decorators,
         positional=tuple((a.arg, i >= first_default) for i, a in enumerate(positional)),
         vararg=args.vararg is not None,
-        keyword_only=tuple((a.arg, d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults)),
+        keyword_only=tuple((a.arg, d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)),
         varkw=args.kwarg is not None,
     )
 

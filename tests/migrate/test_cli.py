@@ -9,7 +9,6 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
 
 import pytest
 
@@ -18,7 +17,7 @@ from anyaccel.migrate import cli
 CUDA_CODE = "import torch\n\n\ndef step(x):\n    torch.cuda.synchronize()\n    return x.cuda()\n"
 
 
-def _run(argv: List[str]) -> Tuple[int, str, str]:
+def _run(argv: list[str]) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     out, err = io.StringIO(), io.StringIO()

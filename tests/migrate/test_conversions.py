@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List, Tuple
-
 import libcst as cst
 import pytest
 
@@ -12,7 +10,7 @@ from anyaccel.migrate.engine import migrate_source
 IMPORT = "from anyaccel import get_accelerator\n"
 
 # (id, code after "import torch\n", expected code after "import torch\n" + IMPORT + "\n")
-CASES: List[Tuple[str, str, str]] = [
+CASES: list[tuple[str, str, str]] = [
     # torch.cuda runtime calls -> get_accelerator().<same>
     ("synchronize", "torch.cuda.synchronize()\n", "get_accelerator().synchronize()\n"),
     ("synchronize-index", "torch.cuda.synchronize(1)\n", "get_accelerator().synchronize(1)\n"),
@@ -73,7 +71,8 @@ CASES: List[Tuple[str, str, str]] = [
     ("nccl-ifexp", "backend = 'nccl' if torch.cuda.is_available() else 'gloo'\n",
      "backend = get_accelerator().communication_backend_name() if get_accelerator().is_available() else 'gloo'\n"),
     # device strings that are provably devices
-    ("device-kw", "x = torch.randn(4, device='cuda')\n", "x = torch.randn(4, device=get_accelerator().device_name())\n"),
+    ("device-kw", "x = torch.randn(4, device='cuda')\n",
+     "x = torch.randn(4, device=get_accelerator().device_name())\n"),
     ("device-kw-index", "x = torch.randn(4, device=\"cuda:1\")\n",
      "x = torch.randn(4, device=get_accelerator().device_name(1))\n"),
     ("device-fstring", "x = torch.randn(4, device=f'cuda:{rank}')\n",
@@ -130,14 +129,15 @@ def test_conversion_and_idempotence(before: str, after: str) -> None:
     assert again.findings == ()
 
 
-ALIAS_CASES: List[Tuple[str, str, str]] = [
+ALIAS_CASES: list[tuple[str, str, str]] = [
     ("import-as", "import torch.cuda as tc\n\ntc.synchronize()\nn = tc.device_count()\n",
      IMPORT + "\nget_accelerator().synchronize()\nn = get_accelerator().device_count()\n"),
     ("from-torch-import-cuda", "from torch import cuda\n\ncuda.empty_cache()\n",
      IMPORT + "\nget_accelerator().empty_cache()\n"),
     ("from-torch-cuda-import", "from torch.cuda import synchronize as sync, manual_seed\n\nsync()\nmanual_seed(3)\n",
      IMPORT + "\nget_accelerator().synchronize()\nget_accelerator().manual_seed(3)\n"),
-    ("from-amp-import", "from torch.cuda.amp import GradScaler, autocast\n\ns = GradScaler()\nwith autocast():\n    pass\n",
+    ("from-amp-import",
+     "from torch.cuda.amp import GradScaler, autocast\n\ns = GradScaler()\nwith autocast():\n    pass\n",
      "import torch\n" + IMPORT + "\ns = torch.amp.GradScaler(get_accelerator().device_name())\n"
      "with torch.autocast(get_accelerator().device_name()):\n    pass\n"),
     # an alias still used for something unconvertible is kept
@@ -165,7 +165,7 @@ def test_aliases_and_imports(before: str, after: str) -> None:
 
 
 # (id, source, expected (line, kind) findings); the source must be left unchanged
-LEFT_ALONE: List[Tuple[str, str, List[Tuple[int, str]]]] = [
+LEFT_ALONE: list[tuple[str, str, list[tuple[int, str]]]] = [
     ("no-equivalent", "import torch\nname = torch.cuda.get_device_name(0)\n", [(2, "no-equivalent")]),
     ("module-object", "import torch\nmod = torch.cuda\n", [(2, "module-object")]),
     ("unproven-string", "import torch\nif args.device == 'cuda':\n    pass\n", [(2, "cuda-string")]),
@@ -181,7 +181,7 @@ LEFT_ALONE: List[Tuple[str, str, List[Tuple[int, str]]]] = [
 
 
 @pytest.mark.parametrize("source,expected", [(s, e) for _, s, e in LEFT_ALONE], ids=[c[0] for c in LEFT_ALONE])
-def test_left_alone_and_reported(source: str, expected: List[Tuple[int, str]]) -> None:
+def test_left_alone_and_reported(source: str, expected: list[tuple[int, str]]) -> None:
     result = migrate_source(source, "m.py")
     assert result.rewritten == source
     assert sorted((f.line, f.kind) for f in result.findings) == sorted(expected)

@@ -125,7 +125,7 @@ def test_host_build_compiles_without_graph_break(s: OpSpec, b: Any, host_modules
         expected = [[t.clone() for t in a] if isinstance(a, list) else a for a in args]
         op(*expected)
 
-        def call(*a: Any) -> None:
+        def call(*a: Any, op: Any = op) -> None:
             op(*a)
 
         torch.compile(call, fullgraph=True, backend="aot_eager")(*args)

@@ -34,8 +34,8 @@ from typing_extensions import override
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.errors import OpBuilderError
-from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
+from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 
 logger = logging.getLogger(__name__)

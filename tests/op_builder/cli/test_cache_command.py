@@ -13,8 +13,8 @@ import pytest
 
 from anyaccel.op_builder.cli import cache as cache_commands
 from anyaccel.op_builder.core.cache import Cache
-from anyaccel.op_builder.core.lock import BuildLock
 from anyaccel.op_builder.core.integrity import library_record
+from anyaccel.op_builder.core.lock import BuildLock
 from anyaccel.op_builder.core.manifest import compute_key, write_manifest
 
 
