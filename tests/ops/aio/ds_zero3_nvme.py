@@ -3,8 +3,10 @@ its losses as JSON (run by test_aio_deepspeed.py in a fresh process).
 
 Usage: ds_zero3_nvme.py <anyaccel|deepspeed> <nvme directory | "cpu" for CPU offload>
 
-``anyaccel``: DeepSpeed's swappers get anyaccel's AsyncIOBuilder (patched into the three swapper modules,
-which import the builder by name; the DeepSpeed integration will route it for real); ``deepspeed``: its own.
+``anyaccel``: ``anyaccel.integrations.deepspeed.install()`` before ``import deepspeed``, so DeepSpeed's
+swappers resolve anyaccel's ``AsyncIOBuilder`` by name; ``deepspeed``: DeepSpeed alone. Runs on the GPU when
+DeepSpeed's accelerator is CUDA (the model on the GPU, parameters and optimizer state swapped to the
+directory), else on the CPU.
 """
 
 from __future__ import annotations
@@ -21,24 +23,13 @@ os.environ.setdefault("MASTER_PORT", "29533")
 
 def main() -> None:
     impl, target = sys.argv[1], sys.argv[2]
-    import deepspeed
-
     if impl == "anyaccel":
-        import deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper as pos
-        import deepspeed.runtime.swap_tensor.partitioned_param_swapper as pps
-        import deepspeed.runtime.swap_tensor.pipelined_optimizer_swapper as pips
+        import anyaccel.integrations.deepspeed as integration
 
-        from anyaccel.accelerator import get_accelerator
+        integration.install()  # DeepSpeed's AsyncIOBuilder (and accelerator) become anyaccel's
+    import deepspeed
+    import deepspeed.runtime.swap_tensor.partitioned_param_swapper as pps
 
-        class AnyaccelAsyncIOBuilder:
-            loads = 0
-
-            def load(self, verbose: bool = False):
-                AnyaccelAsyncIOBuilder.loads += 1
-                return get_accelerator().create_op_builder("AsyncIOBuilder").load()
-
-        for module in (pps, pos, pips):
-            module.AsyncIOBuilder = AnyaccelAsyncIOBuilder
     device = "cpu" if target == "cpu" else "nvme"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
@@ -58,13 +49,18 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(6):
-        x, y = torch.randn(4, 64, generator=gen), torch.randn(4, 64, generator=gen)
+        x, y = (torch.randn(4, 64, generator=gen).to(engine.device),
+                torch.randn(4, 64, generator=gen).to(engine.device))
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
         losses.append(loss.item())
-    loads = AnyaccelAsyncIOBuilder.loads if impl == "anyaccel" else None
-    print(json.dumps({"losses": losses, "anyaccel_loads": loads}))
+    from deepspeed.accelerator import get_accelerator
+
+    # the builder the parameter swapper resolved (by name, at DeepSpeed's import) and the accelerator's
+    builder = pps.AsyncIOBuilder
+    print(json.dumps({"losses": losses, "swapper_builder": f"{builder.__module__}.{builder.__qualname__}",
+                      "accelerator": type(get_accelerator()).__name__, "device": str(engine.device)}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integrations.ds_helpers import LOSS_RTOL
+
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed")]
 SCRIPT = Path(__file__).with_name("ds_zero3_nvme.py")
@@ -40,6 +42,11 @@ def test_zero3_nvme_offload_on_anyaccel_aio_matches_cpu_offload(tmp_path, _ops_c
     nvme.mkdir()
     ours = _run("anyaccel", str(nvme), _ops_cache_dir)
     reference = _run("deepspeed", "cpu", _ops_cache_dir)
-    assert ours["anyaccel_loads"] >= 2  # the parameter and the optimizer swapper both use it
+    # DeepSpeed's parameter swapper resolved anyaccel's builder (the integration's DeepSpeed-facing adapter)
+    assert ours["swapper_builder"].startswith("anyaccel.integrations.deepspeed.builders."), ours
     assert any(nvme.iterdir()), "the swappers used the NVMe directory"
-    assert ours["losses"] == reference["losses"]
+    # anyaccel's CPU Adam does the steps in our run, DeepSpeed's in the reference: they round differently in the
+    # last fp32 bits (docs/deepspeed.md), so the losses agree to LOSS_RTOL, not bit for bit
+    assert len(ours["losses"]) == len(reference["losses"]) == 6
+    for got, want in zip(ours["losses"], reference["losses"], strict=True):
+        assert abs(got - want) <= LOSS_RTOL * abs(want), (ours["losses"], reference["losses"])
