@@ -30,7 +30,8 @@ def _free_port() -> str:
 
 
 def _run(impl: str, target: str, cache: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ANYACCEL_CACHE_DIR": cache, "MASTER_PORT": _free_port()}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "ANYACCEL_CACHE_DIR": cache, "MASTER_PORT": _free_port()}
     proc = subprocess.run([sys.executable, str(SCRIPT), impl, target], capture_output=True, text=True, env=env,
                           timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
