@@ -845,3 +845,20 @@ def test_torch_compile_traces_the_op_without_a_graph_break(cpu_adam_module: Any)
     for a, b in zip(args[:4], eager[:4], strict=True):
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("beta1", [0.0, 0.3, 0.5, 0.9])
+def test_first_moment_is_torch_lerp_even_when_exp_avg_dwarfs_the_gradient(cpu_adam_module: Any, beta1: float) -> None:
+    """exp_avg follows ``torch.lerp(exp_avg, grad, 1 - beta1)`` bit for bit, including its two formulas (weight
+    below and at least 0.5): ``exp_avg + w * (grad - exp_avg)`` would cancel to 0.0 for beta1=0 with
+    exp_avg=3e38 (the gradient lost); torch.lerp gives the gradient. Sizes cover the SIMD body and the tail."""
+    n = 37
+    gen = torch.Generator().manual_seed(int(beta1 * 10))
+    g = torch.randn(n, generator=gen) * 0.1
+    m0 = torch.full((n,), 3e38)
+    m0[::3] = torch.randn(len(m0[::3]), generator=gen)  # ordinary moments in between
+    p, m, v = torch.randn(n, generator=gen), m0.clone(), torch.zeros(n)
+    cpu_adam_module.adam_step([p], [g], [m], [v], [], 1, 1e-3, beta1, 0.999, 1e-8, 0.0, True, True)
+    torch.testing.assert_close(m, torch.lerp(m0, g, 1 - beta1), rtol=0, atol=0)
+    if beta1 == 0.0:
+        torch.testing.assert_close(m, g, rtol=0, atol=0)
