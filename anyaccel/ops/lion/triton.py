@@ -146,9 +146,10 @@ def lion_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
         RuntimeError: a bad list entry (``lion_step``'s rules, named ``lion_plan``), or more or fewer than one
             dtype combination among the tensors with elements.
 
-    Side effects: host-to-device copies of the tables; keeps each list's first tensor with elements alive
-    while the plan tensor lives. The caller keeps the other tensors alive and in place while it uses the
-    plan (anyaccel's optimizers do, and build a new plan when a data pointer moves).
+    Side effects: host-to-device copies of the tables; holds the storage of every tensor of the plan while
+    the plan tensor lives (so a planned step never writes freed memory). A tensor given a new storage after
+    planning (``p.data = ...``) would be updated in its old one, so build a new plan when a data pointer moves
+    (anyaccel's optimizers do; a planned step raises when a list's first tensor moved).
     """
     from anyaccel.ops.lion.spec import SPEC
 

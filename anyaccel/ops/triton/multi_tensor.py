@@ -227,8 +227,11 @@ class PlanRecord:
         count: T, the number of tensors with elements (the launch's tensors).
         list_len: the length of the lists the plan was built from (empty tensors included).
         bases: the first tensor with elements of each list, in kernel order (params, grads, state 0,
-            [state 1], [model copy]); held, so the kernel's base pointers never point at freed memory.
+            [state 1], [model copy]): the kernel's base pointers.
         base_ptrs: their data pointers when the plan was built.
+        storages: the storage of every tensor of the plan, held so that no memory the kernel addresses is
+            freed while the plan lives (a tensor deleted, or given a new storage by ``p.data = ...``, leaves
+            its old storage here). Only an explicit ``untyped_storage().resize_()`` can still free it.
         table: the launch's work table (``positions``: the tensors' indices in the lists).
     """
 
@@ -238,6 +241,7 @@ class PlanRecord:
     list_len: int
     bases: tuple[torch.Tensor, ...]
     base_ptrs: tuple[int, ...]
+    storages: tuple[torch.UntypedStorage, ...]
     table: WorkTable
 
 
@@ -281,9 +285,11 @@ def make_plan(fn: Any, spec: Any, block: int, params: Sequence[torch.Tensor], gr
             combination among the tensors with elements.
 
     Side effects: host-to-device copies of the tables; registers the plan's record until the returned
-    tensor is freed. The record holds each list's first tensor with elements (not the others): the caller
-    keeps every tensor alive and in place while it uses the plan (anyaccel's optimizers hold them and
-    build a new plan when a data pointer moves).
+    tensor is freed. The record holds the storage of every tensor of the plan (:class:`PlanRecord`), so a
+    planned step never writes freed memory; their memory is released with the plan tensor. A planned step
+    checks only each list's first tensor for a moved storage: a tensor given a new storage after planning
+    (``p.data = ...``) is updated in its old storage, so callers build a new plan when a data pointer moves
+    (anyaccel's optimizers check the parameters' and gradients' pointers every step and do).
     """
     check_lists(fn.name, spec, params, grads, states, model_copies)
     lists = [list(params), list(grads), *(list(v) for v in states.values())]
@@ -308,8 +314,9 @@ def make_plan(fn: Any, spec: Any, block: int, params: Sequence[torch.Tensor], gr
         firsts
     plan = torch.tensor(words, dtype=torch.int64).to(params[0].device)
     bases = tuple(lst[0] for lst in launch)
+    storages = tuple(t.untyped_storage() for lst in launch for t in lst)
     record = PlanRecord(spec.family, combo, len(indices), len(params), bases, tuple(t.data_ptr() for t in bases),
-                        table)
+                        storages, table)
     key, ident = _plan_key(plan), next(_plan_ids)
     _plans[key] = (ident, record)
     weakref.finalize(plan, _forget, key, ident)
