@@ -11,7 +11,7 @@ implementation loader, :mod:`anyaccel.ops.dispatch`, does so).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -135,29 +135,97 @@ def adam_step(
         SPEC.function("adam_step"), SPEC,
         dict(step=step, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay),
         params, grads, {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, model_copies)
+    for lists in launches:
+        _launch(tuple(lst[0] for lst in lists), multi_tensor.work_table(lists, BLOCK), step, lr, beta1, beta2, eps,
+                weight_decay, bias_correction, adamw_mode)
+
+
+def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, step: int, lr: float, beta1: float,
+            beta2: float, eps: float, weight_decay: float, bias_correction: bool, adamw_mode: bool) -> None:
+    """One launch of the kernel over one dtype combination's tensors.
+
+    Args:
+        bases: the first tensor of each list in kernel order (params, grads, exp_avgs, exp_avg_sqs,
+            [model copies]); the others are reached through ``table``'s deltas.
+        table: the launch's work table. The scalars: as :func:`adam_step`, already validated.
+    """
     bc1 = 1.0 - beta1**step if bias_correction else 1.0
     bc2 = 1.0 - beta2**step if bias_correction else 1.0
-    for lists in launches:
-        has_copy = len(lists) == 5
-        table = multi_tensor.work_table(lists, BLOCK)
-        p, g, m, v = (lst[0] for lst in lists[:4])
-        with device_of(p):
-            _adam_kernel[(table.num_chunks,)](
-                p, g, m, v, lists[4][0] if has_copy else p, table.rows, table.chunks,
-                1.0 - lr * weight_decay, weight_decay, beta1, beta2, 1.0 - beta1, 1.0 - beta2, eps, lr / bc1,
-                1.0 / math.sqrt(bc2), ADAMW=adamw_mode, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,
-                num_warps=NUM_WARPS,
-            )
+    has_copy = len(bases) == 5
+    p, g, m, v = bases[:4]
+    with device_of(p):
+        _adam_kernel[(table.num_chunks,)](
+            p, g, m, v, bases[4] if has_copy else p, table.rows, table.chunks,
+            1.0 - lr * weight_decay, weight_decay, beta1, beta2, 1.0 - beta1, 1.0 - beta2, eps, lr / bc1,
+            1.0 / math.sqrt(bc2), ADAMW=adamw_mode, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,
+            num_warps=NUM_WARPS,
+        )
+
+
+def adam_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
+              exp_avg_sqs: Sequence[torch.Tensor], model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Validates one dtype combination's lists once; the plan :func:`adam_step_planned` launches from.
+
+    Args:
+        params, grads, exp_avgs, exp_avg_sqs, model_copies: as :func:`adam_step`; their tensors with
+            elements must share one dtype combination.
+
+    Returns:
+        An int64 tensor of ``4 + 9 * T`` words on the params' device (T: tensors with elements) whose
+        header ``[magic, combo, T, chunks]`` has the CUDA plan's meaning
+        (:func:`anyaccel.ops.triton.multi_tensor.make_plan`).
+
+    Raises:
+        RuntimeError: a bad list entry (``adam_step``'s rules, named ``adam_plan``), or more or fewer than one
+            dtype combination among the tensors with elements.
+
+    Side effects: host-to-device copies of the tables; holds the storage of every tensor of the plan while
+    the plan tensor lives (so a planned step never writes freed memory). A tensor given a new storage after
+    planning (``p.data = ...``) would be updated in its old one, so build a new plan when a data pointer moves
+    (anyaccel's optimizers do; a planned step raises when a list's first tensor moved).
+    """
+    from anyaccel.ops.adam.spec import SPEC
+
+    return multi_tensor.make_plan(SPEC.function("adam_plan"), SPEC, BLOCK, params, grads,
+                                  {"exp_avgs": exp_avgs, "exp_avg_sqs": exp_avg_sqs}, model_copies)
+
+
+def adam_step_planned(plan: torch.Tensor, combo: int, count: int, chunks: int, step: int, lr: float, beta1: float,
+                      beta2: float, eps: float, weight_decay: float, bias_correction: bool, adamw_mode: bool) -> None:
+    """:func:`adam_step` over a plan's tensors, at a host cost independent of their number.
+
+    Same kernel and arguments as the unplanned step, so the results are the same bit for bit.
+
+    Args:
+        plan: the tensor :func:`adam_plan` returned. combo, count, chunks: its header words 1-3.
+        step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode: as :func:`adam_step`.
+
+    Raises:
+        RuntimeError: a scalar out of range (the spec's ranges); ``plan`` not a live plan of this
+            implementation, header words that are not the plan's, or a list's first tensor moved
+            (:func:`anyaccel.ops.triton.multi_tensor.planned`).
+
+    Side effects: updates the plan's params, moments and model copies in place.
+    """
+    from anyaccel.ops import validation
+    from anyaccel.ops.adam.spec import SPEC
+
+    fn = SPEC.function("adam_step_planned")
+    validation.check_scalars(fn, dict(combo=combo, count=count, chunks=chunks, step=step, lr=lr, beta1=beta1,
+                                      beta2=beta2, eps=eps, weight_decay=weight_decay))
+    record = multi_tensor.planned(fn.name, SPEC.family, plan, combo, count, chunks)
+    _launch(record.bases, record.table, step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode)
 
 
 def load() -> Any:
-    """The Triton implementation as a torch op, ``anyaccel_triton_adam::adam_step`` (the spec's schema and
-    fake), registered for CUDA and XPU.
+    """The Triton implementation as torch ops, ``anyaccel_triton_adam::adam_step``, ``adam_plan`` and
+    ``adam_step_planned`` (the spec's schemas and fakes), registered for CUDA and XPU.
 
     Side effects: imports Triton (at module import) and registers the op once per process.
     """
     from anyaccel.ops import python_ops
     from anyaccel.ops.adam.spec import SPEC
 
-    return python_ops.define(SPEC, "anyaccel_triton_adam", {"adam_step": adam_step}, ("cuda", "xpu"),
-                             ("cuda", "xpu"))
+    impls: dict[str, Callable[..., Any]] = {
+        "adam_step": adam_step, "adam_plan": adam_plan, "adam_step_planned": adam_step_planned}
+    return python_ops.define(SPEC, "anyaccel_triton_adam", impls, ("cuda", "xpu"), ("cuda", "xpu"))

@@ -6,7 +6,7 @@ Same op, signature and math as the CUDA kernel (``anyaccel/csrc/lion/fused_lion_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -106,25 +106,93 @@ def lion_step(
                                     dict(lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay),
                                     params, grads, {"exp_avgs": exp_avgs}, model_copies)
     for lists in launches:
-        has_copy = len(lists) == 4
-        table = multi_tensor.work_table(lists, BLOCK)
-        p, g, m = (lst[0] for lst in lists[:3])
-        with device_of(p):
-            _lion_kernel[(table.num_chunks,)](
-                p, g, m, lists[3][0] if has_copy else p, table.rows, table.chunks, 1.0 - lr * weight_decay, lr,
-                beta1, beta2, 1.0 - beta1, 1.0 - beta2, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,
-                num_warps=NUM_WARPS,
-            )
+        _launch(tuple(lst[0] for lst in lists), multi_tensor.work_table(lists, BLOCK), lr, beta1, beta2,
+                weight_decay)
+
+
+def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lr: float, beta1: float, beta2: float,
+            weight_decay: float) -> None:
+    """One launch of the kernel over one dtype combination's tensors.
+
+    Args:
+        bases: the first tensor of each list in kernel order (params, grads, exp_avgs, [model copies]); the
+            others are reached through ``table``'s deltas.
+        table: the launch's work table. The scalars: as :func:`lion_step`, already validated.
+    """
+    has_copy = len(bases) == 4
+    p, g, m = bases[:3]
+    with device_of(p):
+        _lion_kernel[(table.num_chunks,)](
+            p, g, m, bases[3] if has_copy else p, table.rows, table.chunks, 1.0 - lr * weight_decay, lr,
+            beta1, beta2, 1.0 - beta1, 1.0 - beta2, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,
+            num_warps=NUM_WARPS,
+        )
+
+
+def lion_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
+              model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Validates one dtype combination's lists once; the plan :func:`lion_step_planned` launches from.
+
+    Args:
+        params, grads, exp_avgs, model_copies: as :func:`lion_step`; their tensors with elements must
+            share one dtype combination.
+
+    Returns:
+        An int64 tensor of ``4 + 9 * T`` words on the params' device (T: tensors with elements) whose
+        header ``[magic, combo, T, chunks]`` has the CUDA plan's meaning
+        (:func:`anyaccel.ops.triton.multi_tensor.make_plan`).
+
+    Raises:
+        RuntimeError: a bad list entry (``lion_step``'s rules, named ``lion_plan``), or more or fewer than one
+            dtype combination among the tensors with elements.
+
+    Side effects: host-to-device copies of the tables; holds the storage of every tensor of the plan while
+    the plan tensor lives (so a planned step never writes freed memory). A tensor given a new storage after
+    planning (``p.data = ...``) would be updated in its old one, so build a new plan when a data pointer moves
+    (anyaccel's optimizers do; a planned step raises when a list's first tensor moved).
+    """
+    from anyaccel.ops.lion.spec import SPEC
+
+    return multi_tensor.make_plan(SPEC.function("lion_plan"), SPEC, BLOCK, params, grads, {"exp_avgs": exp_avgs},
+                                  model_copies)
+
+
+def lion_step_planned(plan: torch.Tensor, combo: int, count: int, chunks: int, lr: float, beta1: float, beta2: float,
+                      weight_decay: float) -> None:
+    """:func:`lion_step` over a plan's tensors, at a host cost independent of their number.
+
+    Same kernel and arguments as the unplanned step, so the results are the same bit for bit.
+
+    Args:
+        plan: the tensor :func:`lion_plan` returned. combo, count, chunks: its header words 1-3.
+        lr, beta1, beta2, weight_decay: as :func:`lion_step`.
+
+    Raises:
+        RuntimeError: a scalar out of range (the spec's ranges); ``plan`` not a live plan of this
+            implementation, header words that are not the plan's, or a list's first tensor moved
+            (:func:`anyaccel.ops.triton.multi_tensor.planned`).
+
+    Side effects: updates the plan's params, momenta and model copies in place.
+    """
+    from anyaccel.ops import validation
+    from anyaccel.ops.lion.spec import SPEC
+
+    fn = SPEC.function("lion_step_planned")
+    validation.check_scalars(fn, dict(combo=combo, count=count, chunks=chunks, lr=lr, beta1=beta1, beta2=beta2,
+                                      weight_decay=weight_decay))
+    record = multi_tensor.planned(fn.name, SPEC.family, plan, combo, count, chunks)
+    _launch(record.bases, record.table, lr, beta1, beta2, weight_decay)
 
 
 def load() -> Any:
-    """The Triton implementation as a torch op, ``anyaccel_triton_lion::lion_step`` (the spec's schema and
-    fake), registered for CUDA and XPU.
+    """The Triton implementation as torch ops, ``anyaccel_triton_lion::lion_step``, ``lion_plan`` and
+    ``lion_step_planned`` (the spec's schemas and fakes), registered for CUDA and XPU.
 
     Side effects: imports Triton (at module import) and registers the op once per process.
     """
     from anyaccel.ops import python_ops
     from anyaccel.ops.lion.spec import SPEC
 
-    return python_ops.define(SPEC, "anyaccel_triton_lion", {"lion_step": lion_step}, ("cuda", "xpu"),
-                             ("cuda", "xpu"))
+    impls: dict[str, Callable[..., Any]] = {
+        "lion_step": lion_step, "lion_plan": lion_plan, "lion_step_planned": lion_step_planned}
+    return python_ops.define(SPEC, "anyaccel_triton_lion", impls, ("cuda", "xpu"), ("cuda", "xpu"))
