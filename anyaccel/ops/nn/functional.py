@@ -51,8 +51,12 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     autograd can differentiate it (the gradient of ``h`` is added to ``x``'s and ``residual``'s).
 
     Args:
-        x, residual: ``[..., N]``, one float dtype, one shape (any strides).
-        weight, eps, casting, impl: as for :func:`rms_norm`.
+        x: ``[..., N]``, float32/bfloat16/float16 (any strides).
+        residual: x's shape and dtype (any strides).
+        weight: as for :func:`rms_norm`.
+        eps: as for :func:`rms_norm`.
+        casting: as for :func:`rms_norm`.
+        impl: as for :func:`rms_norm`.
 
     Returns:
         ``(y, h)``: the normalised output and the new residual stream.
@@ -72,7 +76,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, .
     Args:
         x: ``[..., *normalized_shape]``, float32/bfloat16/float16.
         normalized_shape: the trailing dimensions normalised together (flattened into one row).
-        weight, bias: ``normalized_shape``-shaped, or None.
+        weight: ``normalized_shape``-shaped, or None.
+        bias: ``normalized_shape``-shaped, or None.
         eps: added to the variance, ``>= 0``.
         impl: force an implementation.
 
@@ -154,9 +159,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
 
     Args:
         x: ``[..., D]`` (D even), e.g. ``[B, H, S, D]`` queries, any strides (kept in the output).
-        cos, sin: one value per pair, ``[..., D/2]``, or a Hugging Face table ``[..., D]`` whose halves repeat
+        cos: one value per pair, ``[..., D/2]``, or a Hugging Face table ``[..., D]`` whose halves repeat
             (``cat(freqs, freqs)``; interleaved: ``repeat_interleave(freqs, 2)``), of which the first half
             (interleaved: every other value) is used; broadcastable against ``x.shape[:-1]``.
+        sin: like ``cos`` (the sines of the same angles).
         interleaved: pairs ``(x[2j], x[2j+1])`` (GPT-J/RoFormer) instead of ``(x[j], x[j + D/2])``
             (Llama/``rotate_half``).
         impl: force an implementation.
@@ -233,7 +239,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         weight: ``[V, H]`` (the lm_head weight), hidden's dtype.
         target: ``hidden.shape[:-1]`` class indices or ``ignore_index``.
         bias: ``[V]`` or None.
-        ignore_index, label_smoothing: as :func:`cross_entropy`.
+        ignore_index: as :func:`cross_entropy`.
+        label_smoothing: as :func:`cross_entropy`.
         reduction: ``"mean"`` or ``"sum"``.
         impl: force an implementation.
 

@@ -89,7 +89,10 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
     Args:
         model: a ``transformers`` model of a :data:`SUPPORTED` architecture (``LlamaForCausalLM``,
             ``LlamaModel``, ...).
-        rms_norm, swiglu, rope, loss: which parts to replace.
+        rms_norm: replace the RMSNorm modules' forward.
+        swiglu: replace the SwiGLU MLPs' forward.
+        rope: replace the rotary-embedding function of the model's module.
+        loss: replace the causal-LM loss with the fused linear cross-entropy.
         impl: force an implementation for every op (``"triton"``, ``"torch"``, ``"triton_interpreter"``);
             else each family's choice for the inputs' device.
 
