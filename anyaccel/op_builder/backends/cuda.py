@@ -250,7 +250,7 @@ class CUDAOpBuilder(OpBuilder):
         steps = []
         for i, src in enumerate(self.sources()):
             path = root / src
-            command = {".cu": device, ".cpp": host}.get(path.suffix)
+            command = {".cu": device, ".cpp": host + tuple(self.source_cxx_args(src))}.get(path.suffix)
             if command is None:
                 raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the CUDA backend "
                                      "compiles .cu and .cpp files")

@@ -186,6 +186,13 @@ class OpBuilder:
         """Extra C++ compiler flags (the spec build's ``cxx_args``; backends add theirs)."""
         return list(self.BUILD.cxx_args) if self.BUILD else []
 
+    def source_cxx_args(self, source: str) -> list[str]:
+        """Host-compiler flags for the one source ``source`` (a :meth:`sources` entry), after every other flag:
+        the spec build's ``source_cxx_args`` for it, else none."""
+        if self.BUILD is None:
+            return []
+        return [flag for src, flags in self.BUILD.source_cxx_args if src == source for flag in flags]
+
     def nvcc_args(self) -> list[str]:
         """Extra device-compiler flags (GPU builders)."""
         return list(self.BUILD.nvcc_args) if self.BUILD else []
@@ -381,6 +388,7 @@ class OpBuilder:
             "schema_header": mf.hash_text("".join(headers[k] for k in sorted(headers))) if headers else None,
             "include_paths": list(self.include_paths()),
             "cxx_args": self.cxx_args(),
+            "source_cxx_args": {src: self.source_cxx_args(src) for src in self.sources() if self.source_cxx_args(src)},
             "nvcc_args": self.nvcc_args(),
             "ldflags": self.extra_ldflags(),
             ABI_TARGET_FIELD: torch_abi.format_version(torch_abi.target()),
@@ -663,7 +671,8 @@ class OpBuilder:
             if path.suffix != ".cpp":
                 raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the "
                                      f"{self.BACKEND} backend compiles .cpp files")
-            steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o", host))
+            steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o",
+                                        host + tuple(self.source_cxx_args(src))))
         return steps
 
     def link_command(self, env: dict[str, str | None]) -> list[str]:
@@ -860,7 +869,8 @@ class OpBuilder:
         """A setuptools extension for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.
 
         Note: anyaccel's own AOT path (``ANYACCEL_BUILD_OPS=1``, :meth:`build_prebuilt`) does not use it; the
-        extension compiles the same sources with the same flags through setuptools.
+        extension compiles the same sources with the same flags through setuptools, except the per-source
+        flags (:meth:`source_cxx_args`), which setuptools cannot give one source: every source gets ``-O3``.
 
         Side effects: imports ``torch.utils.cpp_extension``; writes the schema header into a temporary dir.
         """

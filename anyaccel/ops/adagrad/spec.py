@@ -16,7 +16,7 @@ module ABI (``create_adagrad``, ``adagrad_update``, ``destroy_adagrad``) is
 """
 
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.spec import DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import REGISTRATION_CXX_ARGS, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
     family="adagrad",
@@ -36,6 +36,7 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPUAdagradBuilder", "cpu_adagrad", "cpu",
                     sources=("csrc/adagrad/cpu_adagrad.cpp", "csrc/adagrad/cpu_adagrad_kernel.cpp"),
+                    source_cxx_args=(("csrc/adagrad/cpu_adagrad.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("adagrad_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable")),
     ),

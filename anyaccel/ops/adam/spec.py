@@ -21,6 +21,7 @@ in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_
 
 from anyaccel.ops.plans import make_plan_fake
 from anyaccel.ops.spec import (
+    REGISTRATION_CXX_ARGS,
     BuilderAlias,
     DeepSpeedABI,
     DtypeCombo,
@@ -100,6 +101,7 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPUAdamBuilder", "cpu_adam", "cpu",
                     sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
+                    source_cxx_args=(("csrc/adam/cpu_adam.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("adam_step", "adam_rollback_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable"),
                     aliases=(BuilderAlias("FusedAdamBuilder", ("cpu",)),)),

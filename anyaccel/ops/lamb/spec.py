@@ -27,7 +27,15 @@ from typing import Any
 from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import BuilderAlias, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import (
+    REGISTRATION_CXX_ARGS,
+    BuilderAlias,
+    DeepSpeedABI,
+    Function,
+    Implementation,
+    NativeBuild,
+    OpSpec,
+)
 
 _RANGES = (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta2", "[0, 1)"), ("eps", "(0, inf)"),
            ("weight_decay", "[0, inf)"), ("grad_scale", "(0, inf)"), ("max_coeff", "(0, inf)"),
@@ -78,6 +86,7 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPULambBuilder", "cpu_lamb", "cpu",
                     sources=("csrc/lamb/cpu_lamb.cpp", "csrc/lamb/cpu_lamb_kernel.cpp"),
+                    source_cxx_args=(("csrc/lamb/cpu_lamb.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lamb_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable"),
                     aliases=(BuilderAlias("FusedLambBuilder", ("cpu",)),)),

@@ -16,7 +16,15 @@ Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CP
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import BuilderAlias, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.ops.spec import (
+    REGISTRATION_CXX_ARGS,
+    BuilderAlias,
+    DeepSpeedABI,
+    Function,
+    Implementation,
+    NativeBuild,
+    OpSpec,
+)
 
 SPEC = OpSpec(
     family="lion",
@@ -59,6 +67,7 @@ SPEC = OpSpec(
     builds=(
         NativeBuild("CPULionBuilder", "cpu_lion", "cpu",
                     sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_kernel.cpp"),
+                    source_cxx_args=(("csrc/lion/cpu_lion.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lion_step", "isa"), accelerators=("*",),
                     isa_levels=("avx512", "avx2", "neon", "portable"),
                     aliases=(BuilderAlias("FusedLionBuilder", ("cpu",)),)),

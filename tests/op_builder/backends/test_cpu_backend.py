@@ -118,3 +118,20 @@ def test_builder_returns_a_setuptools_extension_with_the_same_flags():
     flags = ext.extra_compile_args["cxx"]
     assert torch_abi.target_macro((2, 10)) in flags and any(f.startswith("-DANYACCEL_OP_NAMESPACE=") for f in flags)
     assert (Path(ext.include_dirs[0]) / schema.HEADER_NAME).is_file()
+
+
+def test_per_source_flags_reach_only_their_translation_unit_and_the_key(tmp_path: Path):
+    """The spec's ``source_cxx_args`` (``-O1`` for the registration unit) come after ``-O3`` in that unit's
+    command only, and are part of the cache key (a change rebuilds)."""
+    from anyaccel.ops.spec import REGISTRATION_CXX_ARGS
+
+    b = CPUAdamBuilder()
+    glue, kernel = b.sources()
+    assert b.source_cxx_args(glue) == list(REGISTRATION_CXX_ARGS) and b.source_cxx_args(kernel) == []
+    steps = b.compile_steps(ENV, "anyaccel_ns", tmp_path, tmp_path)
+    glue_cmd, kernel_cmd = (list(s.command) for s in steps)
+    assert glue_cmd[-len(REGISTRATION_CXX_ARGS):] == list(REGISTRATION_CXX_ARGS)
+    assert glue_cmd.index("-O1") > glue_cmd.index("-O3")  # the later -O wins
+    assert "-O1" not in kernel_cmd and "-O3" in kernel_cmd
+    assert b.key_inputs()["source_cxx_args"] == {glue: list(REGISTRATION_CXX_ARGS)}
+
