@@ -11,7 +11,7 @@ the two side by side.
 
 Examples::
 
-    python examples/train_charlm.py                      # 300 steps with CPUAdam
+    python examples/train_charlm.py                      # 200 steps with CPUAdam
     python examples/train_charlm.py --optimizer both     # CPUAdam, then torch AdamW, compared
 """
 
@@ -163,7 +163,7 @@ def train(name: str, args: argparse.Namespace, train_data: torch.Tensor, val_dat
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--optimizer", choices=["cpuadam", "adamw", "both"], default="cpuadam")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--d-model", type=int, default=128)
