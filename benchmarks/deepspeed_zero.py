@@ -107,7 +107,9 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({"rank": engine.global_rank, "init_s": t_init, "first_step_s": t_first,
                       "step_ms": statistics.median(step_s) * 1e3 if step_s else None, "losses": losses,
                       "optimizer": type(inner).__name__, "accelerator": type(acc).__module__ + "." +
-                      type(acc).__name__}))
+                      type(acc).__name__}), flush=True)
+    if torch.distributed.is_initialized():  # no process group left to the interpreter's exit
+        torch.distributed.destroy_process_group()
 
 
 def _free_port() -> int:

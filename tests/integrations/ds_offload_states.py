@@ -40,7 +40,10 @@ def main(accelerator: str) -> None:
             engine.offload_states(pin_memory=True)
             engine.reload_states()
     accelerator_class = type(get_accelerator())
-    print(json.dumps({"losses": losses, "accelerator": f"{accelerator_class.__module__}.{accelerator_class.__name__}"}))
+    print(json.dumps({"losses": losses, "accelerator": f"{accelerator_class.__module__}.{accelerator_class.__name__}"}),
+          flush=True)
+    if torch.distributed.is_initialized():  # no process group left to the interpreter's exit (see ds_train.py)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

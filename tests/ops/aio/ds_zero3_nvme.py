@@ -60,7 +60,9 @@ def main() -> None:
     # the builder the parameter swapper resolved (by name, at DeepSpeed's import) and the accelerator's
     builder = pps.AsyncIOBuilder
     print(json.dumps({"losses": losses, "swapper_builder": f"{builder.__module__}.{builder.__qualname__}",
-                      "accelerator": type(get_accelerator()).__name__, "device": str(engine.device)}))
+                      "accelerator": type(get_accelerator()).__name__, "device": str(engine.device)}), flush=True)
+    if torch.distributed.is_initialized():  # no process group left to the interpreter's exit (see ds_train.py)
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
