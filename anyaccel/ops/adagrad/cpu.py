@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.optimizer import PARAM_DTYPES, Hyper, ListOptimizer
+from anyaccel.ops.optimizer import PARAM_DTYPES, Hyper, ListOptimizer, step_entry
 
 __all__ = ["ADAGRAD_HYPERS", "CPUAdagrad"]
 
@@ -94,7 +94,7 @@ class CPUAdagrad(ListOptimizer):
         defaults = {"lr": lr, "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad}
         super().__init__(params, defaults, fp32_optimizer_states=fp32_optimizer_states)
 
-    @torch.no_grad()
+    @step_entry
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One optimization step: dense gradients through :meth:`ListOptimizer.step`, then sparse ones.
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.optimizer import Hyper, ListOptimizer, _Bucket, _Prepared
+from anyaccel.ops.optimizer import Hyper, ListOptimizer, _Bucket, _Prepared, step_entry
 
 __all__ = ["CPULamb", "FusedLamb"]
 
@@ -110,7 +110,7 @@ class FusedLamb(ListOptimizer):
             raise ValueError(f"{self._NAME}: {where('min_coeff')}={scalars['min_coeff']!r} is greater than "
                              f"{where('max_coeff')}={scalars['max_coeff']!r}; accepted: 0 <= min_coeff <= max_coeff")
 
-    @torch.no_grad()
+    @step_entry
     def step(self, closure: Callable[[], Any] | None = None, grads: Any = None, output_params: Any = None,
              scale: float = 1.0, grad_norms: Any = None) -> Any:
         """One LAMB step of every parameter with a gradient (DeepSpeed's signature).
