@@ -85,8 +85,10 @@ def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
     only while a torch profiler is running, and runs ``body`` with gradients disabled. It is marked
     ``hooked`` so that torch does not wrap it again.
 
-    Called through ``super().step()`` from an override (which torch wrapped, or which is itself a
-    ``step_entry``), it runs ``body`` alone: the hooks run once per step.
+    The hooks run once per step however ``step`` is reached: called through ``super().step()`` from an
+    override that is itself a ``step_entry`` (the outer one runs them) or that torch wrapped (torch's wrapper
+    runs them), it runs ``body`` alone. A wrapper installed over it with ``functools.wraps`` (on the class or
+    the instance, as ``torch.optim.lr_scheduler`` does) keeps the hooks running here.
 
     Args:
         body: ``body(self, *args, **kwargs)``, the step's work.
@@ -97,33 +99,46 @@ def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
     """
     if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
         return torch.no_grad()(body)
-    pre_hooks, post_hooks = _GLOBAL_PRE_HOOKS, _GLOBAL_POST_HOOKS
 
     @functools.wraps(body)
     def step(*args: Any, **kwargs: Any) -> Any:
         self = args[0]
-        if type(self).step is not step:  # through super() from an override: its wrapper ran the hooks
+        if self.__dict__.get("_in_step_entry") or not getattr(type(self).step, "_step_entry", False):
+            # inside an outer step_entry, or under torch's wrapper of an override: the hooks ran there
             with torch.no_grad():
                 return body(*args, **kwargs)
         profiling = torch.autograd._profiler_enabled()
-        with (torch.autograd.profiler.record_function(f"Optimizer.step#{type(self).__name__}.step") if profiling
-              else contextlib.nullcontext()):
-            for pre_hook in itertools.chain(pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
-                result = pre_hook(self, args, kwargs)
-                if result is not None:
-                    if not (isinstance(result, tuple) and len(result) == 2):
-                        raise RuntimeError(f"{body} must return None or a tuple of (new_args, new_kwargs), but got "
-                                           f"{result}.")
-                    args, kwargs = result
-            with torch.no_grad():
-                out = body(*args, **kwargs)
-            self._optimizer_step_code()
-            for post_hook in itertools.chain(self._optimizer_step_post_hooks.values(), post_hooks.values()):
-                post_hook(self, args, kwargs)
-        return out
+        self._in_step_entry = True
+        try:
+            return _hooked_call(self, body, args, kwargs, profiling)
+        finally:
+            self._in_step_entry = False
 
     step.hooked = True  # type: ignore[attr-defined]  # torch's Optimizer._patch_step_function leaves it alone
+    step._step_entry = True  # type: ignore[attr-defined]  # copied by functools.wraps onto wrappers of it
     return step
+
+
+def _hooked_call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 profiling: bool) -> Any:
+    """torch.optim's ``profile_hook_step`` sequence around ``body`` (see :func:`step_entry`)."""
+    assert _GLOBAL_PRE_HOOKS is not None and _GLOBAL_POST_HOOKS is not None
+    pre_hooks, post_hooks = _GLOBAL_PRE_HOOKS, _GLOBAL_POST_HOOKS
+    with (torch.autograd.profiler.record_function(f"Optimizer.step#{type(self).__name__}.step") if profiling
+          else contextlib.nullcontext()):
+        for pre_hook in itertools.chain(pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
+            result = pre_hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{body} must return None or a tuple of (new_args, new_kwargs), but got "
+                                       f"{result}.")
+                args, kwargs = result
+        with torch.no_grad():
+            out = body(*args, **kwargs)
+        self._optimizer_step_code()
+        for post_hook in itertools.chain(self._optimizer_step_post_hooks.values(), post_hooks.values()):
+            post_hook(self, args, kwargs)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

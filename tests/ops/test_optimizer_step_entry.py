@@ -159,3 +159,63 @@ def test_the_step_count_in_state_advances_with_every_step() -> None:
         opt.step()
         assert opt.state[ps[0]]["step"].item() == float(n)
         assert opt.state_dict()["state"][1]["step"].item() == float(n)
+
+
+def _passthrough(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A third party's wrapper installed over ``step`` with functools.wraps."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        wrapper.calls += 1  # type: ignore[attr-defined]
+        return func(*args, **kwargs)
+
+    wrapper.calls = 0  # type: ignore[attr-defined]
+    return wrapper
+
+
+def test_a_class_level_wrapper_over_step_keeps_the_hooks() -> None:
+    class Patched(CPUAdam):
+        pass
+
+    Patched.step = _passthrough(CPUAdam.step)  # type: ignore[method-assign]
+    opt = Patched(_model(9), lr=1e-3)
+    calls: list[str] = []
+    opt.register_step_pre_hook(lambda o, a, k: calls.append("pre"))
+    opt.register_step_post_hook(lambda o, a, k: calls.append("post"))
+    opt.step()
+    assert calls == ["pre", "post"] and Patched.step.calls == 1  # type: ignore[attr-defined]
+
+
+def test_an_lr_scheduler_wrapping_the_instance_keeps_the_hooks() -> None:
+    ps = _model(10)
+    opt = CPUAdam(ps, lr=1e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    calls: list[str] = []
+    opt.register_step_pre_hook(lambda o, a, k: calls.append("pre"))
+    opt.step()
+    sched.step()
+    opt.step()
+    assert calls == ["pre", "pre"]
+    assert opt.param_groups[0]["lr"] == pytest.approx(5e-4)
+    assert opt.state[ps[0]]["step"].item() == 2.0
+
+
+def test_a_failing_pre_hook_changes_nothing_and_the_next_step_runs_hooks() -> None:
+    ps = _model(11)
+    before = [p.detach().clone() for p in ps]
+    opt = CPUAdam(ps, lr=1e-3)
+    calls: list[str] = []
+
+    def failing(o: Any, a: Any, k: Any) -> None:
+        calls.append("pre")
+        if len(calls) == 1:
+            raise ValueError("hook failed")
+
+    opt.register_step_pre_hook(failing)
+    with pytest.raises(ValueError, match="hook failed"):
+        opt.step()
+    for p, b in zip(ps, before, strict=True):
+        torch.testing.assert_close(p, b, rtol=0, atol=0)
+    opt.step()
+    assert calls == ["pre", "pre"] and opt.state[ps[0]]["step"].item() == 1.0
