@@ -354,6 +354,70 @@ def test_parameter_storage_swap_is_noticed() -> None:
     assert torch.all(p.detach() != 0)
 
 
+def test_kept_gradient_objects_follow_torch_adamw() -> None:
+    """Gradients kept across steps (``zero_grad(set_to_none=False)``, filled in place) take the steady path,
+    which skips re-reading them; each step must still use their new values, as torch's AdamW does."""
+    ps = _params(5, 3, 7, seed=40)
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    opt, torch_opt = FusedAdam(ps, lr=1e-2, weight_decay=0.1), torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    for p, r in zip(ps, ref, strict=True):
+        p.grad, r.grad = torch.zeros_like(p), torch.zeros_like(r)
+    for s in range(4):
+        gen = torch.Generator().manual_seed(s)
+        for p, r in zip(ps, ref, strict=True):
+            values = torch.randn(p.shape, generator=gen)
+            p.grad.copy_(values)
+            r.grad.copy_(values)
+        opt.step()
+        torch_opt.step()
+    for p, r in zip(ps, ref, strict=True):
+        torch.testing.assert_close(p.detach(), r.detach(), rtol=1e-6, atol=1e-6)
+
+
+def test_kept_gradients_with_a_storage_swap_update_the_new_storage() -> None:
+    """With the same gradient objects, ``p.data = x`` between steps is still noticed (the steady path checks
+    storage)."""
+    (p,) = _params(6, seed=41)
+    opt = CPULion([p], lr=0.1)
+    p.grad = torch.ones(6)
+    opt.step()
+    p.data = torch.zeros(6)
+    opt.step()
+    assert torch.all(p.detach() != 0)
+
+
+def test_kept_gradients_with_a_parameter_replaced_in_the_list() -> None:
+    """A parameter replaced in ``param_groups[0]['params']`` in place, its gradient object reused: the new
+    parameter is the one updated, and the old one is left alone."""
+    a, b = _params(4, 4, seed=42)
+    opt = CPUAdam([a], lr=0.1)
+    a.grad = torch.ones(4)
+    opt.step()
+    before = a.detach().clone()
+    b.grad = a.grad
+    a.grad = None
+    opt.param_groups[0]["params"][0] = b
+    b_before = b.detach().clone()
+    opt.step()
+    assert torch.equal(a.detach(), before)
+    assert not torch.equal(b.detach(), b_before)
+
+
+def test_kept_gradients_with_a_replaced_state_entry() -> None:
+    """A state entry assigned between steps with the same gradient objects is used by the next step."""
+    a, b = _params(6, 6, seed=43)
+    b.data.copy_(a.data)
+    opt_a, opt_b = CPUAdam([a]), CPUAdam([b])
+    for opt, p in ((opt_a, a), (opt_b, b)):
+        p.grad = torch.ones(6)
+        opt.step()
+    opt_a.state[a]["exp_avg"] = torch.full((6,), 0.5)
+    opt_b.state[b]["exp_avg"].fill_(0.5)
+    opt_a.step()
+    opt_b.step()
+    assert torch.equal(a, b)
+
+
 def test_parameters_without_gradient_keep_their_step_count() -> None:
     a, b = _params(3, 3, seed=16)
     opt = CPUAdam([a, b])

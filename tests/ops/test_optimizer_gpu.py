@@ -73,6 +73,29 @@ def test_gradients_kept_across_steps_reuse_the_plan() -> None:
     assert opt._plans[0].buckets[0].plan is table
 
 
+@pytest.mark.parametrize("cls", [FusedAdam, FusedLion, FusedLamb])
+def test_kept_gradients_with_new_values_and_a_swapped_storage(cls: type) -> None:
+    """Gradient objects kept across steps (the steady path) with new values each step, and at step 3 one
+    gradient's storage swapped in place (``g.data = x``): the device table must follow, as the CPU run does."""
+    gpu, cpu = _twins(torch.float32, seed=3)
+    opt_gpu, opt_cpu = cls(gpu, lr=1e-2, impl="cuda"), cls(cpu, lr=1e-2)
+    for a, b in zip(gpu, cpu, strict=True):
+        a.grad, b.grad = torch.zeros_like(a), torch.zeros_like(b)
+    for step in range(5):
+        g = torch.Generator().manual_seed(100 + step)
+        for a, b in zip(gpu, cpu, strict=True):
+            values = torch.randn(b.shape, generator=g)
+            b.grad.copy_(values)
+            if step == 3 and a is gpu[5]:
+                a.grad.data = values.cuda()
+            else:
+                a.grad.copy_(values)
+        opt_gpu.step()
+        opt_cpu.step()
+    for a, b in zip(gpu, cpu, strict=True):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-5)
+
+
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).cuda()
