@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
+from anyaccel.ops.nn.families.cross_entropy import chunked
 from anyaccel.testing.nn_impls import DTYPES
 from anyaccel.testing.tolerances import assert_close
 
@@ -65,8 +66,13 @@ def test_cross_entropy_3d_logits_and_int32_targets(device_impl: tuple[str, str])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize(("rows", "hidden", "vocab", "bias"), [(1, 8, 3, False), (13, 16, 257, True),
                                                               (4, 16, VOCAB_128K, False)], ids=str)
+@pytest.mark.parametrize("min_chunk", [1, chunked.MIN_CHUNK_ROWS], ids=lambda n: f"min_chunk={n}")
 def test_fused_linear_cross_entropy(device_impl: tuple[str, str], rows: int, hidden: int, vocab: int, bias: bool,
-                                    reduction: str, dtype: torch.dtype) -> None:
+                                    reduction: str, dtype: torch.dtype, min_chunk: int,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``min_chunk=1`` the rows are split into chunks of Liger's size (1 row for 13x16x257, several
+    chunks accumulating the weight gradient); with the default minimum they fit one chunk."""
+    monkeypatch.setattr(chunked, "MIN_CHUNK_ROWS", min_chunk)
     device, impl = device_impl
     h = (torch.randn(rows, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
     w = (torch.randn(vocab, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()

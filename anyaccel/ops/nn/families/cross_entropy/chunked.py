@@ -22,21 +22,37 @@ from anyaccel.ops.nn.families.cross_entropy.fakes import check_fused
 ChunkLoss = Callable[[torch.Tensor, torch.Tensor, int, float, "torch.Tensor | None"], torch.Tensor]
 
 
+#: Fewest rows per chunk (when there are that many). Each chunk adds its ``V x H`` weight gradient into the
+#: fp32 accumulator, a read and a write of ``8 * V * H`` bytes (2 GiB at V=128256, H=4096): with Liger's
+#: chunk size alone (256 rows there) those passes doubled the time of the whole fused op on an H200
+#: (``benchmarks/nn_ops.py --sections flce``). 1024 rows of logits are 250 MiB at that vocabulary.
+MIN_CHUNK_ROWS = 1024
+
+
 def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
     """Rows per chunk: a power of two near ``rows * hidden / vocab``, so a chunk's logits take about as much
-    memory as ``hidden`` (Liger-Kernel's choice), at least 1 and at most ``rows``."""
+    memory as ``hidden`` (Liger-Kernel's choice), but at least :data:`MIN_CHUNK_ROWS`, and at most ``rows``."""
     inc = max(1, -(-vocab // max(hidden, 1)))
-    want = max(1, -(-rows // inc))
+    want = max(1, -(-rows // inc), MIN_CHUNK_ROWS)
     return max(1, min(rows, 1 << (want - 1).bit_length()))
 
 
-def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a @ b`` accumulated and returned in fp32 (one rounding per product on CUDA via ``out_dtype``)."""
+#: torch's ``addmm(..., out_dtype=, out=)`` (``aten::addmm.dtype_out``): 16-bit products added into an fp32 tensor
+#: in the matmul's epilogue, with no temporary.
+_ADDMM_OUT_DTYPE = "dtype_out" in torch.ops.aten.addmm.overloads()
+
+
+def _add_mm_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``acc += a @ b`` for an fp32 ``acc``, the product accumulated in fp32, in place (on CUDA without a
+    temporary of ``acc``'s size)."""
     if a.dtype == torch.float32:
-        return a @ b
-    if a.device.type == "cuda":
-        return torch.mm(a, b, out_dtype=torch.float32)
-    return (a.float() @ b.float())
+        acc.addmm_(a, b)
+    elif a.device.type == "cuda" and _ADDMM_OUT_DTYPE:
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    elif a.device.type == "cuda":
+        acc += torch.mm(a, b, out_dtype=torch.float32)
+    else:
+        acc.addmm_(a.float(), b.float())
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
@@ -80,7 +96,7 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         total = total + losses.sum()
         if compute_grad:
             torch.mm(z, weight, out=gh[start:start + step])
-            gw += _mm_fp32(z.t(), hc)
+            _add_mm_fp32(gw, z.t(), hc)
             if gb is not None:
                 gb += z.float().sum(0)
     loss = total * scale
