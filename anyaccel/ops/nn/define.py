@@ -61,14 +61,33 @@ def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
-    """A ``torch.autograd.Function`` running ``forward`` with ``formula``'s context setup and backward."""
+    """A ``torch.autograd.Function`` running ``forward`` with ``formula``'s context setup and backward.
+
+    Its ``apply`` skips ``torch.autograd.Function.apply``'s per-call ``inspect.signature(forward).bind`` (which
+    only fills in defaults, and cost 15-35 us per eager call on the H200 hosts) when every parameter of
+    ``forward`` is passed positionally and no functorch transform is active; otherwise it is torch's.
+    """
+    import inspect
+
     import torch
+    from torch._functorch.utils import unwrap_dead_wrappers
 
     setup, backward = formula
+    params = inspect.signature(forward).parameters.values()
+    positional = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    arity = len(params) if positional else -1
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity or torch._C._are_functorch_transforms_active():
+            return torch.autograd.Function.apply.__func__(cls, *args, **kwargs)  # type: ignore[attr-defined]
+        # what torch's Function.apply does once its bind found nothing to fill in
+        return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
+
     return type(f"{name}_eager", (torch.autograd.Function,), {
         "forward": staticmethod(forward),
         "setup_context": staticmethod(setup),
         "backward": staticmethod(backward),
+        "apply": classmethod(apply),
     })
 
 

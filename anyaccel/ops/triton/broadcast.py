@@ -25,7 +25,14 @@ def broadcast_shape(tensors: Sequence[torch.Tensor]) -> torch.Size:
     Raises:
         RuntimeError: the shapes do not broadcast (torch's message).
     """
-    return torch.broadcast_shapes(*(t.shape for t in tensors)) if tensors else torch.Size([])
+    if not tensors:
+        return torch.Size([])
+    first = tensors[0].shape
+    # equal concrete shapes (the common call) need no broadcasting, and torch.broadcast_shapes costs tens of
+    # microseconds per call; symbolic shapes (tracing) go to torch, which compares them without guards
+    if not any(isinstance(d, torch.SymInt) for d in first) and all(t.shape == first for t in tensors[1:]):
+        return first
+    return torch.broadcast_shapes(*(t.shape for t in tensors))
 
 
 def empty_output(tensors: Sequence[torch.Tensor], shape: Sequence[int], dtype: torch.dtype,
