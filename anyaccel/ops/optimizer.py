@@ -1077,7 +1077,6 @@ def _frozen(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
-#: ``p.grad`` of each parameter, at C speed in ``map``.
 def _dtype(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
