@@ -56,8 +56,14 @@ def ds_extensions_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
                          ids=lambda v: str(v))
 def test_zero_offload_losses_equal_deepspeeds_own(stage, world_size, ds_extensions_dir, op_cache_dir, tmp_path):
     """ZeRO-2/3 with ``offload_optimizer: {device: cpu}`` (DeepSpeedCPUAdam), world size 1 and 2."""
-    reference = train("deepspeed", stage, world_size, {"TORCH_EXTENSIONS_DIR": str(ds_extensions_dir),
-                                                        "ANYACCEL_CACHE_DIR": str(op_cache_dir)})
+    env = {"TORCH_EXTENSIONS_DIR": str(ds_extensions_dir), "ANYACCEL_CACHE_DIR": str(op_cache_dir)}
+    try:
+        reference = train("deepspeed", stage, world_size, env)
+    except AssertionError as first:
+        # DeepSpeed's own run (anyaccel not involved) once exited non-zero on the 2-core CI machine at ZeRO-3
+        # with 2 ranks, with nothing but warnings on stderr: one retry of the reference, never of ours
+        print(f"DeepSpeed's own reference run failed once; retrying it:\n{str(first)[-2000:]}")
+        reference = train("deepspeed", stage, world_size, env)
     extensions = tmp_path / "torch-extensions"  # fresh: what DeepSpeed builds with anyaccel installed
     extensions.mkdir()
     ours = train("anyaccel", stage, world_size, {"TORCH_EXTENSIONS_DIR": str(extensions),
