@@ -23,12 +23,14 @@ __all__ = sorted((*_FUNCTIONS, "patch", "unpatch"))
 
 
 def __getattr__(name: str) -> Any:
+    """Imports the front ends on first use; the attribute is then set on the package, so later lookups
+    (one per eager call in ``anyaccel.ops.nn.rms_norm(...)``) skip this function."""
     if name in _FUNCTIONS:
-        from anyaccel.ops.nn import functional
-
-        return getattr(functional, name)
-    if name in ("patch", "unpatch"):
-        from anyaccel.ops.nn import hf_patch
-
-        return getattr(hf_patch, name)
-    raise AttributeError(f"module 'anyaccel.ops.nn' has no attribute {name!r}")
+        from anyaccel.ops.nn import functional as module
+    elif name in ("patch", "unpatch"):
+        from anyaccel.ops.nn import hf_patch as module  # type: ignore[no-redef]
+    else:
+        raise AttributeError(f"module 'anyaccel.ops.nn' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

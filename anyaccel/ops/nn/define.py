@@ -44,10 +44,15 @@ _DEFINED: dict[str, SimpleNamespace] = {}
 def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with ``wrap_triton`` returning the plain kernel (what ``triton_op`` does around its eager
     calls): launching through the higher-order op outside of tracing costs about a millisecond."""
+    import functools
+
     from torch._library import triton as triton_lib
 
     state = triton_lib.wrap_triton_enabled
 
+    # ``wraps`` keeps ``fn``'s signature visible (``__wrapped__``): the eager ``autograd.Function``'s fast
+    # ``apply`` needs the arity, and without it falls back to torch's per-call ``inspect.signature`` bind
+    @functools.wraps(fn)
     def call(*args: Any) -> Any:
         prev = getattr(state, "value", triton_lib.wrap_triton_enabled_default)
         state.value = False
@@ -56,7 +61,6 @@ def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             state.value = prev
 
-    call.__name__ = getattr(fn, "__name__", "call")
     return call
 
 
@@ -65,12 +69,16 @@ def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
 
     Its ``apply`` skips ``torch.autograd.Function.apply``'s per-call ``inspect.signature(forward).bind`` (which
     only fills in defaults, and cost 15-35 us per eager call on the H200 hosts) when every parameter of
-    ``forward`` is passed positionally and no functorch transform is active; otherwise it is torch's.
+    ``forward`` is passed positionally and no functorch transform is active; otherwise it is torch's. When,
+    besides, there is no graph to record (grad mode off, or no tensor argument requiring grad) and no
+    forward-mode AD level is open, it calls ``forward`` directly: the same outputs, without the autograd
+    node and context ``Function.apply`` builds (about 10 us).
     """
     import inspect
 
     import torch
     from torch._functorch.utils import unwrap_dead_wrappers
+    from torch.autograd import forward_ad
 
     setup, backward = formula
     params = inspect.signature(forward).parameters.values()
@@ -81,7 +89,11 @@ def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
         if kwargs or len(args) != arity or torch._C._are_functorch_transforms_active():
             return torch.autograd.Function.apply.__func__(cls, *args, **kwargs)  # type: ignore[attr-defined]
         # what torch's Function.apply does once its bind found nothing to fill in
-        return super(torch.autograd.Function, cls).apply(*unwrap_dead_wrappers(args))
+        args = unwrap_dead_wrappers(args)
+        if forward_ad._current_level < 0 and (not torch.is_grad_enabled() or not any(
+                [isinstance(a, torch.Tensor) and a.requires_grad for a in args])):
+            return forward(*args)
+        return super(torch.autograd.Function, cls).apply(*args)
 
     return type(f"{name}_eager", (torch.autograd.Function,), {
         "forward": staticmethod(forward),

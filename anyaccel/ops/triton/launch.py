@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +49,8 @@ def next_power_of_2(n: int) -> int:
 
 
 def row_blocks(m: int, n: int, max_tile: int = MAX_TILE, loop_tile: int = 4096) -> RowBlocks:
-    """The tiling for ``m`` rows of ``n`` elements.
+    """The tiling for ``m`` rows of ``n`` elements (cached for concrete sizes: part of an eager call's host
+    cost; symbolic sizes, while tracing with dynamic shapes, are not hashable and are computed afresh).
 
     Args:
         m: rows (>= 0).
@@ -57,6 +58,13 @@ def row_blocks(m: int, n: int, max_tile: int = MAX_TILE, loop_tile: int = 4096) 
         max_tile: largest ``block_m * block_n`` kept in registers; wider rows are walked in tiles.
         loop_tile: tile width for the looped walk.
     """
+    if type(m) is int and type(n) is int:
+        return _row_blocks(m, n, max_tile, loop_tile)
+    return _row_blocks.__wrapped__(m, n, max_tile, loop_tile)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_blocks(m: int, n: int, max_tile: int, loop_tile: int) -> RowBlocks:
     bn = next_power_of_2(n)
     if bn <= max_tile:
         bm = max(1, min(ROWS_TILE // bn, next_power_of_2(m), 64))
@@ -87,16 +95,35 @@ def _units(device_type: str, index: int) -> int:
     return 64
 
 
-@contextlib.contextmanager
-def device_of(t: torch.Tensor) -> Iterator[None]:
-    """Make ``t``'s device current for a Triton launch (Triton launches on the current device); nothing on
-    the CPU."""
-    if t.device.type == "cpu":
-        yield
-        return
-    module = torch.get_device_module(t.device.type)
-    if t.device.index is None or t.device.index == module.current_device():
-        yield  # already current: skip the device guard's set/restore
-        return
-    with module.device(t.device):
-        yield
+#: what :func:`device_of` returns when no device switch is needed (``nullcontext`` is reusable)
+_NO_SWITCH = contextlib.nullcontext()
+
+
+def device_of(t: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
+    """A context making ``t``'s device current for a Triton launch (Triton launches on the current device);
+    a shared no-op context on the CPU or when the device is already current."""
+    device = t.device
+    if device.type == "cpu" or device.index is None:
+        return _NO_SWITCH
+    module = torch.get_device_module(device.type)
+    if device.index == module.current_device():
+        return _NO_SWITCH  # already current: skip the device guard's set/restore
+    return module.device(device)
+
+
+def wrap(kernel: Any) -> Any:
+    """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
+    ``kernel`` itself. Decides with torch's own switch (``torch._library.triton.is_wrap_triton_enabled``), but
+    only calls ``wrap_triton`` (several imports per call, 5 us of an eager launch's host time) when it is on.
+    """
+    if not _torch_triton().is_wrap_triton_enabled():
+        return kernel
+    return _torch_triton().wrap_triton(kernel)
+
+
+@functools.cache
+def _torch_triton() -> Any:
+    """``torch._library.triton`` (imported on first use: it is not needed before the first launch)."""
+    import torch._library.triton
+
+    return torch._library.triton

@@ -42,13 +42,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import triton
 import triton.language as tl
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
-from torch.library import wrap_triton
 
 from anyaccel.ops.triton.broadcast import broadcast_shape, coalesce, empty_output
-from anyaccel.ops.triton.launch import device_of
+from anyaccel.ops.triton.launch import device_of, wrap
 
 #: Elements per program, and warps per program.
 BLOCK = 1024
@@ -170,7 +168,7 @@ class Pointwise:
         kinds = tuple(isinstance(a, torch.Tensor) for a in operands)
         sizes, flat_strides, kernel = self._plan(shape, dev_tensors, outs, kinds)
         with device_of(outs[0]):
-            wrap_triton(kernel)[(triton.cdiv(n, BLOCK),)](
+            wrap(kernel)[(-(-n // BLOCK),)](
                 *operands, *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
                 num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
@@ -207,10 +205,10 @@ class Pointwise:
 def pointwise(num_inputs: int, num_outputs: int = 1, promotion: str = "default") -> Callable[[Any], Pointwise]:
     """Decorator form of :class:`Pointwise`: ``@pointwise(num_inputs=2)`` over a ``@triton.jit`` body."""
 
-    def wrap(body: Any) -> Pointwise:
+    def decorate(body: Any) -> Pointwise:
         return Pointwise(body, num_inputs, num_outputs, promotion)
 
-    return wrap
+    return decorate
 
 
 def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: int,

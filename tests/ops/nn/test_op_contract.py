@@ -18,7 +18,7 @@ import torch
 import anyaccel.ops.nn as nn
 from anyaccel.ops import dispatch
 from anyaccel.ops.spec import all_specs
-from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params
 
 NN_SPECS = [s for s in all_specs() if s.source.startswith("anyaccel.ops.nn.")]
 REPO = Path(__file__).resolve().parents[3]
@@ -195,3 +195,60 @@ def test_eager_fast_path_matches_the_torch_op_path_and_yields_to_dispatch_modes(
         results.append((y, *torch.autograd.grad(y.square().sum(), (x, w))))
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device_impl", impl_params())
+def test_eager_forward_functions_skip_torchs_per_call_signature_bind(device_impl: tuple[str, str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every eager forward (``autograd.Function``) of every implementation takes the fast ``apply`` on a
+    positional call: torch's ``Function.apply`` (an ``inspect.signature(...).bind`` per call, 15-50 us of host
+    time) is never entered. A wrapper that hides the implementation's signature (the Triton implementations'
+    ``wrap_triton`` switch) once made every Triton forward fall back to it."""
+    device, impl = device_impl
+    entered: list[str] = []
+    torch_apply = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        entered.append(cls.__name__)
+        return torch_apply(cls, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd.Function, "apply", classmethod(spy))
+    samples = _samples(device)
+    called = []
+    for s in NN_SPECS:
+        eager = dispatch.load(s.family, device, impl).eager
+        for fn in s.functions:
+            forward = getattr(eager, fn.name)
+            if getattr(forward, "__self__", None) is None:  # a backward function: no autograd.Function
+                continue
+            out = forward(*samples[fn.name]())
+            assert out is not None
+            called.append(fn.name)
+    assert {"rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"} <= set(called)
+    assert entered == []
+
+
+def test_eager_forward_without_a_graph_to_record_equals_the_op_and_forward_ad_still_refuses() -> None:
+    """With grad mode off, or no input requiring grad, the eager forward calls the implementation directly:
+    its outputs equal the torch op's, carry no graph, and a forward-mode AD level still goes to torch's
+    ``Function.apply`` (which refuses: the families define no ``jvp``) instead of dropping the tangents."""
+    import torch.autograd.forward_ad as fwad
+
+    from anyaccel.ops.nn.implementations import ops
+
+    eager = ops("rms_norm", "cpu", "torch")
+    via_ops = getattr(torch.ops, dispatch.load("rms_norm", "cpu", "torch").namespace)
+    x, w = torch.randn(4, 9), torch.randn(9, requires_grad=True)
+    want = via_ops.rms_norm(x, w.detach(), 1e-6, "llama")
+    with torch.no_grad():
+        got = eager.rms_norm(x, w, 1e-6, "llama")
+    plain = eager.rms_norm(x, w.detach(), 1e-6, "llama")
+    for out in (got, plain):
+        for a, b in zip(out, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+            assert a.grad_fn is None and not a.requires_grad
+    assert eager.rms_norm(x, w, 1e-6, "llama")[0].grad_fn is not None  # a graph to record: the Function
+    with fwad.dual_level(), torch.no_grad():
+        dual = fwad.make_dual(x, torch.randn_like(x))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            eager.rms_norm(dual, w.detach(), 1e-6, "llama")

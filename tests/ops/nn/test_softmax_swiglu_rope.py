@@ -159,3 +159,15 @@ def test_rope_bad_tables(device_impl: tuple[str, str]) -> None:
     with pytest.raises(OpInputError, match="even"):
         nn.rope(torch.randn(2, 7, device=device), torch.ones(3, device=device), torch.ones(3, device=device),
                 impl=impl)
+    # the broadcast rule (checked without torch.broadcast_shapes for concrete sizes): cos.shape[:-1] must
+    # broadcast to x.shape[:-1] = [2, 4] without enlarging it
+    with pytest.raises(OpInputError, match="does not broadcast"):
+        nn.rope(x, torch.ones(3, 4, device=device), torch.ones(3, 4, device=device), impl=impl)
+    with pytest.raises(OpInputError, match="to a larger shape"):
+        nn.rope(x, torch.ones(5, 1, 4, 4, device=device), torch.ones(5, 1, 4, 4, device=device), impl=impl)
+    with pytest.raises(OpInputError, match="to a larger shape"):
+        nn.rope(x, torch.ones(2, 1, 1, 4, device=device), torch.ones(2, 1, 1, 4, device=device), impl=impl)
+    for table in ((1, 4, 4), (2, 1, 4), (4, 4), (4,), (1, 4)):
+        c, s = torch.randn(table, device=device), torch.randn(table, device=device)
+        want = nn.rope(x, c.expand(2, 4, 4), s.expand(2, 4, 4), impl=impl)
+        torch.testing.assert_close(nn.rope(x, c, s, impl=impl), want, rtol=0, atol=0)

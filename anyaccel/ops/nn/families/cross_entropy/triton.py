@@ -15,11 +15,10 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 from anyaccel.ops.nn.families.cross_entropy import chunked
 from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits
-from anyaccel.ops.triton.launch import device_of, next_power_of_2
+from anyaccel.ops.triton.launch import device_of, next_power_of_2, wrap
 
 #: Vocabulary tile per loop step.
 BLOCK_V = 4096
@@ -97,7 +96,7 @@ def _launch_fwd(z: torch.Tensor, target: torch.Tensor, ignore_index: int, label_
         return loss, lse
     block, warps = _block(vocab)
     with device_of(z):
-        wrap_triton(_ce_fwd_kernel)[(rows,)](
+        wrap(_ce_fwd_kernel)[(rows,)](
             z, target, loss, lse, scale if scale is not None else loss, vocab, z.stride(0), z.stride(1),
             target.stride(0), ignore_index, label_smoothing, HAS_SMOOTH=label_smoothing > 0,
             WRITE_GRAD=scale is not None, BLOCK=block, num_warps=warps)
@@ -121,7 +120,7 @@ def cross_entropy_backward(grad_loss: torch.Tensor, logits: torch.Tensor, target
         return dz
     block, warps = _block(vocab)
     with device_of(logits):
-        wrap_triton(_ce_bwd_kernel)[(rows,)](
+        wrap(_ce_bwd_kernel)[(rows,)](
             logits, target, lse, grad_loss, dz, vocab, logits.stride(0), logits.stride(1), target.stride(0),
             grad_loss.stride(0), ignore_index,
             label_smoothing, HAS_SMOOTH=label_smoothing > 0, BLOCK=block, num_warps=warps)

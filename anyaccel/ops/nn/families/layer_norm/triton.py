@@ -12,11 +12,10 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 from anyaccel.ops.nn.families.layer_norm.fakes import check_backward, check_forward
 from anyaccel.ops.nn.rows import as_rows
-from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks
+from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks, wrap
 
 
 @triton.jit
@@ -163,7 +162,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
         return y, mean, rstd
     b = row_blocks(m, n)
     with device_of(x):
-        wrap_triton(_ln_fwd_kernel)[(b.grid,)](
+        wrap(_ln_fwd_kernel)[(b.grid,)](
             x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd, m, n,
             x2.stride(0), x2.stride(1), eps, HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_M=b.block_m,
             BLOCK_N=b.block_n, ONE_TILE=b.one_tile, num_warps=b.num_warps)
@@ -187,7 +186,7 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     dbp = torch.zeros((programs, n) if bias_grad else (1,), dtype=torch.float32, device=x.device)
     if m > 0:
         with device_of(x):
-            wrap_triton(_ln_bwd_kernel)[(programs,)](
+            wrap(_ln_bwd_kernel)[(programs,)](
                 dy2, x2, weight if weight is not None else x2, mean, rstd, dx, dwp, dbp, m, n, dy2.stride(0),
                 dy2.stride(1), x2.stride(0), x2.stride(1), per_prog, HAS_W=weight is not None, WANT_DW=weight_grad,
                 WANT_DB=bias_grad, BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,

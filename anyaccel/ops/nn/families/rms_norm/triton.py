@@ -17,11 +17,10 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 from anyaccel.ops.nn.families.rms_norm.fakes import check_backward, check_forward, out_dtype
 from anyaccel.ops.nn.rows import as_rows
-from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks
+from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks, wrap
 
 
 @triton.jit
@@ -167,7 +166,7 @@ def _forward(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
         return y, h, rstd
     b = row_blocks(m, n)
     with device_of(x):
-        wrap_triton(_rms_fwd_kernel)[(b.grid,)](
+        wrap(_rms_fwd_kernel)[(b.grid,)](
             x2, r2, weight if weight is not None else x2, y, h if h is not None else y, rstd, m, n,
             x2.stride(0), x2.stride(1), r2.stride(0), r2.stride(1), eps, HAS_W=weight is not None,
             HAS_RES=residual is not None, LLAMA=casting == "llama", BLOCK_M=b.block_m, BLOCK_N=b.block_n,
@@ -212,7 +211,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     per_prog = -(-b.grid // programs)
     partial = torch.zeros((programs, n) if want_dw else (1,), dtype=torch.float32, device=x.device)
     with device_of(x):
-        wrap_triton(_rms_bwd_kernel)[(programs,)](
+        wrap(_rms_bwd_kernel)[(programs,)](
             dy2, x2, weight if weight is not None else x2, rstd, dr2, dx, partial, m, n, dy2.stride(0),
             dy2.stride(1), x2.stride(0), x2.stride(1), dr2.stride(0), dr2.stride(1), per_prog,
             HAS_W=weight is not None, HAS_DR=grad_residual is not None, WANT_DW=want_dw,

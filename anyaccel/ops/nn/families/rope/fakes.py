@@ -30,15 +30,20 @@ def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Non
     if cos.dim() == 0 or cos.shape[-1] != d // 2:
         raise OpInputError(f"{op}: cos has shape {list(cos.shape)}; accepted: [..., {d // 2}] (one value per "
                            "pair; the front end takes the first half of a Hugging Face [..., D] table)")
+    lead, target = cos.shape[:-1], x.shape[:-1]
+    if all(type(d) is int for d in (*lead, *target)):
+        # concrete sizes (eager): the rule directly; torch.broadcast_shapes costs about 50 us per call
+        fits = len(lead) <= len(target) and all(c in (1, t) for c, t in zip(reversed(lead), reversed(target)))
+        if fits:
+            return
     try:
-        torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
+        torch.broadcast_shapes(lead, target)
     except RuntimeError:
         raise OpInputError(f"{op}: cos has shape {list(cos.shape)}, which does not broadcast against "
-                           f"{name}.shape[:-1] = {list(x.shape[:-1])}") from None
-    if torch.broadcast_shapes(cos.shape[:-1], x.shape[:-1]) != x.shape[:-1]:
+                           f"{name}.shape[:-1] = {list(target)}") from None
+    if torch.broadcast_shapes(lead, target) != target:
         raise OpInputError(f"{op}: cos has shape {list(cos.shape)}, which broadcasts {name}.shape[:-1] = "
-                           f"{list(x.shape[:-1])} to a larger shape; accepted: cos broadcastable to {name}'s shape")
-
+                           f"{list(target)} to a larger shape; accepted: cos broadcastable to {name}'s shape")
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Fake of ``rope``: x's shape and dtype, x's layout (``empty_like``)."""

@@ -13,10 +13,9 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 from anyaccel.ops.nn.families.rope.fakes import check
-from anyaccel.ops.triton.launch import device_of, next_power_of_2
+from anyaccel.ops.triton.launch import device_of, next_power_of_2, wrap
 
 
 @triton.jit
@@ -80,7 +79,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     block_h = next_power_of_2(half)
     block_r = max(1, min(64, 2048 // block_h))
     with device_of(x):
-        wrap_triton(_rope_kernel)[(triton.cdiv(rows, block_r),)](
+        wrap(_rope_kernel)[(-(-rows // block_r),)](
             x4, c4, s4, y4, rows, d1, d2, half, *x4.stride(), *c4.stride(), *s4.stride(), *y4.stride(),
             INTERLEAVED=interleaved, BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=4)
     if out is not y:

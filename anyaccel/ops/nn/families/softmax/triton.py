@@ -13,11 +13,10 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
 
 from anyaccel.ops.nn.families.softmax.fakes import check
 from anyaccel.ops.nn.rows import as_rows
-from anyaccel.ops.triton.launch import device_of, row_blocks
+from anyaccel.ops.triton.launch import device_of, row_blocks, wrap
 
 
 @triton.jit
@@ -128,7 +127,7 @@ def _forward(op: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
         m = x2.shape[0]
         b = row_blocks(m, n)
         with device_of(x):
-            wrap_triton(_softmax_fwd_kernel)[(b.grid,)](x2, y, m, n, x2.stride(0), x2.stride(1), LOG=log,
+            wrap(_softmax_fwd_kernel)[(b.grid,)](x2, y, m, n, x2.stride(0), x2.stride(1), LOG=log,
                                                         BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
                                                         num_warps=b.num_warps)
     return _restore(y, x, d)
@@ -144,7 +143,7 @@ def _backward(op: str, grad_y: torch.Tensor, y: torch.Tensor, dim: int, log: boo
         m = y2.shape[0]
         b = row_blocks(m, n)
         with device_of(y):
-            wrap_triton(_softmax_bwd_kernel)[(b.grid,)](g2, y2, dx, m, n, g2.stride(0), g2.stride(1), y2.stride(0),
+            wrap(_softmax_bwd_kernel)[(b.grid,)](g2, y2, dx, m, n, g2.stride(0), g2.stride(1), y2.stride(0),
                                                         y2.stride(1), LOG=log, BLOCK_M=b.block_m, BLOCK_N=b.block_n,
                                                         ONE_TILE=b.one_tile, num_warps=b.num_warps)
     return _restore(dx, y, d)
