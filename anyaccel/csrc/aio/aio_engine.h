@@ -68,9 +68,9 @@ class Engine {
 
   // Opens the file and queues the transfer; returns at once. Throws (nothing queued, nothing opened left
   // open) when the file cannot be opened, a read runs past its end, a write that extends the file finds no
-  // room (fallocate), or the transfer races a pending one (submitted and not yet reaped by wait(), finished
-  // or not): memory written by one and touched by the other, or file bytes written by one and touched by
-  // the other.
+  // room (fallocate; which also sets the file's final size, restored if the transfer fails), or the transfer
+  // races a pending one (submitted and not yet reaped by wait(), finished or not): memory written by one and
+  // touched by the other, or file bytes written by one and touched by the other.
   void submit(Transfer t);
 
   // Waits up to timeout_s for every submitted transfer. Returns -1 when some are still running (nothing is
