@@ -3,6 +3,7 @@ Liger-Kernel, and a patched ~1B Llama against unpatched eager and Liger's patch,
 
     python benchmarks/nn_ops.py              # everything, bf16 (a few minutes on an H200)
     python benchmarks/nn_ops.py --quick      # one large and one small shape per op, no torch.compile
+    python benchmarks/nn_ops.py --quick --all-shapes   # every shape, with the quick timing
     python benchmarks/nn_ops.py --sections ops llama --no-compile
 
 Sections: ``ceiling`` (device-to-device copy rate, the memory-bound limit), ``ops`` (rms_norm, layer_norm,
@@ -82,7 +83,7 @@ def _hf_rope(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
     return q * cos + torch.cat((-q[..., h:], q[..., :h]), -1) * sin
 
 
-def op_cases(quick: bool) -> list[dict[str, Any]]:
+def op_cases(quick: bool, all_shapes: bool = False) -> list[dict[str, Any]]:
     """Per op: make(shape) -> inputs; the eager (aten) function; ours; Liger's; bytes moved forward."""
     def rand(*s: int, grad: bool = True) -> torch.Tensor:
         return torch.randn(*s, device="cuda", dtype=DTYPE).requires_grad_(grad)
@@ -106,8 +107,9 @@ def op_cases(quick: bool) -> list[dict[str, Any]]:
         emb = torch.cat((freqs, freqs), -1)
         return q, k.requires_grad_(), emb.cos()[None].to(DTYPE), emb.sin()[None].to(DTYPE)
 
-    shapes = [LARGE[4], SMALL[1]] if quick else LARGE + SMALL
-    ce_shapes = [CE_SHAPES[1], CE_SHAPES[4]] if quick else CE_SHAPES
+    few = quick and not all_shapes
+    shapes = [LARGE[4], SMALL[1]] if few else LARGE + SMALL
+    ce_shapes = [CE_SHAPES[1], CE_SHAPES[4]] if few else CE_SHAPES
     return [
         dict(name="rms_norm", shapes=shapes, make=lambda t, h: (rand(t, h), rand(h)), bytes=lambda t, h: 4 * t * h,
              aten=lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
@@ -141,7 +143,7 @@ def _loss(out: Any) -> torch.Tensor:
 def run_ops(args: argparse.Namespace, ceiling: float) -> None:
     from anyaccel.ops import tune
 
-    cases = op_cases(args.quick)
+    cases = [c for c in op_cases(args.quick, args.all_shapes) if not args.ops or c["name"] in args.ops]
     print("\n## ops (bf16; us = median microseconds; x = aten time / contender time, same run)")
     if not args.no_override:
         t0 = time.perf_counter()
@@ -343,6 +345,9 @@ def _llama_variant(variant: str, config: Any, ids: torch.Tensor, steps: int) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few shapes, fewer repeats")
+    parser.add_argument("--all-shapes", action="store_true", help="with --quick: every shape (quick timing)")
+    parser.add_argument("--ops", nargs="*", default=None, help="only these ops (rms_norm, layer_norm, softmax, "
+                        "swiglu, rope, cross_entropy)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contender")
     parser.add_argument("--no-override", action="store_true", help="skip tuning and the override contender")
     parser.add_argument("--sections", nargs="*", default=["ceiling", "ops", "flce", "llama"],
