@@ -33,8 +33,9 @@ def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Non
     lead, target = cos.shape[:-1], x.shape[:-1]
     if all(type(d) is int for d in (*lead, *target)):
         # concrete sizes (eager): the rule directly; torch.broadcast_shapes costs about 50 us per call
-        fits = len(lead) <= len(target) and all(c in (1, t) for c, t in zip(reversed(lead), reversed(target)))
-        if fits:
+        # (lead may have fewer dimensions: aligned from the right, the missing ones broadcast)
+        pairs = zip(reversed(lead), reversed(target), strict=False)
+        if len(lead) <= len(target) and all(c in (1, t) for c, t in pairs):
             return
     try:
         torch.broadcast_shapes(lead, target)
