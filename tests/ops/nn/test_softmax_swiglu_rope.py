@@ -171,3 +171,16 @@ def test_rope_bad_tables(device_impl: tuple[str, str]) -> None:
         c, s = torch.randn(table, device=device), torch.randn(table, device=device)
         want = nn.rope(x, c.expand(2, 4, 4), s.expand(2, 4, 4), impl=impl)
         torch.testing.assert_close(nn.rope(x, c, s, impl=impl), want, rtol=0, atol=0)
+
+
+def test_rope_kernel_rows_run_in_memory_order() -> None:
+    """The Triton rope walks rows in x's memory order: Hugging Face's transposed queries get their heads
+    innermost (contiguous rows sharing one cos/sin row); contiguous x keeps its order; size-1 dims go first."""
+    pytest.importorskip("triton")
+    from anyaccel.ops.nn.families.rope.triton import _row_order
+
+    hf_q = torch.empty(2, 7, 3, 8).transpose(1, 2)  # [B, H, S, D] over [B, S, H, D] memory
+    assert _row_order(hf_q) == (0, 2, 1)
+    assert _row_order(torch.empty(2, 3, 7, 8)) == (0, 1, 2)
+    assert _row_order(torch.empty(1, 7, 3, 8).transpose(1, 2)) == (0, 2, 1)
+    assert _row_order(torch.empty(5, 1, 3, 8).permute(1, 2, 0, 3)) == (0, 2, 1)

@@ -61,6 +61,18 @@ def _four_d(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _row_order(x4: torch.Tensor) -> tuple[int, ...]:
+    """The leading dimensions of ``x4`` ordered by decreasing stride (size-1 ones first), so the kernel's rows
+    run through x in memory order. For Hugging Face's ``view(B, S, H, D).transpose(1, 2)`` queries this puts
+    the heads innermost: a program's rows are then contiguous in memory and share their cos/sin row (the
+    tables broadcast over heads), instead of striding across the sequence and re-reading the tables per
+    head. Identity for symbolic strides (tracing), which must not be compared."""
+    strides = x4.stride()[:3]
+    if not all(type(v) is int for v in (*strides, *x4.shape[:3])):
+        return (0, 1, 2)
+    return tuple(sorted(range(3), key=lambda d: -strides[d] if x4.shape[d] > 1 else -float("inf")))
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool, backward: bool
             ) -> torch.Tensor:
     y = torch.empty_like(x)
@@ -74,6 +86,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     # more than 4 dims: write a contiguous buffer (always a view as 4-D), copied into y's layout at the end
     out = y if x.dim() <= 4 else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     y4 = _four_d(out)
+    order = _row_order(x4)
+    if order != (0, 1, 2):
+        x4, c4, s4, y4 = (t.permute(*order, 3) for t in (x4, c4, s4, y4))
     d0, d1, d2, _ = x4.shape
     rows = d0 * d1 * d2
     block_h = next_power_of_2(half)
