@@ -46,6 +46,7 @@ def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Non
         raise OpInputError(f"{op}: cos has shape {list(cos.shape)}, which broadcasts {name}.shape[:-1] = "
                            f"{list(target)} to a larger shape; accepted: cos broadcastable to {name}'s shape")
 
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
     """Fake of ``rope``: x's shape and dtype, x's layout (``empty_like``)."""
     check("rope", x, cos, sin)

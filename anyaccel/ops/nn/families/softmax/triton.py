@@ -128,8 +128,8 @@ def _forward(op: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
         b = row_blocks(m, n)
         with device_of(x):
             wrap(_softmax_fwd_kernel)[(b.grid,)](x2, y, m, n, x2.stride(0), x2.stride(1), LOG=log,
-                                                        BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
-                                                        num_warps=b.num_warps)
+                                                 BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
+                                                 num_warps=b.num_warps)
     return _restore(y, x, d)
 
 
@@ -144,8 +144,8 @@ def _backward(op: str, grad_y: torch.Tensor, y: torch.Tensor, dim: int, log: boo
         b = row_blocks(m, n)
         with device_of(y):
             wrap(_softmax_bwd_kernel)[(b.grid,)](g2, y2, dx, m, n, g2.stride(0), g2.stride(1), y2.stride(0),
-                                                        y2.stride(1), LOG=log, BLOCK_M=b.block_m, BLOCK_N=b.block_n,
-                                                        ONE_TILE=b.one_tile, num_warps=b.num_warps)
+                                                 y2.stride(1), LOG=log, BLOCK_M=b.block_m, BLOCK_N=b.block_n,
+                                                 ONE_TILE=b.one_tile, num_warps=b.num_warps)
     return _restore(dx, y, d)
 
 
