@@ -714,9 +714,11 @@ class ListOptimizer(torch.optim.Optimizer):
         # a comprehension, not map(attrgetter("grad")): the interpreter caches the attribute lookup (half the cost)
         grads = [p.grad for p in params]
         plan = self._plans.get(index)
-        if plan is not None and plan.generation == self._gen.value and len(plan.params) == len(params) and \
-                len(plan.grads_seen) == len(params) and all(map(operator.is_, grads, plan.grads_seen)) and \
-                all(map(operator.is_, params, plan.params)) and \
+        # the cached plan was built for these parameter objects, and no state entry was replaced since
+        fits = plan is not None and plan.generation == self._gen.value and len(plan.params) == len(params) and \
+            all(map(operator.is_, params, plan.params))
+        if fits and plan is not None and len(plan.grads_seen) == len(params) and \
+                all(map(operator.is_, grads, plan.grads_seen)) and \
                 all(_same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
             # the same parameters, storage and gradient objects as the last step: nothing to re-validate
             return self._prepare_steady(index, plan, scalars)
@@ -725,9 +727,7 @@ class ListOptimizer(torch.optim.Optimizer):
             return None
         device = next(g for g in grads if g is not None).device
         capturing = self._check_capture(device)
-        if plan is None or plan.generation != self._gen.value or plan.present != present or \
-                len(plan.params) != len(params) or not all(map(operator.is_, params, plan.params)) or \
-                not self._refresh(plan, grads):
+        if plan is None or not fits or plan.present != present or not self._refresh(plan, grads):
             if capturing:
                 raise RuntimeError(f"{self._NAME}: the parameters with gradients (or their storage, or the state) "
                                    "changed during a graph capture; run one step outside the capture first (warm-up) "
