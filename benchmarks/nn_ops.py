@@ -126,7 +126,7 @@ def op_cases(quick: bool, all_shapes: bool = False) -> list[dict[str, Any]]:
              liger=(lambda a, b: lswi(a, b)) if lswi else None),
         dict(name="rope", shapes=shapes, make=rope_inputs, bytes=lambda t, h: 2 * 2 * t * max(h, HEAD_DIM) * 5 // 4,
              aten=lambda q, k, c, s: (_hf_rope(q, c[:, None], s[:, None]), _hf_rope(k, c[:, None], s[:, None])),
-             ours=lambda q, k, c, s: (ann.rope(q, c[:, None], s[:, None]), ann.rope(k, c[:, None], s[:, None])),
+             ours=lambda q, k, c, s: ann.rope_qk(q, k, c[:, None], s[:, None]),
              liger=(lambda q, k, c, s: lrope(q, k, c, s)) if lrope else None),
         dict(name="cross_entropy", shapes=ce_shapes,
              make=lambda t, v: (rand(t, v), torch.randint(0, v, (t,), device="cuda")), bytes=lambda t, v: 2 * t * v,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 _FUNCTIONS = ("cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax",
-              "rms_norm", "rope", "silu", "softmax", "swiglu")
+              "rms_norm", "rope", "rope_qk", "silu", "softmax", "swiglu")
 
 __all__ = sorted((*_FUNCTIONS, "patch", "unpatch"))
 

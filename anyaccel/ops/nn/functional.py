@@ -16,7 +16,7 @@ from anyaccel.ops.nn.implementations import ops
 
 __all__ = [
     "cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax", "rms_norm",
-    "rope", "silu", "softmax", "swiglu",
+    "rope", "rope_qk", "silu", "softmax", "swiglu",
 ]
 
 
@@ -173,11 +173,48 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
     Raises:
         OpInputError: odd D, or cos/sin of another size or not broadcastable.
     """
+    cos, sin = _pair_tables(x, cos, sin, interleaved)
+    return ops("rope", x.device.type, impl).rope(x, cos, sin, bool(interleaved))
+
+
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
+            impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding of the queries and keys of one attention layer, in one kernel launch.
+
+    ``rope(q, cos, sin), rope(k, cos, sin)`` with one op's host cost: Hugging Face's
+    ``apply_rotary_pos_emb(q, k, cos, sin)`` (what :func:`anyaccel.ops.nn.patch` replaces it with), and
+    Liger-Kernel's ``liger_rope``.
+
+    Args:
+        q: ``[..., D]`` (D even), e.g. ``[B, H, S, D]``, any strides (kept in the output).
+        k: ``[..., D]``, same dtype rules, e.g. ``[B, H_kv, S, D]`` (fewer heads under grouped-query attention:
+            the leading dimensions may differ from q's where the table broadcasts).
+        cos: as for :func:`rope`, broadcastable against both ``q.shape[:-1]`` and ``k.shape[:-1]``.
+        sin: like ``cos``.
+        interleaved: as for :func:`rope`.
+        impl: force an implementation.
+
+    Returns:
+        ``(q_rotated, k_rotated)``, each with its input's shape, dtype and layout. No gradient flows into
+        ``cos`` and ``sin``.
+
+    Raises:
+        OpInputError: as :func:`rope` for either tensor (naming ``q`` or ``k``), or q and k on different
+            devices.
+    """
+    cos, sin = _pair_tables(q, cos, sin, interleaved)
+    return ops("rope", q.device.type, impl).rope_qk(q, k, cos, sin, bool(interleaved))
+
+
+def _pair_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-pair ``[..., D/2]`` tables: a Hugging Face ``[..., D]`` table's first half (interleaved: every
+    other value); other tables unchanged (the op checks them)."""
     d = x.shape[-1] if x.dim() else 0
     if cos.dim() and cos.shape[-1] == d and d % 2 == 0 and d > 0:
         cos = cos[..., 0::2] if interleaved else cos[..., : d // 2]
         sin = sin[..., 0::2] if interleaved else sin[..., : d // 2]
-    return ops("rope", x.device.type, impl).rope(x, cos, sin, bool(interleaved))
+    return cos, sin
 
 
 _REDUCTIONS = ("mean", "sum", "none")

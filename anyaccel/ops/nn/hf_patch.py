@@ -6,7 +6,7 @@ What is replaced (each optional), for the architectures of :data:`SUPPORTED`:
   ``casting="llama"`` (the module's rounding and result dtype);
 - every ``<Arch>MLP`` module's forward, when its activation is SiLU, by
   ``down_proj(swiglu(gate_proj(x), up_proj(x)))``;
-- the modeling module's ``apply_rotary_pos_emb`` by :func:`~anyaccel.ops.nn.functional.rope` (a module
+- the modeling module's ``apply_rotary_pos_emb`` by :func:`~anyaccel.ops.nn.functional.rope_qk` (a module
   global that the attention layers call: like Liger-Kernel's patch, this swap applies to every model of
   that architecture in the process until the last patched one is unpatched; the math is the same);
 - the ``<Arch>ForCausalLM`` model's forward, when called with ``labels``, by one that computes the loss
@@ -162,7 +162,7 @@ def _rope_function(impl: str | None) -> Any:
     def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                              unsqueeze_dim: int = 1, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return F.rope(q, cos, sin, impl=impl), F.rope(k, cos, sin, impl=impl)
+        return F.rope_qk(q, k, cos, sin, impl=impl)
 
     return apply_rotary_pos_emb
 

@@ -59,6 +59,8 @@ def _samples(device: str) -> dict[str, Callable[[], tuple[Any, ...]]]:
         "silu_backward": lambda: (n(3, 7), n(3, 7)),
         "rope": lambda: (r(2, 3, 5, 8), r(2, 1, 5, 4, grad=False), r(2, 1, 5, 4, grad=False), False),
         "rope_backward": lambda: (n(2, 3, 5, 8), n(5, 4), n(5, 4), True),
+        "rope_qk": lambda: (r(2, 3, 5, 8), r(2, 1, 5, 8), n(2, 1, 5, 4), n(2, 1, 5, 4), False),
+        "rope_qk_backward": lambda: (n(2, 3, 5, 8), n(2, 1, 5, 8), n(5, 4), n(5, 4), True),
         "cross_entropy": lambda: (r(5, 37), t(5, 37), -100, 0.1),
         "cross_entropy_backward": lambda: (n(5), n(5, 37), t(5, 37), n(5), -100, 0.1),
         "fused_linear_cross_entropy": lambda: (r(6, 8), r(37, 8), t(6, 37), r(37), -100, 0.0, "mean", True),
@@ -106,10 +108,18 @@ def _front_end_calls(device: str, impl: str) -> dict[str, Callable[[], tuple[Cal
         "swiglu": lambda: (lambda a, b: nn.swiglu(a, b, impl=impl) + nn.silu(a, impl=impl), (r(3, 7), r(3, 7))),
         "rope": lambda: (lambda x, c, s: nn.rope(x, c, s, impl=impl), (r(2, 5, 8), torch.randn(5, 8, device=device),
                                                                       torch.randn(5, 8, device=device))),
+        "rope_qk": lambda: (lambda q, k, c, s: _weighted(*nn.rope_qk(q, k, c, s, impl=impl)),
+                            (r(2, 3, 5, 8), r(2, 1, 5, 8), torch.randn(5, 8, device=device),
+                             torch.randn(5, 8, device=device))),
         "cross_entropy": lambda: (lambda z: nn.cross_entropy(z, target, label_smoothing=0.1, impl=impl), (r(6, 37),)),
         "fused_linear_cross_entropy": lambda: (
             lambda h, w: nn.fused_linear_cross_entropy(h, w, target, impl=impl), (r(6, 8), r(37, 8))),
     }
+
+
+def _weighted(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One tensor from two outputs, each gradient distinct."""
+    return torch.cat((a.flatten() * 2, b.flatten()))
 
 
 def _compile_matches_eager(device: str, impl: str, backend: str) -> None:

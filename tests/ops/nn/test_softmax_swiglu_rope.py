@@ -173,6 +173,97 @@ def test_rope_bad_tables(device_impl: tuple[str, str]) -> None:
         torch.testing.assert_close(nn.rope(x, c, s, impl=impl), want, rtol=0, atol=0)
 
 
+def _hf_rope64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """The float64 reference: Hugging Face's ``x * cos + rotate_half(x) * sin`` with [..., D] tables, or the
+    interleaved rotation with [..., D/2] tables."""
+    if not interleaved:
+        return x * cos + _rotate_half(x) * sin
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half_split", "interleaved"])
+@pytest.mark.parametrize(("batch", "heads", "kv_heads", "seq", "dim"),
+                         [(1, 1, 1, 1, 2), (2, 4, 2, 7, 64), (1, 6, 1, 13, 34)], ids=str)
+def test_rope_qk_matches_reference_with_grouped_query_heads(device_impl: tuple[str, str], batch: int, heads: int,
+                                                            kv_heads: int, seq: int, dim: int, interleaved: bool,
+                                                            dtype: torch.dtype) -> None:
+    """q and k rotated in one call (Hugging Face's apply_rotary_pos_emb: transposed [B, H, S, D] views, fewer
+    key heads), forward and both gradients against float64, layouts kept."""
+    device, impl = device_impl
+    q = torch.randn(batch, seq, heads, dim, dtype=torch.float64).to(device, dtype).transpose(1, 2).requires_grad_()
+    k = _rand((batch, kv_heads, seq, dim), dtype, device)  # contiguous keys: each tensor keeps its own order
+    cos, sin = _hf_tables(seq, dim)
+    if interleaved:
+        cos, sin = cos[:, : dim // 2], sin[:, : dim // 2]
+    cos_d, sin_d = (t.expand(batch, seq, t.shape[-1]).unsqueeze(1).to(device, dtype) for t in (cos, sin))
+    yq, yk = nn.rope_qk(q, k, cos_d, sin_d, interleaved=interleaved, impl=impl)
+    gq, gk = torch.randn_like(yq), torch.randn_like(yk)
+    torch.autograd.backward((yq, yk), (gq, gk))
+    qr, kr = _leaf64(q), _leaf64(k)
+    c64, s64 = cos_d.cpu().double(), sin_d.cpu().double()
+    yqr, ykr = _hf_rope64(qr, c64, s64, interleaved), _hf_rope64(kr, c64, s64, interleaved)
+    torch.autograd.backward((yqr, ykr), (gq.cpu().double(), gk.cpu().double()))
+    assert yq.stride() == q.stride() and yk.stride() == k.stride()
+    assert_close(yq, yqr, msg="q")
+    assert_close(yk, ykr, msg="k")
+    assert_close(q.grad, qr.grad, msg="dq")
+    assert_close(k.grad, kr.grad, msg="dk")
+    # the same values as two rope calls
+    torch.testing.assert_close(yq, nn.rope(q, cos_d, sin_d, interleaved=interleaved, impl=impl), rtol=0, atol=0)
+    torch.testing.assert_close(yk, nn.rope(k, cos_d, sin_d, interleaved=interleaved, impl=impl), rtol=0, atol=0)
+
+
+def test_rope_more_than_four_dims(device_impl: tuple[str, str]) -> None:
+    """Five dimensions, permuted (merged leading dimensions that do not collapse: the Triton kernel works on a
+    copy), a table varying along two of them; rope and rope_qk against float64, layouts kept."""
+    device, impl = device_impl
+    x = torch.randn(2, 5, 3, 2, 8, dtype=torch.float64).to(device).permute(0, 2, 3, 1, 4).requires_grad_()
+    k = torch.randn(2, 3, 1, 5, 8, dtype=torch.float64).to(device, torch.float32).requires_grad_()
+    x32 = x.detach().float().requires_grad_()
+    cos, sin = torch.randn(3, 1, 5, 4, dtype=torch.float64), torch.randn(3, 1, 5, 4, dtype=torch.float64)
+    cd, sd = cos.to(device, torch.float32), sin.to(device, torch.float32)
+    y = nn.rope(x32, cd, sd, interleaved=True, impl=impl)
+    yq, yk = nn.rope_qk(x32, k, cd, sd, interleaved=True, impl=impl)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xr = _leaf64(x32)
+    yr = _hf_rope64(xr, cos, sin, True)
+    yr.backward(g.cpu().double())
+    assert y.stride() == x32.stride()
+    assert_close(y, yr, msg="y")
+    assert_close(x32.grad, xr.grad, msg="dx")
+    assert_close(yq, yr.detach(), msg="rope_qk q")
+    assert_close(yk, _hf_rope64(k.detach().cpu().double(), cos, sin, True), msg="rope_qk k")
+
+
+def test_rope_qk_one_output_used(device_impl: tuple[str, str]) -> None:
+    """Only q's output reaches the loss: k gets no gradient (None), as with two separate rope calls, and q's
+    gradient is rope's."""
+    device, impl = device_impl
+    q, k = _rand((2, 3, 5, 8), torch.float32, device), _rand((2, 1, 5, 8), torch.float32, device)
+    cos, sin = torch.randn(5, 4, device=device), torch.randn(5, 4, device=device)
+    g = torch.randn(2, 3, 5, 8, device=device)
+    yq, _ = nn.rope_qk(q, k, cos, sin, impl=impl)
+    yq.backward(g)
+    assert k.grad is None
+    q2 = q.detach().clone().requires_grad_()
+    nn.rope(q2, cos, sin, impl=impl).backward(g)
+    torch.testing.assert_close(q.grad, q2.grad, rtol=0, atol=0)
+
+
+def test_rope_qk_errors_name_the_tensor(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    q, cos = torch.randn(2, 4, 8, device=device), torch.ones(4, 4, device=device)
+    with pytest.raises(OpInputError, match="rope_qk: k has shape \\[2, 4, 6\\] but q has"):
+        nn.rope_qk(q, torch.randn(2, 4, 6, device=device), cos, cos, impl=impl)
+    with pytest.raises(OpInputError, match="rope_qk: k has dtype int64"):
+        nn.rope_qk(q, torch.ones(2, 4, 8, dtype=torch.int64, device=device), cos, cos, impl=impl)
+    with pytest.raises(OpInputError, match="k is on meta"):
+        nn.rope_qk(q, torch.empty(2, 4, 8, device="meta"), cos, cos, impl=impl)
+
+
 def test_rope_kernel_rows_run_in_memory_order() -> None:
     """The Triton rope walks rows in x's memory order: Hugging Face's transposed queries get their heads
     innermost (contiguous rows sharing one cos/sin row); contiguous x keeps its order; size-1 dims go first."""

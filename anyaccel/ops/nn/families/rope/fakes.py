@@ -8,14 +8,17 @@ from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.errors import OpInputError
 
 
-def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, name: str | None = None) -> None:
     """The rules.
+
+    Args:
+        name: x's name in messages (default ``"x"`` for ``rope``, else ``"grad_y"``).
 
     Raises:
         OpInputError: x, cos or sin not a float tensor or on another device, x's last dimension not even and
             positive, cos/sin not of one shape ``[..., D/2]`` broadcastable to ``x.shape[:-1]``.
     """
-    name = "x" if op == "rope" else "grad_y"
+    name = name or ("x" if op == "rope" else "grad_y")
     for n, t in ((name, x), ("cos", cos), ("sin", sin)):
         v.check_float(op, n, t)
     v.check_min_dim(op, name, x, 1)
@@ -57,3 +60,33 @@ def rope_backward(grad_y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in
     """Fake of ``rope_backward``."""
     check("rope_backward", grad_y, cos, sin)
     return torch.empty_like(grad_y)
+
+
+def check_qk(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """The rules of ``rope_qk`` (and its backward): :func:`check` for each of q and k, and one device.
+
+    Raises:
+        OpInputError: as :func:`check`, naming q (grad_q) or k (grad_k); k with another last dimension or on
+            another device than q.
+    """
+    names = ("q", "k") if op == "rope_qk" else ("grad_q", "grad_k")
+    check(op, q, cos, sin, names[0])
+    if k.dim() == 0 or k.shape[-1] != q.shape[-1]:
+        raise OpInputError(f"{op}: {names[1]} has shape {list(k.shape)} but {names[0]} has {list(q.shape)}; "
+                           "accepted: one last dimension (the head size) for both")
+    check(op, k, cos, sin, names[1])
+    v.check_same_device(op, {names[0]: q, names[1]: k})
+
+
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake of ``rope_qk``: q's and k's shapes, dtypes and layouts."""
+    check_qk("rope_qk", q, k, cos, sin)
+    return torch.empty_like(q), torch.empty_like(k)
+
+
+def rope_qk_backward(grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake of ``rope_qk_backward``."""
+    check_qk("rope_qk_backward", grad_q, grad_k, cos, sin)
+    return torch.empty_like(grad_q), torch.empty_like(grad_k)

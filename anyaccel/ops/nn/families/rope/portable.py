@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from anyaccel.ops.nn.families.rope.fakes import check
+from anyaccel.ops.nn.families.rope.fakes import check, check_qk
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool, sign: float
@@ -37,11 +37,26 @@ def rope_backward(grad_y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in
     return _rotate(grad_y, cos, sin, interleaved, -1.0)
 
 
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` and ``k`` rotated by one table."""
+    check_qk("rope_qk", q, k, cos, sin)
+    return _rotate(q, cos, sin, interleaved, 1.0), _rotate(k, cos, sin, interleaved, 1.0)
+
+
+def rope_qk_backward(grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grad_q`` and ``grad_k`` rotated back."""
+    check_qk("rope_qk_backward", grad_q, grad_k, cos, sin)
+    return _rotate(grad_q, cos, sin, interleaved, -1.0), _rotate(grad_k, cos, sin, interleaved, -1.0)
+
+
 def load() -> Any:
     """The portable implementation as ``anyaccel_torch_rope::*`` torch ops with autograd."""
     from anyaccel.ops.nn.define import define
     from anyaccel.ops.nn.families.rope import autograd
     from anyaccel.ops.nn.families.rope.spec import SPEC
 
-    return define(SPEC, "anyaccel_torch_rope", {"rope": rope, "rope_backward": rope_backward}, triton=False,
-                  autograd=autograd.formulas)
+    return define(SPEC, "anyaccel_torch_rope", {"rope": rope, "rope_backward": rope_backward, "rope_qk": rope_qk,
+                                                "rope_qk_backward": rope_qk_backward},
+                  triton=False, autograd=autograd.formulas)

@@ -11,6 +11,11 @@ the interleaved (GPT-J, original RoFormer) layout. ``cos`` and ``sin`` hold one 
 (``[..., D/2]``) and broadcast against ``x.shape[:-1]``. The rotation is orthogonal, so the backward is
 the rotation by the opposite angle (``rope_backward``: ``sin`` negated). No gradient flows into ``cos``
 and ``sin`` (they are position tables, as in Liger-Kernel's rope).
+
+``rope_qk`` rotates the queries and keys of one attention layer (Hugging Face's ``apply_rotary_pos_emb(q, k,
+cos, sin)``) with one table, in one kernel launch where the implementation allows: a model's attention
+pays one op's host cost for both, as in Liger-Kernel's ``liger_rope(q, k, cos, sin)``. ``q`` and ``k`` may
+differ in every leading dimension the table broadcasts over (grouped-query attention: fewer key heads).
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
@@ -26,6 +31,11 @@ SPEC = OpSpec(
                  doc="x with each pair rotated; x's shape, dtype and layout"),
         Function("rope_backward", "(Tensor grad_y, Tensor cos, Tensor sin, bool interleaved) -> Tensor",
                  fake=f"{_FAKES}:rope_backward", doc="grad of x: grad_y rotated back"),
+        Function("rope_qk", "(Tensor q, Tensor k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
+                 fake=f"{_FAKES}:rope_qk", doc="q and k rotated by one table; each keeps its shape, dtype and layout"),
+        Function("rope_qk_backward",
+                 "(Tensor grad_q, Tensor grad_k, Tensor cos, Tensor sin, bool interleaved) -> (Tensor, Tensor)",
+                 fake=f"{_FAKES}:rope_qk_backward", doc="grads of q and k: both rotated back"),
     ),
     implementations=standard_implementations("rope"),
     benchmarks=("benchmarks/nn_ops.py",),

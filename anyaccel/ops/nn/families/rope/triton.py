@@ -8,21 +8,22 @@ Importing this module imports Triton.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from anyaccel.ops.nn.families.rope.fakes import check
+from anyaccel.ops.nn.families.rope.fakes import check, check_qk
 from anyaccel.ops.triton.launch import device_of, next_power_of_2, wrap
 
 
 @triton.jit
-def _rope_kernel(X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2, scd, ss0, ss1, ss2, ssd,
-                 sy0, sy1, sy2, syd, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr,
-                 BLOCK_H: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
+def _rope_rows(pid, X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2, scd, ss0, ss1, ss2, ssd,
+               sy0, sy1, sy2, syd, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr,
+               BLOCK_H: tl.constexpr):
+    """Rotate rows ``pid * BLOCK_R ...`` of one tensor seen as ``[R / (D1 * D2), D1, D2, 2 * HALF]``."""
     rows = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     i2 = rows % D2
@@ -51,6 +52,30 @@ def _rope_kernel(X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2,
     tl.store(Y + yo + p2[None, :] * syd, (x2 * c + x1 * s).to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rope_kernel(X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2, scd, ss0, ss1, ss2, ssd,
+                 sy0, sy1, sy2, syd, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr,
+                 BLOCK_H: tl.constexpr):
+    _rope_rows(tl.program_id(0).to(tl.int64), X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2,
+               scd, ss0, ss1, ss2, ssd, sy0, sy1, sy2, syd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
+
+
+@triton.jit
+def _rope_qk_kernel(Q, CQ, SQ, YQ, RQ, D1Q, D2Q, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, ssq0, ssq1, ssq2,
+                    ssqd, syq0, syq1, syq2, syqd, K, CK, SK, YK, RK, D1K, D2K, sk0, sk1, sk2, skd, sck0, sck1, sck2,
+                    sckd, ssk0, ssk1, ssk2, sskd, syk0, syk1, syk2, sykd, HALF, PROGRAMS_Q,
+                    INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr,
+                    BLOCK_H: tl.constexpr):
+    """q's rows in the first ``PROGRAMS_Q`` programs, k's in the rest: one launch for both."""
+    pid = tl.program_id(0).to(tl.int64)
+    if pid < PROGRAMS_Q:
+        _rope_rows(pid, Q, CQ, SQ, YQ, RQ, D1Q, D2Q, HALF, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, ssq0, ssq1,
+                   ssq2, ssqd, syq0, syq1, syq2, syqd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
+    else:
+        _rope_rows(pid - PROGRAMS_Q, K, CK, SK, YK, RK, D1K, D2K, HALF, sk0, sk1, sk2, skd, sck0, sck1, sck2,
+                   sckd, ssk0, ssk1, ssk2, sskd, syk0, syk1, syk2, sykd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
+
+
 def _four_d(t: torch.Tensor) -> torch.Tensor:
     """``t`` as ``[d0, d1, d2, last]``: leading 1s added, or leading dimensions beyond three merged (a copy
     when they do not collapse)."""
@@ -73,33 +98,92 @@ def _row_order(x4: torch.Tensor) -> tuple[int, ...]:
     return tuple(sorted(range(3), key=lambda d: -strides[d] if x4.shape[d] > 1 else -float("inf")))
 
 
+def _views(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, y: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x``, the tables expanded to x's rows, and ``y`` (x's shape, at most four dimensions) as 4-D views
+    whose leading dimensions are in x's memory order (:func:`_row_order`)."""
+    half = x.shape[-1] // 2
+    lead = x.shape[:-1]
+    x4, c4, s4, y4 = _four_d(x), _four_d(cos.expand(*lead, half)), _four_d(sin.expand(*lead, half)), _four_d(y)
+    order = _row_order(x4)
+    if order != (0, 1, 2):
+        x4, c4, s4, y4 = (t.permute(*order, 3) for t in (x4, c4, s4, y4))
+    return x4, c4, s4, y4
+
+
+def _args(x4: torch.Tensor, c4: torch.Tensor, s4: torch.Tensor, y4: torch.Tensor) -> tuple[int, ...]:
+    """One tensor's integer kernel arguments: rows, the two inner leading sizes, strides of x, cos, sin, y."""
+    d0, d1, d2, _ = x4.shape
+    return (d0 * d1 * d2, d1, d2, *x4.stride(), *c4.stride(), *s4.stride(), *y4.stride())
+
+
+def _layout(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, y: torch.Tensor) -> tuple[int, ...]:
+    """:func:`_args` of ``x``'s views, cached by the four tensors' shapes and strides (the views' arithmetic
+    is most of an eager call's host cost, and a model calls rope with a few layouts). The kernel reads
+    through the views' strides from the tensors' own data pointers, which the views share (``expand``,
+    ``unsqueeze`` and ``permute`` keep the storage offset). Symbolic sizes (tracing with dynamic shapes) are
+    not hashable: computed afresh."""
+    key = (x.shape, x.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), y.stride())
+    try:
+        return _cached_layout(*key)
+    except TypeError:  # a SymInt in the key
+        return _args(*_views(x, cos, sin, y))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_layout(x_shape: torch.Size, x_stride: tuple[int, ...], c_shape: torch.Size,
+                   c_stride: tuple[int, ...], s_shape: torch.Size, s_stride: tuple[int, ...],
+                   y_stride: tuple[int, ...]) -> tuple[int, ...]:
+    def meta(shape: torch.Size, stride: tuple[int, ...]) -> torch.Tensor:
+        return torch.empty_strided(shape, stride, device="meta")
+
+    return _args(*_views(meta(x_shape, x_stride), meta(c_shape, c_stride), meta(s_shape, s_stride),
+                         meta(x_shape, y_stride)))
+
+
+def _blocks(half: int) -> tuple[int, int]:
+    """``(BLOCK_R, BLOCK_H)``: rows per program and the pair block, about 2048 pairs per program."""
+    block_h = next_power_of_2(half)
+    return max(1, min(64, 2048 // block_h)), block_h
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool, backward: bool
             ) -> torch.Tensor:
     y = torch.empty_like(x)
     if x.numel() == 0:
         return y
-    half = x.shape[-1] // 2
-    lead = x.shape[:-1]
-    c4 = _four_d(cos.expand(*lead, half))
-    s4 = _four_d(sin.expand(*lead, half))
-    x4 = _four_d(x)
     # more than 4 dims: write a contiguous buffer (always a view as 4-D), copied into y's layout at the end
     out = y if x.dim() <= 4 else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    y4 = _four_d(out)
-    order = _row_order(x4)
-    if order != (0, 1, 2):
-        x4, c4, s4, y4 = (t.permute(*order, 3) for t in (x4, c4, s4, y4))
-    d0, d1, d2, _ = x4.shape
-    rows = d0 * d1 * d2
-    block_h = next_power_of_2(half)
-    block_r = max(1, min(64, 2048 // block_h))
+    if x.dim() <= 4:
+        tensors: tuple[torch.Tensor, ...] = (x, cos, sin, out)
+        layout = _layout(x, cos, sin, out)
+    else:  # merging leading dimensions may copy x or the tables: the kernel gets the views' own pointers
+        tensors = _views(x, cos, sin, out)
+        layout = _args(*tensors)
+    block_r, block_h = _blocks(x.shape[-1] // 2)
     with device_of(x):
-        wrap(_rope_kernel)[(-(-rows // block_r),)](
-            x4, c4, s4, y4, rows, d1, d2, half, *x4.stride(), *c4.stride(), *s4.stride(), *y4.stride(),
-            INTERLEAVED=interleaved, BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=4)
+        wrap(_rope_kernel)[(-(-layout[0] // block_r),)](
+            *tensors, *layout[:3], x.shape[-1] // 2, *layout[3:], INTERLEAVED=interleaved, BACKWARD=backward,
+            BLOCK_R=block_r, BLOCK_H=block_h, num_warps=4)
     if out is not y:
         y.copy_(out)
     return y
+
+
+def _rotate_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
+               backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k rotated in one kernel launch (two launches when either is empty or has more than 4 dims)."""
+    if q.numel() == 0 or k.numel() == 0 or q.dim() > 4 or k.dim() > 4:
+        return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
+    yq, yk = torch.empty_like(q), torch.empty_like(k)
+    ql, kl = _layout(q, cos, sin, yq), _layout(k, cos, sin, yk)
+    block_r, block_h = _blocks(q.shape[-1] // 2)
+    programs_q = -(-ql[0] // block_r)
+    with device_of(q):
+        wrap(_rope_qk_kernel)[(programs_q + -(-kl[0] // block_r),)](
+            q, cos, sin, yq, *ql, k, cos, sin, yk, *kl, q.shape[-1] // 2, programs_q, INTERLEAVED=interleaved,
+            BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=4)
+    return yq, yk
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
@@ -114,11 +198,26 @@ def rope_backward(grad_y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in
     return _rotate(grad_y, cos, sin, interleaved, True)
 
 
+def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` and ``k`` rotated by one table, in one launch; each keeps its layout."""
+    check_qk("rope_qk", q, k, cos, sin)
+    return _rotate_qk(q, k, cos, sin, interleaved, False)
+
+
+def rope_qk_backward(grad_q: torch.Tensor, grad_k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grad_q`` and ``grad_k`` rotated back, in one launch."""
+    check_qk("rope_qk_backward", grad_q, grad_k, cos, sin)
+    return _rotate_qk(grad_q, grad_k, cos, sin, interleaved, True)
+
+
 def load() -> Any:
     """The Triton implementation as ``anyaccel_triton_rope::*`` torch ops with autograd (imports Triton)."""
     from anyaccel.ops.nn.define import define
     from anyaccel.ops.nn.families.rope import autograd
     from anyaccel.ops.nn.families.rope.spec import SPEC
 
-    return define(SPEC, "anyaccel_triton_rope", {"rope": rope, "rope_backward": rope_backward}, triton=True,
-                  autograd=autograd.formulas)
+    return define(SPEC, "anyaccel_triton_rope", {"rope": rope, "rope_backward": rope_backward, "rope_qk": rope_qk,
+                                                 "rope_qk_backward": rope_qk_backward},
+                  triton=True, autograd=autograd.formulas)
