@@ -7,13 +7,51 @@ unchanged on fake tensors and never synchronise a device.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from anyaccel.ops.nn.errors import OpInputError
 
 if TYPE_CHECKING:
     import torch
+
+_Check = TypeVar("_Check", bound=Callable[..., None])
+
+#: Distinct argument metadata remembered per memoized check (then new ones are checked every call).
+MEMO_SIZE = 4096
+
+
+def memoized(check: _Check) -> _Check:
+    """``check`` (which returns None or raises) skipped for arguments whose metadata passed it before.
+
+    An eager call's argument checks cost 10-30 us of host time, as much as a small kernel runs; a model
+    calls each op with a few argument layouts. The memo key is, per argument, ``(dtype, layout, device,
+    shape)`` for a tensor and ``(type, value)`` otherwise (``True`` is not ``1``), so only checks that read
+    nothing else of a tensor (no strides, no data, no ``requires_grad``) may be memoized. Failing arguments
+    are not remembered (every bad call raises); symbolic sizes (tracing with dynamic shapes) are unhashable
+    and always checked.
+    """
+    import torch
+
+    seen: set[tuple[Any, ...]] = set()
+
+    @functools.wraps(check)
+    def run(*args: Any) -> None:
+        key = tuple((a.dtype, a.layout, a.device, a.shape) if isinstance(a, torch.Tensor) else (type(a), a)
+                    for a in args)
+        try:
+            if key in seen:
+                return
+        except TypeError:  # a SymInt
+            check(*args)
+            return
+        check(*args)
+        if len(seen) < MEMO_SIZE:
+            seen.add(key)
+
+    return run  # type: ignore[return-value]
+
 
 #: The floating dtypes the model ops compute on (names, for messages).
 FLOAT_DTYPE_NAMES = ("float32", "bfloat16", "float16")

@@ -238,6 +238,25 @@ def test_rope_more_than_four_dims(device_impl: tuple[str, str]) -> None:
     assert_close(yk, _hf_rope64(k.detach().cpu().double(), cos, sin, True), msg="rope_qk k")
 
 
+def test_rope_qk_mixed_layouts(device_impl: tuple[str, str]) -> None:
+    """q with gaps (its output is dense, so strides differ), sin laid out unlike cos: still right (the
+    Triton implementation then rotates each tensor in its own launch)."""
+    device, impl = device_impl
+    q = torch.randn(2, 3, 5, 12, device=device)[..., 2:10]  # a view with gaps between rows
+    k = torch.randn(2, 1, 5, 8, device=device)
+    cos = torch.randn(5, 4, device=device)
+    sin = torch.randn(4, 5, device=device).t()  # column-major
+    assert not q.is_contiguous() and not sin.is_contiguous()
+    yq, yk = nn.rope_qk(q, k, cos, sin, impl=impl)
+    assert yq.is_contiguous()
+    c64, s64 = (torch.cat((t, t), -1).cpu().double() for t in (cos, sin))
+    for y, x in ((yq, q), (yk, k)):
+        assert_close(y, _hf_rope64(x.cpu().double(), c64, s64, False))
+    yq2, yk2 = nn.rope_qk(q.contiguous(), k, cos, sin.contiguous(), impl=impl)  # the one-launch layouts
+    torch.testing.assert_close(yq2, yq, rtol=0, atol=0)
+    torch.testing.assert_close(yk2, yk, rtol=0, atol=0)
+
+
 def test_rope_qk_one_output_used(device_impl: tuple[str, str]) -> None:
     """Only q's output reaches the loss: k gets no gradient (None), as with two separate rope calls, and q's
     gradient is rope's."""

@@ -8,6 +8,7 @@ from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.errors import OpInputError
 
 
+@v.memoized
 def check_forward(op: str, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                   eps: float) -> None:
     """The forward's argument rules.

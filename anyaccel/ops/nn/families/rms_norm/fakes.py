@@ -12,6 +12,7 @@ from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.families.rms_norm.spec import CASTINGS
 
 
+@v.memoized
 def check_forward(op: str, x: torch.Tensor, weight: torch.Tensor | None, eps: float, casting: str,
                   residual: torch.Tensor | None = None) -> None:
     """The forward's argument rules.

@@ -8,6 +8,7 @@ from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.errors import OpInputError
 
 
+@v.memoized
 def check(op: str, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, name: str | None = None) -> None:
     """The rules.
 
@@ -62,6 +63,7 @@ def rope_backward(grad_y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in
     return torch.empty_like(grad_y)
 
 
+@v.memoized
 def check_qk(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     """The rules of ``rope_qk`` (and its backward): :func:`check` for each of q and k, and one device.
 

@@ -61,19 +61,19 @@ def _rope_kernel(X, C, S, Y, R, D1, D2, HALF, sx0, sx1, sx2, sxd, sc0, sc1, sc2,
 
 
 @triton.jit
-def _rope_qk_kernel(Q, CQ, SQ, YQ, RQ, D1Q, D2Q, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, ssq0, ssq1, ssq2,
-                    ssqd, syq0, syq1, syq2, syqd, K, CK, SK, YK, RK, D1K, D2K, sk0, sk1, sk2, skd, sck0, sck1, sck2,
-                    sckd, ssk0, ssk1, ssk2, sskd, syk0, syk1, syk2, sykd, HALF, PROGRAMS_Q,
-                    INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr,
-                    BLOCK_H: tl.constexpr):
-    """q's rows in the first ``PROGRAMS_Q`` programs, k's in the rest: one launch for both."""
+def _rope_qk_kernel(Q, K, C, S, YQ, YK, RQ, D1Q, D2Q, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, RK, D1K, D2K, sk0,
+                    sk1, sk2, skd, sck0, sck1, sck2, sckd, HALF, PROGRAMS_Q, INTERLEAVED: tl.constexpr,
+                    BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr):
+    """q's rows in the first ``PROGRAMS_Q`` programs, k's in the rest: one launch for both. Each output has
+    its input's strides and ``sin`` has ``cos``'s (the common case, and 18 fewer arguments for Triton to
+    bind and specialise per launch: :func:`_rotate_qk` launches per tensor otherwise)."""
     pid = tl.program_id(0).to(tl.int64)
     if pid < PROGRAMS_Q:
-        _rope_rows(pid, Q, CQ, SQ, YQ, RQ, D1Q, D2Q, HALF, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, ssq0, ssq1,
-                   ssq2, ssqd, syq0, syq1, syq2, syqd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
+        _rope_rows(pid, Q, C, S, YQ, RQ, D1Q, D2Q, HALF, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, scq0, scq1,
+                   scq2, scqd, sq0, sq1, sq2, sqd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
     else:
-        _rope_rows(pid - PROGRAMS_Q, K, CK, SK, YK, RK, D1K, D2K, HALF, sk0, sk1, sk2, skd, sck0, sck1, sck2,
-                   sckd, ssk0, ssk1, ssk2, sskd, syk0, syk1, syk2, sykd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
+        _rope_rows(pid - PROGRAMS_Q, K, C, S, YK, RK, D1K, D2K, HALF, sk0, sk1, sk2, skd, sck0, sck1, sck2, sckd,
+                   sck0, sck1, sck2, sckd, sk0, sk1, sk2, skd, INTERLEAVED, BACKWARD, BLOCK_R, BLOCK_H)
 
 
 def _four_d(t: torch.Tensor) -> torch.Tensor:
@@ -172,16 +172,20 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
 
 def _rotate_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
                backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """q and k rotated in one kernel launch (two launches when either is empty or has more than 4 dims)."""
+    """q and k rotated in one kernel launch; one launch each when either is empty or has more than 4 dims,
+    or an output's strides differ from its input's (inputs with gaps or overlaps), or sin's from cos's."""
     if q.numel() == 0 or k.numel() == 0 or q.dim() > 4 or k.dim() > 4:
         return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
     yq, yk = torch.empty_like(q), torch.empty_like(k)
     ql, kl = _layout(q, cos, sin, yq), _layout(k, cos, sin, yk)
+    # layout: rows, d1, d2, then the strides of x (3:7), cos (7:11), sin (11:15) and y (15:19)
+    if ql[3:7] != ql[15:] or kl[3:7] != kl[15:] or ql[7:11] != ql[11:15] or kl[7:11] != kl[11:15]:
+        return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
     block_r, block_h = _blocks(q.shape[-1] // 2)
     programs_q = -(-ql[0] // block_r)
     with device_of(q):
         wrap(_rope_qk_kernel)[(programs_q + -(-kl[0] // block_r),)](
-            q, cos, sin, yq, *ql, k, cos, sin, yk, *kl, q.shape[-1] // 2, programs_q, INTERLEAVED=interleaved,
+            q, k, cos, sin, yq, yk, *ql[:11], *kl[:11], q.shape[-1] // 2, programs_q, INTERLEAVED=interleaved,
             BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=4)
     return yq, yk
 
