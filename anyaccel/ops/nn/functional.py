@@ -87,6 +87,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, .
     Raises:
         OpInputError: x's trailing dimensions are not ``normalized_shape``, or a bad dtype/device/eps.
     """
+    if type(normalized_shape) is int and x.dim() and x.shape[-1] == normalized_shape:  # the usual call, first
+        return ops("layer_norm", x.device.type, impl).layer_norm(x, weight, bias, float(eps))[0]
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
     if k == 0 or tuple(x.shape[x.dim() - k:]) != shape or x.dim() < k:
