@@ -48,7 +48,8 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
-def row_blocks(m: int, n: int, max_tile: int = MAX_TILE, loop_tile: int = 4096) -> RowBlocks:
+def row_blocks(m: int, n: int, max_tile: int = MAX_TILE, loop_tile: int = 4096, rows_tile: int = ROWS_TILE,
+               max_warps: int = 16) -> RowBlocks:
     """The tiling for ``m`` rows of ``n`` elements (cached for concrete sizes: part of an eager call's host
     cost; symbolic sizes, while tracing with dynamic shapes, are not hashable and are computed afresh).
 
@@ -57,23 +58,25 @@ def row_blocks(m: int, n: int, max_tile: int = MAX_TILE, loop_tile: int = 4096) 
         n: elements per row (>= 1).
         max_tile: largest ``block_m * block_n`` kept in registers; wider rows are walked in tiles.
         loop_tile: tile width for the looped walk.
+        rows_tile: elements per program when several rows fit (``block_m = rows_tile // block_n``).
+        max_warps: at most this many warps per program (a kernel's own measured optimum).
     """
     if type(m) is int and type(n) is int:
-        return _row_blocks(m, n, max_tile, loop_tile)
-    return _row_blocks.__wrapped__(m, n, max_tile, loop_tile)
+        return _row_blocks(m, n, max_tile, loop_tile, rows_tile, max_warps)
+    return _row_blocks.__wrapped__(m, n, max_tile, loop_tile, rows_tile, max_warps)
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_blocks(m: int, n: int, max_tile: int, loop_tile: int) -> RowBlocks:
+def _row_blocks(m: int, n: int, max_tile: int, loop_tile: int, rows_tile: int, max_warps: int) -> RowBlocks:
     bn = next_power_of_2(n)
     if bn <= max_tile:
-        bm = max(1, min(ROWS_TILE // bn, next_power_of_2(m), 64))
+        bm = max(1, min(rows_tile // bn, next_power_of_2(m), 64))
         one = True
     else:
         bn, bm, one = loop_tile, 1, False
     elems = bm * bn
     warps = 16 if elems >= 8192 else 8 if elems >= 2048 else 4 if elems >= 512 else 2 if elems >= 128 else 1
-    return RowBlocks(bm, bn, one, warps, max(1, -(-m // bm)))
+    return RowBlocks(bm, bn, one, min(warps, max_warps), max(1, -(-m // bm)))
 
 
 def multiprocessor_count(device: torch.device) -> int:

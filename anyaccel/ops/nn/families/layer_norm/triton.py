@@ -148,6 +148,12 @@ def _ln_bwd_kernel(DY, X, W, MEAN, RSTD, DX, DWP, DBP, M, N, sdym, sdyn, sxm, sx
                     tl.store(DBP + pid * N + cols, part + tl.sum(dy, axis=0), mask=cmask)
 
 
+#: The forward's tiling: about 8192 elements and at most 8 warps per program. Measured on an H200 (bf16,
+#: CUDA-graph replay, 2026-11-23) against the shared default (4096 elements, 16 warps from 8192): 8192x4096
+#: 40.4 -> 39.0 us, 8192x8192 76.3 -> 72.3, 32768x2048 73.0 -> 71.6, 8192x2048 23.4 -> 23.6.
+_FORWARD_TILING = {"rows_tile": 8192, "max_warps": 8}
+
+
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm over the last dimension; returns ``(y, mean, rstd)``."""
@@ -160,7 +166,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if m == 0:
         return y, mean, rstd
-    b = row_blocks(m, n)
+    b = row_blocks(m, n, **_FORWARD_TILING)
     with device_of(x):
         wrap(_ln_fwd_kernel)[(b.grid,)](
             x2, weight if weight is not None else x2, bias if bias is not None else x2, y, mean, rstd, m, n,
