@@ -1,0 +1,136 @@
+"""Benchmark: host time per eager call of the model ops, anyaccel against Liger-Kernel, FlagGems and aten.
+
+At small shapes a Python-launched Triton op is bound by the host: the time to validate, allocate, enter
+autograd and launch exceeds the kernel's. This times that cost directly: ``--calls`` back-to-back eager
+calls on a 256x1024 bf16 input requiring grad (the kernels are short, so the loop runs ahead of the GPU and
+measures the host), best of ``--repeats`` loops, in ``--rounds`` interleaved rounds (the GPU hosts' timing
+noise moves single figures by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
+anyaccel's ``rope_qk`` (one launch), two ``rope`` calls, and Liger's ``liger_rope`` (one launch). FlagGems
+runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not installed are skipped::
+
+    python benchmarks/nn_host_cost.py [--profile "ours layer_norm"]
+
+Prints microseconds of host time per call; ``--profile NAME`` adds a cProfile of one contender.
+Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import anyaccel.ops.nn as ann  # noqa: E402
+
+DTYPE = torch.bfloat16
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], Any]]]:
+    """``(plain, under_flag_gems)``: name -> one eager call."""
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=DTYPE, requires_grad=True)
+
+    x, w, b = r(256, 1024), r(1024), r(1024)
+    a, g = r(256, 1024), r(256, 1024)
+    q = torch.randn(1, 256, 8, 128, device="cuda", dtype=DTYPE).transpose(1, 2).requires_grad_()
+    k = torch.randn(1, 256, 2, 128, device="cuda", dtype=DTYPE).transpose(1, 2).requires_grad_()
+    cos = torch.randn(1, 256, 128, device="cuda", dtype=DTYPE)
+    sin = torch.randn_like(cos)
+    cu, su = cos[:, None], sin[:, None]
+    plain: dict[str, Callable[[], Any]] = {
+        "aten rms_norm": lambda: F.rms_norm(x, (1024,), w, 1e-6),
+        "ours rms_norm": lambda: ann.rms_norm(x, w, 1e-6),
+        "aten layer_norm": lambda: F.layer_norm(x, (1024,), w, b),
+        "ours layer_norm": lambda: ann.layer_norm(x, 1024, w, b),
+        "ours swiglu": lambda: ann.swiglu(a, g),
+        "ours rope_qk": lambda: ann.rope_qk(q, k, cu, su),
+        "ours rope x2": lambda: (ann.rope(q, cu, su), ann.rope(k, cu, su)),
+    }
+    if _have("liger_kernel"):
+        from liger_kernel.transformers import functional as lf
+
+        plain.update({
+            "liger rms_norm": lambda: lf.liger_rms_norm(x, w, 1e-6, 0.0, "llama", False),
+            "liger layer_norm": lambda: lf.liger_layer_norm(x, w, b, 1e-5),
+            "liger swiglu": lambda: lf.liger_swiglu(a, g),
+            "liger rope": lambda: lf.liger_rope(q, k, cos, sin),
+        })
+    gems: dict[str, Callable[[], Any]] = {}
+    if _have("flag_gems"):
+        gems = {"flag_gems rms_norm": lambda: F.rms_norm(x, (1024,), w, 1e-6),
+                "flag_gems layer_norm": lambda: F.layer_norm(x, (1024,), w, b)}
+    return plain, gems
+
+
+def host_us(fn: Callable[[], Any], calls: int, repeats: int) -> float:
+    """Best over ``repeats`` loops of the mean host microseconds per call (the device drained between)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+        torch.cuda.synchronize()
+    return best * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="calls per timed loop (default 300)")
+    parser.add_argument("--repeats", type=int, default=7, help="loops per contender and round (default 7)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
+    parser.add_argument("--profile", default=None, help="cProfile this contender (a name as printed)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("nn_host_cost benchmark: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    plain, gems = contenders()
+    print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "
+          f"{'yes' if _have('liger_kernel') else 'not installed'}; flag_gems {'yes' if gems else 'not installed'}")
+    results: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for name, fn in plain.items():
+            results.setdefault(name, []).append(host_us(fn, args.calls, args.repeats))
+        if gems:
+            import flag_gems
+
+            with flag_gems.use_gems():
+                for name, fn in gems.items():
+                    results.setdefault(name, []).append(host_us(fn, args.calls, args.repeats))
+    print("contender | host us per call, each round")
+    for name in sorted(results, key=lambda n: (n.split(" ", 1)[1], n)):
+        print(f"{name} | {' | '.join(f'{v:.1f}' for v in results[name])}")
+    if args.profile:
+        fn = {**plain, **gems}[args.profile]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.calls):
+            fn()
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
