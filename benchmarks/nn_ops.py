@@ -353,6 +353,7 @@ def main() -> int:
     parser.add_argument("--ops", nargs="*", default=None, help="only these ops (rms_norm, layer_norm, softmax, "
                         "swiglu, rope, cross_entropy)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contender")
+    parser.add_argument("--compile", action="store_true", help="with --quick: keep the torch.compile contender")
     parser.add_argument("--no-override", action="store_true", help="skip tuning and the override contender")
     parser.add_argument("--sections", nargs="*", default=["ceiling", "ops", "flce", "llama"],
                         choices=["ceiling", "ops", "flce", "llama"])
@@ -360,7 +361,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("nn_ops benchmark: needs a CUDA GPU", file=sys.stderr)
         return 2
-    if args.quick:
+    if args.quick and not args.compile:
         args.no_compile = True
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; flag_gems "
           f"{'yes' if have('flag_gems') else 'not installed'}; liger_kernel "
