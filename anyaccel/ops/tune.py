@@ -8,12 +8,18 @@ kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel
 (:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
 default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
 256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
-each batch device-synchronised once.
+each batch device-synchronised once; the three variants take turns batch by batch (round-robin), so a drift
+of the host's speed during the measurement (warm-up, other load) moves all three alike instead of biasing
+their ratios. Measured on an H200 host (2026-11-23), one variant after the other: a first tuning recorded
+aten's ``_softmax_backward_data`` at 256x1024 as 1.17x faster through the mode's fallback than without the
+mode, which a fallback (aten plus the mode's Python kernel) cannot be, and two later tunings 0.66x and 0.69x.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
 import statistics
 import time
@@ -65,20 +71,29 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
 BATCH = 10
 
 
-def time_call(fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> float:
-    """Median seconds per call of ``fn()`` over ``reps`` batches of :data:`BATCH` back-to-back calls, each batch
-    synchronised once, after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
+def time_round_robin(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
+                     fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> list[float]:
+    """Median seconds per call of ``fn()`` under each of ``variants`` (context factories: the mode off, on,
+    ...), over ``reps`` rounds in which every variant times one batch of :data:`BATCH` back-to-back calls
+    (synchronised once), after ``warmup`` calls each. Entering and leaving a variant is not timed, nor is
+    the first call after entering it (a registration may leave the dispatcher a cold first call)."""
+    for variant in variants:
+        with variant():
+            for _ in range(warmup):
+                fn()
+            sync()
+    times: list[list[float]] = [[] for _ in variants]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(BATCH):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / BATCH)
-    return statistics.median(times)
+        for i, variant in enumerate(variants):
+            with variant():
+                fn()
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(BATCH):
+                    fn()
+                sync()
+                times[i].append((time.perf_counter() - t0) / BATCH)
+    return [statistics.median(t) for t in times]
 
 
 def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
@@ -132,13 +147,13 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                 k = entry.describe(args)
                 if k is None:
                     continue
-                t_aten = time_call(_caller(aten_op, args), sync, reps)
                 with mode.use_ops(include=[entry.name], policy="always") as replaced:
                     if entry.name not in replaced:
                         break
-                    t_ours = time_call(_caller(aten_op, args), sync, reps)
-                with mode.use_ops(include=[entry.name], policy="never"):
-                    t_fallback = time_call(_caller(aten_op, args), sync, reps)
+                t_aten, t_ours, t_fallback = time_round_robin(
+                    (contextlib.nullcontext, functools.partial(mode.use_ops, include=[entry.name], policy="always"),
+                     functools.partial(mode.use_ops, include=[entry.name], policy="never")),
+                    _caller(aten_op, args), sync, reps)
                 measured[k] = t_aten / t_ours
                 policy.record(k, measured[k], t_aten / t_fallback)
                 logger.info("tune: %s aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode %.1f us", k,
