@@ -257,6 +257,31 @@ def test_rope_qk_mixed_layouts(device_impl: tuple[str, str]) -> None:
     torch.testing.assert_close(yk2, yk, rtol=0, atol=0)
 
 
+def test_rope_qk_fuses_dense_layouts_and_falls_back_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Triton rope_qk rotates Hugging Face's layouts in its one launch (never the per-tensor path), and
+    takes the per-tensor path for an input with gaps or sin laid out unlike cos."""
+    pytest.importorskip("triton")
+    from anyaccel.ops.nn.families.rope import triton as rope_triton
+
+    per_tensor = []
+    original = rope_triton._rotate
+
+    def counting(*args: object) -> torch.Tensor:
+        per_tensor.append(1)
+        return original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rope_triton, "_rotate", counting)
+    q = torch.randn(1, 7, 4, 8).transpose(1, 2)
+    k = torch.randn(1, 7, 2, 8).transpose(1, 2)
+    cos, sin = torch.randn(1, 1, 7, 4), torch.randn(1, 1, 7, 4)
+    rope_triton._rotate_qk(q, k, cos, sin, False, False)
+    assert per_tensor == []
+    rope_triton._rotate_qk(torch.randn(1, 4, 7, 12)[..., 2:10], k, cos, sin, False, False)
+    assert len(per_tensor) == 2
+    rope_triton._rotate_qk(q, k, cos, torch.randn(1, 1, 4, 7).transpose(-1, -2), False, False)
+    assert len(per_tensor) == 4
+
+
 def test_rope_qk_one_output_used(device_impl: tuple[str, str]) -> None:
     """Only q's output reaches the loss: k gets no gradient (None), as with two separate rope calls, and q's
     gradient is rope's."""

@@ -177,20 +177,24 @@ def _rotate_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
                backward: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """q and k rotated in one kernel launch; one launch each when either is empty or has more than 4 dims,
     or an output's strides differ from its input's (inputs with gaps or overlaps), or sin's from cos's."""
-    if q.numel() == 0 or k.numel() == 0 or q.dim() > 4 or k.dim() > 4:
-        return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
-    yq, yk = torch.empty_like(q), torch.empty_like(k)
-    ql, kl = _layout(q, cos, sin, yq), _layout(k, cos, sin, yk)
-    # layout: rows, d1, d2, then the strides of x (3:7), cos (7:11), sin (11:15) and y (15:19)
-    if ql[3:7] != ql[15:] or kl[3:7] != kl[15:] or ql[7:11] != ql[11:15] or kl[7:11] != kl[11:15]:
-        return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
-    block_r, block_h, warps = _blocks(q.shape[-1] // 2)
-    programs_q = -(-ql[0] // block_r)
-    with device_of(q):
-        wrap(_rope_qk_kernel)[(programs_q + -(-kl[0] // block_r),)](
-            q, k, cos, sin, yq, yk, *ql[:11], *kl[:11], q.shape[-1] // 2, programs_q, INTERLEAVED=interleaved,
-            BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=warps)
-    return yq, yk
+    if q.numel() and k.numel() and q.dim() <= 4 and k.dim() <= 4:
+        yq, yk = torch.empty_like(q), torch.empty_like(k)
+        ql, kl = _layout(q, cos, sin, yq), _layout(k, cos, sin, yk)
+        if _fusable(ql) and _fusable(kl):
+            block_r, block_h, warps = _blocks(q.shape[-1] // 2)
+            programs_q = -(-ql[0] // block_r)
+            with device_of(q):
+                wrap(_rope_qk_kernel)[(programs_q + -(-kl[0] // block_r),)](
+                    q, k, cos, sin, yq, yk, *ql[:11], *kl[:11], q.shape[-1] // 2, programs_q,
+                    INTERLEAVED=interleaved, BACKWARD=backward, BLOCK_R=block_r, BLOCK_H=block_h, num_warps=warps)
+            return yq, yk
+    return _rotate(q, cos, sin, interleaved, backward), _rotate(k, cos, sin, interleaved, backward)
+
+
+def _fusable(layout: tuple[int, ...]) -> bool:
+    """Whether a :func:`_layout` (rows, d1, d2, then the strides of x, cos, sin and y, four each) fits
+    :func:`_rope_qk_kernel`: y strided as x, sin as cos."""
+    return layout[3:7] == layout[15:19] and layout[7:11] == layout[11:15]
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
