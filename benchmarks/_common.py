@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import importlib.util
 import statistics
 import sys
 import time
@@ -57,6 +58,12 @@ def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int, warmup
             fn()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` is importable (a peer such as ``flag_gems`` or ``liger_kernel``), without importing
+    it."""
+    return importlib.util.find_spec(module) is not None
 
 
 def median(values: Sequence[float]) -> float:

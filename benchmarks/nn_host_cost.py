@@ -1,16 +1,18 @@
 """Benchmark: host time per eager call of the model ops, anyaccel against Liger-Kernel, FlagGems and aten.
 
 At small shapes a Python-launched Triton op is bound by the host: the time to validate, allocate, enter
-autograd and launch exceeds the kernel's. This times that cost directly: ``--calls`` back-to-back eager
-calls on a 256x1024 bf16 input requiring grad (the kernels are short, so the loop runs ahead of the GPU and
-measures the host), best of ``--repeats`` loops, in ``--rounds`` interleaved rounds (the GPU hosts' timing
-noise moves single figures by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
+autograd and launch exceeds the kernel's. This times that cost directly: loops of ``--calls`` back-to-back
+eager calls on a 256x1024 bf16 input requiring grad (the kernels are short, so the loop runs ahead of the GPU
+and measures the host), each loop device-synchronised once, the contenders taking turns loop by loop
+(``_common.interleaved_times``) for ``--repeats`` rounds (the GPU hosts' timing noise moves single figures
+by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
 anyaccel's ``rope_qk`` (one launch), two ``rope`` calls, and Liger's ``liger_rope`` (one launch). FlagGems
 runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not installed are skipped::
 
     python benchmarks/nn_host_cost.py [--profile "ours layer_norm"]
 
-Prints microseconds of host time per call; ``--profile NAME`` adds a cProfile of one contender.
+Prints microseconds of host time per call, the best and the median loop; ``--profile NAME`` adds a cProfile
+of one contender.
 Needs a CUDA GPU.
 """
 
@@ -18,28 +20,18 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import pstats
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _common import have, interleaved_times, median  # puts the repository on sys.path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-import anyaccel.ops.nn as ann  # noqa: E402
+import anyaccel.ops.nn as ann
 
 DTYPE = torch.bfloat16
-
-
-def _have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], Any]]]:
@@ -64,7 +56,7 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
         "ours rope_qk": lambda: ann.rope_qk(q, k, cu, su),
         "ours rope x2": lambda: (ann.rope(q, cu, su), ann.rope(k, cu, su)),
     }
-    if _have("liger_kernel"):
+    if have("liger_kernel"):
         from liger_kernel.transformers import functional as lf
 
         plain.update({
@@ -74,32 +66,30 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
             "liger rope": lambda: lf.liger_rope(q, k, cos, sin),
         })
     gems: dict[str, Callable[[], Any]] = {}
-    if _have("flag_gems"):
+    if have("flag_gems"):
         gems = {"flag_gems rms_norm": lambda: F.rms_norm(x, (1024,), w, 1e-6),
                 "flag_gems layer_norm": lambda: F.layer_norm(x, (1024,), w, b)}
     return plain, gems
 
 
-def host_us(fn: Callable[[], Any], calls: int, repeats: int) -> float:
-    """Best over ``repeats`` loops of the mean host microseconds per call (the device drained between)."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls)
-        torch.cuda.synchronize()
-    return best * 1e6
+def loops(fns: dict[str, Callable[[], Any]], calls: int) -> dict[str, Callable[[], None]]:
+    """Each contender as one timed unit: ``calls`` back-to-back calls, then a device synchronisation."""
+
+    def loop(fn: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+
+        return run
+
+    return {name: loop(fn) for name, fn in fns.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per timed loop (default 300)")
-    parser.add_argument("--repeats", type=int, default=7, help="loops per contender and round (default 7)")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
+    parser.add_argument("--repeats", type=int, default=14, help="timed rounds, contenders in turn (default 14)")
     parser.add_argument("--profile", default=None, help="cProfile this contender (a name as printed)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -107,20 +97,17 @@ def main() -> int:
         return 2
     plain, gems = contenders()
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "
-          f"{'yes' if _have('liger_kernel') else 'not installed'}; flag_gems {'yes' if gems else 'not installed'}")
-    results: dict[str, list[float]] = {}
-    for _ in range(args.rounds):
-        for name, fn in plain.items():
-            results.setdefault(name, []).append(host_us(fn, args.calls, args.repeats))
-        if gems:
-            import flag_gems
+          f"{'yes' if have('liger_kernel') else 'not installed'}; flag_gems {'yes' if gems else 'not installed'}")
+    seconds = interleaved_times(loops(plain, args.calls), args.repeats, warmup=2)
+    if gems:
+        import flag_gems
 
-            with flag_gems.use_gems():
-                for name, fn in gems.items():
-                    results.setdefault(name, []).append(host_us(fn, args.calls, args.repeats))
-    print("contender | host us per call, each round")
-    for name in sorted(results, key=lambda n: (n.split(" ", 1)[1], n)):
-        print(f"{name} | {' | '.join(f'{v:.1f}' for v in results[name])}")
+        with flag_gems.use_gems():  # entered once: entering registers every FlagGems op
+            seconds.update(interleaved_times(loops(gems, args.calls), args.repeats, warmup=2))
+    print("contender | host us per call: best loop | median loop")
+    for name in sorted(seconds, key=lambda n: (n.split(" ", 1)[1], n)):
+        per_call = [1e6 * t / args.calls for t in seconds[name]]
+        print(f"{name} | {min(per_call):.1f} | {median(per_call):.1f}")
     if args.profile:
         fn = {**plain, **gems}[args.profile]
         profiler = cProfile.Profile()

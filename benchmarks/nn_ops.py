@@ -25,23 +25,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _common import have  # puts the repository on sys.path (benchmarks run from a checkout)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-import anyaccel.ops  # noqa: E402
-import anyaccel.ops.nn as ann  # noqa: E402
+import anyaccel.ops
+import anyaccel.ops.nn as ann
 
 DTYPE = torch.bfloat16
 LARGE = [(t, h) for t in (1024, 8192, 32768) for h in (2048, 4096, 8192)]
@@ -64,10 +59,6 @@ def copy_ceiling() -> float:
     dst = torch.empty_like(src)
     us = bench(lambda: dst.copy_(src), quick=False)
     return 2 * (1 << 31) / (us * 1e-6)
-
-
-def have(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
 
 
 @contextlib.contextmanager

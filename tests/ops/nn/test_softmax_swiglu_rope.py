@@ -8,7 +8,7 @@ import torch
 
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError
-from anyaccel.testing.nn_impls import DTYPES
+from anyaccel.testing.nn_impls import DTYPES, HAS_CUDA
 from anyaccel.testing.tolerances import assert_close
 
 
@@ -271,14 +271,15 @@ def test_rope_qk_fuses_dense_layouts_and_falls_back_otherwise(monkeypatch: pytes
         return original(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(rope_triton, "_rotate", counting)
-    q = torch.randn(1, 7, 4, 8).transpose(1, 2)
-    k = torch.randn(1, 7, 2, 8).transpose(1, 2)
-    cos, sin = torch.randn(1, 1, 7, 4), torch.randn(1, 1, 7, 4)
+    dev = "cuda" if HAS_CUDA else "cpu"  # the CPU under Triton's interpreter (conftest)
+    q = torch.randn(1, 7, 4, 8, device=dev).transpose(1, 2)
+    k = torch.randn(1, 7, 2, 8, device=dev).transpose(1, 2)
+    cos, sin = torch.randn(1, 1, 7, 4, device=dev), torch.randn(1, 1, 7, 4, device=dev)
     rope_triton._rotate_qk(q, k, cos, sin, False, False)
     assert per_tensor == []
-    rope_triton._rotate_qk(torch.randn(1, 4, 7, 12)[..., 2:10], k, cos, sin, False, False)
+    rope_triton._rotate_qk(torch.randn(1, 4, 7, 12, device=dev)[..., 2:10], k, cos, sin, False, False)
     assert len(per_tensor) == 2
-    rope_triton._rotate_qk(q, k, cos, torch.randn(1, 1, 4, 7).transpose(-1, -2), False, False)
+    rope_triton._rotate_qk(q, k, cos, torch.randn(1, 1, 4, 7, device=dev).transpose(-1, -2), False, False)
     assert len(per_tensor) == 4
 
 
