@@ -265,6 +265,8 @@ def _flce_case(t: int, h: int, v: int, args: argparse.Namespace, lflce: Callable
     fns: dict[str, Callable[[], Any]] = {
         "aten linear+CE": lambda: F.cross_entropy((hid @ w.t()).float(), y).backward(),
         "ours fused": lambda: ann.fused_linear_cross_entropy(hid, w, y).backward(),
+        "ours fused, accum_dtype=bf16": lambda: ann.fused_linear_cross_entropy(hid, w, y,
+                                                                               accum_dtype=DTYPE).backward(),
     }
     if lflce is not None:
         fns["liger fused"] = lambda: lflce(hid, w, y).backward()
@@ -293,7 +295,8 @@ def run_llama(args: argparse.Namespace) -> None:
                                       rope_theta=500000.0)
     seq, steps = 4096, 3 if args.quick else 8
     ids = torch.randint(0, config.vocab_size, (1, seq), device="cuda")
-    variants = ["unpatched eager", "anyaccel patch"] + (["liger patch"] if have("liger_kernel") else [])
+    variants = ["unpatched eager", "anyaccel patch", "anyaccel patch, loss_accum_dtype=bf16"] + (
+        ["liger patch"] if have("liger_kernel") else [])
     for variant in variants:  # Liger patches transformers' classes process-wide: it runs last
         print(_llama_variant(variant, config, ids, steps))
         gc.collect()
@@ -306,8 +309,8 @@ def _llama_variant(variant: str, config: Any, ids: torch.Tensor, steps: int) -> 
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).to("cuda", DTYPE)
     model.train()
-    if variant == "anyaccel patch":
-        anyaccel.ops.patch(model)
+    if variant.startswith("anyaccel patch"):
+        anyaccel.ops.patch(model, loss_accum_dtype=DTYPE if "bf16" in variant else torch.float32)
     elif variant == "liger patch":
         from liger_kernel.transformers import apply_liger_kernel_to_llama
 

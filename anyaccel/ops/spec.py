@@ -26,7 +26,7 @@ Schemas use torch's schema language (``torch/csrc/jit/frontend/function_schema_p
 without the function name: ``"(Tensor(a!)[] params, Tensor[] grads, float lr) -> ()"``. Functions a native
 build registers use the subset with a C++ mapping (:data:`CXX_TYPES`, :data:`CXX_RETURNS`); functions
 offered only by Python-level implementations (``custom_op``/``triton_op``) may also take optional tensors
-(``Tensor? weight``) and return tuples (``-> (Tensor, Tensor)``).
+(``Tensor? weight``) and dtypes (``ScalarType accum_dtype``) and return tuples (``-> (Tensor, Tensor)``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CXX_RETURNS: dict[str, str] = {"()": "void", "str": "std::string", "int": "int64
 #: torch dtype name -> ``c10::ScalarType`` enumerator name (what the C++ X-macros use).
 SCALAR_TYPES: dict[str, str] = {"float32": "Float", "bfloat16": "BFloat16", "float16": "Half", "none": "Undefined"}
 
-_ARG = re.compile(r"^(?P<type>Tensor\??|int|float|bool|str)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?"
+_ARG = re.compile(r"^(?P<type>Tensor\??|int|float|bool|str|ScalarType)(?P<alias>\([a-z]!?\))?(?P<list>\[\])?"
                   r"\s+(?P<name>[A-Za-z_]\w*)$")
 #: Return types a Python-level function may have (one of these, or a parenthesised tuple of them, or ``()``).
 PYTHON_RETURNS = frozenset({"Tensor", "int", "float", "bool", "str"})
@@ -127,7 +127,7 @@ class Function:
             m = _ARG.match(raw)
             if m is None:
                 raise SpecError(f"function {self.name!r}: argument {raw!r} is not '<type>[(a!)][[]] <name>' with a "
-                                f"type in {sorted(CXX_TYPES) + ['Tensor?']}")
+                                f"type in {sorted(CXX_TYPES) + ['ScalarType', 'Tensor?']}")
             out.append(Argument(m["name"], m["type"] + (m["list"] or ""), bool(m["alias"] and "!" in m["alias"])))
         return tuple(out)
 
@@ -165,6 +165,10 @@ class Function:
         """
         if self.returns not in CXX_RETURNS:
             raise SpecError(f"function {self.name!r}: return type {self.returns!r} is not one of {sorted(CXX_RETURNS)}")
+        missing = [f"{a.type} {a.name}" for a in self.arguments if a.type not in CXX_TYPES]
+        if missing:
+            raise SpecError(f"function {self.name!r}: argument(s) {', '.join(missing)} have no C++ type; a native "
+                            f"kernel takes only {sorted(CXX_TYPES)}")
         params = ", ".join(CXX_TYPES[a.type] for a in self.arguments)
         return f"{CXX_RETURNS[self.returns]}({params})"
 

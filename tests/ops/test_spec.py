@@ -185,9 +185,12 @@ def test_a_well_formed_toy_spec_validates() -> None:
 
 
 def test_python_level_functions_may_take_optional_tensors_and_return_tuples() -> None:
-    fn = Function("f", "(Tensor x, Tensor? w, str mode) -> (Tensor, Tensor)")
+    fn = Function("f", "(Tensor x, Tensor? w, str mode, ScalarType accum_dtype) -> (Tensor, Tensor)")
     _toy(functions=(fn,), builds=(), implementations=(Implementation("py", 1, ("*",), module="m:load"),)).validate()
-    assert [a.type for a in fn.arguments] == ["Tensor", "Tensor?", "str"] and fn.return_types == ("Tensor", "Tensor")
+    assert [a.type for a in fn.arguments] == ["Tensor", "Tensor?", "str", "ScalarType"]
+    assert fn.return_types == ("Tensor", "Tensor")
+    with pytest.raises(SpecError, match=r"Tensor\? w, ScalarType accum_dtype have no C\+\+ type"):
+        Function("f", "(Tensor x, Tensor? w, ScalarType accum_dtype) -> ()").cxx_signature()
 
 
 @pytest.mark.parametrize("changes,pattern", [

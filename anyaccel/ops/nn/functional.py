@@ -265,13 +265,14 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None = None, *, ignore_index: int = -100,
                                label_smoothing: float = 0.0, reduction: str = "mean",
-                               impl: str | None = None) -> torch.Tensor:
+                               accum_dtype: torch.dtype = torch.float32, impl: str | None = None) -> torch.Tensor:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without materialising the logits.
 
     The rows are processed in chunks whose logits take about as much memory as ``hidden``; the gradients of
     hidden, weight and bias are computed in the same pass (Liger-Kernel's FusedLinearCrossEntropy), so peak
-    memory drops from ``rows x V`` logits (and their fp32 copies and gradient) to one chunk plus an fp32
-    weight-gradient accumulator.
+    memory drops from ``rows x V`` logits (and their fp32 copies and gradient) to one chunk plus the
+    weight-gradient accumulator. The backward scales the saved gradients in place (eager; out of place under
+    ``torch.compile``), so it allocates no second weight gradient.
 
     Args:
         hidden: ``[..., H]`` (the last hidden states), float32/bfloat16/float16.
@@ -281,15 +282,20 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         ignore_index: as :func:`cross_entropy`.
         label_smoothing: as :func:`cross_entropy`.
         reduction: ``"mean"`` or ``"sum"``.
+        accum_dtype: the weight gradient's accumulation dtype when there are several chunks.
+            ``torch.float32`` (default): an fp32 ``V x H`` accumulator, rounded once at the end (for a 16-bit
+            weight, twice the weight's memory while the forward runs). The weight's dtype (Liger-Kernel's
+            default): the gradient accumulates in place, no extra memory, one rounding per chunk.
         impl: force an implementation.
 
     Returns:
         The loss, fp32, 0-dim.
 
     Raises:
-        OpInputError: bad shapes, dtypes or arguments.
+        OpInputError: bad shapes, dtypes or arguments; ``accum_dtype`` neither float32 nor the weight's dtype.
         UnsupportedOpError: ``reduction="none"`` (per-row weights cannot be applied to a weight gradient
-            accumulated in the forward; use :func:`cross_entropy` on the logits).
+            accumulated in the forward; use :func:`cross_entropy` on the logits); from the backward, a second
+            backward over the same loss (``retain_graph=True``).
     """
     if reduction == "none":
         raise UnsupportedOpError("fused_linear_cross_entropy: reduction='none' is not supported (the weight "
@@ -303,5 +309,5 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or
                                          (bias is not None and bias.requires_grad))
     loss = ops("cross_entropy", hidden.device.type, impl).fused_linear_cross_entropy(
-        h2, weight, t, bias, int(ignore_index), float(label_smoothing), reduction, bool(needs))[0]
+        h2, weight, t, bias, int(ignore_index), float(label_smoothing), reduction, bool(needs), accum_dtype)[0]
     return loss

@@ -83,7 +83,8 @@ def _set_forward(module: torch.nn.Module, forward: Any) -> None:
 
 
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True, rope: bool = True,
-          loss: bool = True, impl: str | None = None) -> PatchReport:
+          loss: bool = True, loss_accum_dtype: torch.dtype = torch.float32, impl: str | None = None
+          ) -> PatchReport:
     """Replace the RMSNorm, SwiGLU MLP, rotary embedding and loss of a Llama-family model in place.
 
     Args:
@@ -93,6 +94,9 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         swiglu: replace the SwiGLU MLPs' forward.
         rope: replace the rotary-embedding function of the model's module.
         loss: replace the causal-LM loss with the fused linear cross-entropy.
+        loss_accum_dtype: that loss's ``accum_dtype`` (see
+            :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy`): ``torch.float32`` (default) or the
+            lm_head weight's dtype, which saves twice the lm_head's size in peak memory (Liger-Kernel's choice).
         impl: force an implementation for every op (``"triton"``, ``"torch"``, ``"triton_interpreter"``);
             else each family's choice for the inputs' device.
 
@@ -125,7 +129,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
     report.rope = bool(getattr(model, "_anyaccel_rope", False))
     if loss and type(model).__name__.endswith("ForCausalLM") and hasattr(model, "lm_head"):
         if not hasattr(model, _ORIG):
-            _set_forward(model, _causal_lm_forward(impl))
+            _set_forward(model, _causal_lm_forward(impl, loss_accum_dtype))
         report.loss = True
     elif loss:
         report.skipped.append(f"loss: {type(model).__name__} is not a *ForCausalLM with an lm_head")
@@ -189,7 +193,7 @@ def _restore_rope(module_name: str) -> None:
             _ROPE_SWAPS[module_name] = (original, count - 1)
 
 
-def _causal_lm_forward(impl: str | None) -> Any:
+def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
     def forward(self: Any, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: Any = None,
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
@@ -215,7 +219,7 @@ def _causal_lm_forward(impl: str | None) -> Any:
         head = self.lm_head
         loss = F.fused_linear_cross_entropy(hidden, head.weight, shift, getattr(head, "bias", None),
                                             ignore_index=ignore_index, reduction="sum" if items is not None
-                                            else "mean", impl=impl)
+                                            else "mean", accum_dtype=accum_dtype, impl=impl)
         if items is not None:
             loss = loss / (items.to(loss.device) if isinstance(items, torch.Tensor) else items)
         result: Any = CausalLMOutputWithPast

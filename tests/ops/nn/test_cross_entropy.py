@@ -12,7 +12,7 @@ import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
 from anyaccel.ops.nn.families.cross_entropy import chunked
 from anyaccel.testing.nn_impls import DTYPES
-from anyaccel.testing.tolerances import assert_close
+from anyaccel.testing.tolerances import ATOL, RTOL, assert_close
 
 VOCAB_128K = 128256
 
@@ -95,6 +95,55 @@ def test_fused_linear_cross_entropy(device_impl: tuple[str, str], rows: int, hid
     assert_close(w.grad, wr.grad, rows, msg="dweight")
     if b is not None:
         assert_close(b.grad, br.grad, rows, msg="dbias")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("rows", "hidden", "vocab"), [(13, 16, 257), (37, 8, 1031)], ids=str)
+def test_fused_linear_cross_entropy_accumulates_in_weight_dtype(device_impl: tuple[str, str], rows: int,
+                                                                hidden: int, vocab: int, dtype: torch.dtype,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``accum_dtype=weight.dtype`` with one chunk per row (the most roundings): the weight gradient is within
+    the accumulation's error bound of the float64 reference. Each of the ``rows`` additions rounds its partial
+    sum (at most ``eps/2`` of the sum of the terms' magnitudes ``S``), and ``dz`` itself is rounded to the
+    dtype before the products, so ``|error| <= (rows + 1) * eps/2 * S`` plus the dtype's tolerance; the other
+    gradients and the loss are those of the fp32 accumulation."""
+    monkeypatch.setattr(chunked, "MIN_CHUNK_ROWS", 1)
+    assert chunked.chunk_rows(rows, hidden, vocab) == 1
+    device, impl = device_impl
+    h = (torch.randn(rows, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
+    w = (torch.randn(vocab, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
+    t = _targets((rows,), vocab, device)
+    loss = nn.fused_linear_cross_entropy(h, w, t, label_smoothing=0.05, accum_dtype=dtype, impl=impl)
+    loss.backward()
+    hr, wr = _leaf64(h), _leaf64(w)
+    zr = hr @ wr.t()
+    zr = zr + (zr.to(dtype).double() - zr).detach()
+    zr.retain_grad()
+    ref = F.cross_entropy(zr, t.cpu(), label_smoothing=0.05)
+    ref.backward()
+    assert_close(loss, ref, msg="loss", dtype=dtype)
+    assert_close(h.grad, hr.grad, vocab, msg="dhidden")
+    assert zr.grad is not None and w.grad is not None and wr.grad is not None
+    magnitude = zr.grad.abs().t() @ hr.detach().abs()  # S per weight-gradient element
+    eps = torch.finfo(dtype).eps
+    bound = (rows + 1) * eps / 2 * magnitude + RTOL[dtype] * wr.grad.abs() + ATOL
+    err = (w.grad.detach().cpu().double() - wr.grad).abs()
+    assert bool((err <= bound).all()), f"dweight: largest error {err.max():.3g} over its bound"
+
+
+def test_fused_linear_cross_entropy_accum_dtype_errors_and_second_backward(device_impl: tuple[str, str]) -> None:
+    device, impl = device_impl
+    h = torch.randn(6, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(40, 8, device=device, dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 40, (6,), device=device)
+    with pytest.raises(OpInputError, match=r"accum_dtype=torch.float16 .* accepted: torch.float32"):
+        nn.fused_linear_cross_entropy(h, w, t, accum_dtype=torch.float16, impl=impl)
+    loss = nn.fused_linear_cross_entropy(h, w, t, impl=impl)
+    loss.backward(retain_graph=True)
+    first = w.grad.clone()
+    with pytest.raises(UnsupportedOpError, match="backward ran a second time"):
+        loss.backward()
+    assert torch.equal(w.grad, first)
 
 
 def test_fused_linear_cross_entropy_no_grad_and_errors(device_impl: tuple[str, str]) -> None:

@@ -63,7 +63,8 @@ def _samples(device: str) -> dict[str, Callable[[], tuple[Any, ...]]]:
         "rope_qk_backward": lambda: (n(2, 3, 5, 8), n(2, 1, 5, 8), n(5, 4), n(5, 4), True),
         "cross_entropy": lambda: (r(5, 37), t(5, 37), -100, 0.1),
         "cross_entropy_backward": lambda: (n(5), n(5, 37), t(5, 37), n(5), -100, 0.1),
-        "fused_linear_cross_entropy": lambda: (r(6, 8), r(37, 8), t(6, 37), r(37), -100, 0.0, "mean", True),
+        "fused_linear_cross_entropy": lambda: (r(6, 8), r(37, 8), t(6, 37), r(37), -100, 0.0, "mean", True,
+                                       torch.float32),
     }
 
 

@@ -45,12 +45,19 @@ def _train(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tenso
     return losses
 
 
+@pytest.mark.parametrize("accum", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", CASES)
-def test_patched_llama_trains_like_the_original(case: tuple[str, str]) -> None:
+def test_patched_llama_trains_like_the_original(case: tuple[str, str], accum: torch.dtype,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loss's weight gradient accumulated in fp32 and in the weight's bf16, over several chunks (the chunk
+    floor lowered so that 48 tokens make 6 chunks of 8)."""
+    from anyaccel.ops.nn.families.cross_entropy import chunked
+
+    monkeypatch.setattr(chunked, "MIN_CHUNK_ROWS", 1)
     device, impl = case
     base = _model(device)
     patched = copy.deepcopy(base)
-    report = anyaccel.ops.patch(patched, impl=impl)
+    report = anyaccel.ops.patch(patched, loss_accum_dtype=accum, impl=impl)
     assert (report.rms_norm, report.mlp, report.rope, report.loss) == (5, 2, True, True)  # 2 layers x 2 + final
     gen = torch.Generator().manual_seed(1)
     batches = []
@@ -85,6 +92,19 @@ def test_patch_keeps_logits_without_labels_and_unpatch_restores() -> None:
     patch_mod.unpatch(model)
     assert modeling_llama.apply_rotary_pos_emb is not patched_rope
     assert all(not hasattr(m, "_anyaccel_original_forward") for m in model.modules())
+
+
+def test_patch_passes_loss_accum_dtype_to_the_loss() -> None:
+    from anyaccel.ops.nn.errors import OpInputError
+
+    model = _model("cpu")
+    anyaccel.ops.patch(model, loss_accum_dtype=torch.float16, impl="torch")
+    ids = torch.randint(0, 384, (1, 9))
+    try:
+        with pytest.raises(OpInputError, match=r"accum_dtype=torch.float16 is not accepted for a torch.bfloat16"):
+            model(input_ids=ids, labels=ids)
+    finally:
+        patch_mod.unpatch(model)
 
 
 def test_unsupported_architecture_is_refused() -> None:

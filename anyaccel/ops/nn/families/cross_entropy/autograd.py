@@ -26,8 +26,9 @@ def formulas(ns: Any) -> dict[str, Formula]:
         return dz, None, None, None
 
     def setup_fused(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-        hidden, weight, _target, bias, _ii, _ls, _red, compute_grad = inputs
+        hidden, weight, _target, bias, _ii, _ls, _red, compute_grad, _accum = inputs
         ctx.compute_grad = compute_grad
+        ctx.consumed = False
         ctx.has_bias = bias is not None
         ctx.save_for_backward(output[1], output[2], output[3])
 
@@ -37,13 +38,32 @@ def formulas(ns: Any) -> dict[str, Formula]:
                 "fused_linear_cross_entropy: backward called on a loss computed with compute_grad=False; the "
                 "front end sets it from torch.is_grad_enabled() and requires_grad: compute the loss with "
                 "grad enabled")
+        if ctx.consumed:
+            raise UnsupportedOpError(
+                "fused_linear_cross_entropy: backward ran a second time over one loss (retain_graph=True); the "
+                "first backward scaled the gradients computed in the forward in place. Compute the loss again "
+                "for a second backward")
         gh, gw, gb = ctx.saved_tensors
-        dh = scaled(gh, grad_loss) if ctx.needs_input_grad[0] else None
-        dw = scaled(gw, grad_loss) if ctx.needs_input_grad[1] else None
-        db = scaled(gb, grad_loss) if ctx.has_bias and ctx.needs_input_grad[3] else None
-        return dh, dw, None, db, None, None, None, None
+        # eager: scale the saved gradients in place (they are used once), so the weight gradient is not
+        # copied; traced (torch.compile, AOT or fake tensors), out of place: a backward graph may not mutate
+        # its inputs
+        scale = scaled_ if _eager(gw) else scaled
+        ctx.consumed = scale is scaled_
+        dh = scale(gh, grad_loss) if ctx.needs_input_grad[0] else None
+        dw = scale(gw, grad_loss) if ctx.needs_input_grad[1] else None
+        db = scale(gb, grad_loss) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return dh, dw, None, db, None, None, None, None, None
 
     return {"cross_entropy": (setup_ce, backward_ce), "fused_linear_cross_entropy": (setup_fused, backward_fused)}
+
+
+def _eager(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a plain tensor outside any tracing: not compiling, no dispatch mode (make_fx, fake
+    mode, functionalization) active, not a tensor subclass (FakeTensor, FunctionalTensor)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (type(t) is torch.Tensor and not torch.compiler.is_compiling()
+            and _get_current_dispatch_mode() is None)
 
 
 #: Elements per fp32 temporary in :func:`scaled` (16 Mi elements: 64 MiB).
@@ -63,3 +83,16 @@ def scaled(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     for src, dst in zip(t.split(rows), out.split(rows), strict=True):
         dst.copy_(src.float() * g.float())
     return out
+
+
+def scaled_(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """:func:`scaled` in place: ``t`` is overwritten with ``t * g`` (fp32 arithmetic, one rounding) and
+    returned; no temporary larger than 64 MiB."""
+    if t.numel() == 0:
+        return t
+    if t.dtype == torch.float32:
+        return t.mul_(g.float())
+    rows = max(1, SCALE_CHUNK // max(1, t[0].numel())) if t.dim() > 0 else 1
+    for part in t.split(rows):
+        part.copy_(part.float() * g.float())
+    return t

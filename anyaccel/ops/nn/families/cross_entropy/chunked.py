@@ -3,9 +3,18 @@
 Rows of ``hidden`` are processed in chunks; for each chunk the logits ``hidden_chunk @ weight.T (+ bias)``
 are computed (in hidden's dtype, as ``nn.Linear`` does), the implementation's ``ce_chunk`` turns them in
 place into ``dz * scale`` and returns the chunk's per-row losses, and the gradients are accumulated:
-``grad_hidden[chunk] = dz @ weight``, ``grad_weight += dz.T @ hidden_chunk`` (fp32 accumulator),
-``grad_bias += sum(dz)``. Peak extra memory: one chunk of logits plus the fp32 weight-gradient
+``grad_hidden[chunk] = dz @ weight``, ``grad_weight += dz.T @ hidden_chunk`` (in ``accum_dtype``),
+``grad_bias += sum(dz)`` (fp32). Peak extra memory: one chunk of logits plus the weight-gradient
 accumulator, instead of ``rows x V`` logits and their gradient (Liger-Kernel's scheme).
+
+The weight gradient's accumulator: with ``accum_dtype=float32`` (the default) an fp32 ``V x H`` tensor, each
+chunk's product added in fp32 and the sum rounded once to the weight's dtype at the end; for a 16-bit weight
+that is twice the weight's memory, plus the weight-dtype copy returned. With ``accum_dtype`` equal to the
+weight's dtype (Liger-Kernel's default, its ``accum_dtype=None``) the gradient tensor itself is the
+accumulator: each chunk's product is computed in fp32 inside the matmul and added to it in the matmul's
+epilogue, and the sum is rounded once per chunk, so the error grows with the number of chunks (at most
+``chunks x`` the dtype's rounding of the absolute terms). A single chunk needs no accumulator in either case:
+its product is written straight into the weight-dtype gradient, one rounding, as fp32 accumulation gives.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ def _add_mm_fp32(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
-                               compute_grad: bool, *, ce_chunk: ChunkLoss
+                               compute_grad: bool, accum_dtype: torch.dtype, *, ce_chunk: ChunkLoss
                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Loss of ``hidden @ weight.T + bias`` against ``target`` and, when ``compute_grad``, the gradients of
     ``hidden``, ``weight`` and ``bias`` (of the reduced loss), without the full logits.
@@ -67,6 +76,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         bias: ``[V]`` or None. ignore_index: rows with this target add nothing. label_smoothing: in [0, 1].
         reduction: ``"mean"`` (over non-ignored rows; NaN when there are none, as torch) or ``"sum"``.
         compute_grad: also compute the gradients (else they are returned empty).
+        accum_dtype: the weight gradient's accumulation dtype, ``torch.float32`` or the weight's dtype (see the
+            module docstring).
         ce_chunk: the implementation's per-chunk loss (see :data:`ChunkLoss`).
 
     Returns:
@@ -75,17 +86,19 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     Raises:
         OpInputError: see :func:`~anyaccel.ops.nn.families.cross_entropy.fakes.check_fused`.
     """
-    check_fused(hidden, weight, target, bias, label_smoothing, reduction)
+    check_fused(hidden, weight, target, bias, label_smoothing, reduction, accum_dtype)
     rows, h = hidden.shape
     vocab = weight.shape[0]
+    step = chunk_rows(rows, h, vocab)
+    # one chunk: its product is the whole gradient, written in the weight's dtype with no accumulator
+    in_place = accum_dtype == weight.dtype or step >= rows
     n_valid = (target != ignore_index).sum().to(torch.float32)
     scale = 1.0 / n_valid if reduction == "mean" else torch.ones((), dtype=torch.float32, device=hidden.device)
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     if compute_grad:
         gh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
-        gw = torch.zeros((vocab, h), dtype=torch.float32, device=hidden.device)
+        gw = torch.zeros((vocab, h), dtype=weight.dtype if in_place else torch.float32, device=hidden.device)
         gb = torch.zeros((vocab,), dtype=torch.float32, device=hidden.device) if bias is not None else None
-    step = chunk_rows(rows, h, vocab)
     for start in range(0, rows, step):
         hc = hidden[start:start + step]
         z = hc @ weight.t()
@@ -96,7 +109,12 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         total = total + losses.sum()
         if compute_grad:
             torch.mm(z, weight, out=gh[start:start + step])
-            _add_mm_fp32(gw, z.t(), hc)
+            if step >= rows:
+                torch.mm(z.t(), hc, out=gw)
+            elif in_place:
+                gw.addmm_(z.t(), hc)
+            else:
+                _add_mm_fp32(gw, z.t(), hc)
             if gb is not None:
                 gb += z.float().sum(0)
     loss = total * scale
@@ -104,4 +122,4 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         empty = hidden.new_empty((0,))
         return loss, empty, torch.empty_like(empty), torch.empty_like(empty)
     grad_bias = gb.to(bias.dtype) if gb is not None and bias is not None else hidden.new_empty((0,))
-    return loss, gh, gw.to(weight.dtype), grad_bias
+    return loss, gh, gw if in_place else gw.to(weight.dtype), grad_bias

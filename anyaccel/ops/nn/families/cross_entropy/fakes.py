@@ -70,12 +70,13 @@ def cross_entropy_backward(grad_loss: torch.Tensor, logits: torch.Tensor, target
 
 
 def check_fused(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
-                label_smoothing: float, reduction: str) -> None:
+                label_smoothing: float, reduction: str, accum_dtype: torch.dtype) -> None:
     """The rules of ``fused_linear_cross_entropy``'s arguments.
 
     Raises:
         OpInputError: hidden not float ``[rows, H]``, weight not ``[V, H]`` of hidden's dtype, bias not
-            ``[V]``, a bad target, label_smoothing outside [0, 1], reduction not ``"mean"``/``"sum"``.
+            ``[V]``, a bad target, label_smoothing outside [0, 1], reduction not ``"mean"``/``"sum"``,
+            accum_dtype neither float32 nor the weight's dtype.
     """
     op = "fused_linear_cross_entropy"
     v.check_float(op, "hidden", hidden)
@@ -95,14 +96,19 @@ def check_fused(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor
     check_target(op, target, hidden.shape[0], hidden.device)
     v.check_finite_nonneg(op, "label_smoothing", label_smoothing, 1.0)
     v.check_choice(op, "reduction", reduction, FUSED_REDUCTIONS)
+    if accum_dtype not in (torch.float32, weight.dtype):
+        raise OpInputError(f"{op}: accum_dtype={accum_dtype} is not accepted for a {weight.dtype} weight; accepted: "
+                           f"torch.float32 (exact accumulation, an fp32 V x H buffer) or {weight.dtype} (the "
+                           "gradient itself accumulates, rounding once per chunk)")
 
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
-                               compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                               compute_grad: bool, accum_dtype: torch.dtype
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fake of ``fused_linear_cross_entropy``: the loss (fp32, 0-dim) and the gradients of hidden, weight and
     bias in their dtypes (empty when ``compute_grad`` is False, or for an absent bias)."""
-    check_fused(hidden, weight, target, bias, label_smoothing, reduction)
+    check_fused(hidden, weight, target, bias, label_smoothing, reduction, accum_dtype)
     loss = hidden.new_empty((), dtype=torch.float32)
     if not compute_grad:
         e = hidden.new_empty((0,))

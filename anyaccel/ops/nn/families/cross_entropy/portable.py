@@ -84,10 +84,11 @@ def _ce_chunk(z: torch.Tensor, target: torch.Tensor, ignore_index: int, label_sm
 
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
-                               compute_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                               compute_grad: bool, accum_dtype: torch.dtype
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Chunked linear + cross-entropy (:func:`chunked.fused_linear_cross_entropy` with torch chunks)."""
     return chunked.fused_linear_cross_entropy(hidden, weight, target, bias, ignore_index, label_smoothing,
-                                              reduction, compute_grad, ce_chunk=_ce_chunk)
+                                              reduction, compute_grad, accum_dtype, ce_chunk=_ce_chunk)
 
 
 def load() -> Any:

@@ -10,9 +10,10 @@ Per row of logits ``z`` (``V`` classes) with target ``t`` and label smoothing ``
 ``fused_linear_cross_entropy`` computes the loss of ``hidden @ weight.T (+ bias)`` without materialising
 the ``rows x V`` logits: it walks the rows in chunks (a chunk's logits about as large as ``hidden``),
 computes each chunk's loss and ``dz`` in place of its logits, and accumulates the input and weight
-gradients (fp32 for the weight) in the same pass, so the backward only scales them by the incoming
-gradient (Liger-Kernel's FusedLinearCrossEntropy; Wijmans et al., "Cut Your Losses in Large-Vocabulary
-Language Models", 2024). Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
+gradients (the weight's in ``accum_dtype``: fp32, or the weight's own dtype as Liger-Kernel does) in the
+same pass, so the backward only scales them by the incoming gradient (Liger-Kernel's
+FusedLinearCrossEntropy; Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models", 2024).
+Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
@@ -33,7 +34,8 @@ SPEC = OpSpec(
                  doc="grad of the logits from the per-row loss gradient"),
         Function("fused_linear_cross_entropy",
                  "(Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, "
-                 "float label_smoothing, str reduction, bool compute_grad) -> (Tensor, Tensor, Tensor, Tensor)",
+                 "float label_smoothing, str reduction, bool compute_grad, ScalarType accum_dtype) -> "
+                 "(Tensor, Tensor, Tensor, Tensor)",
                  fake=f"{_FAKES}:fused_linear_cross_entropy",
                  doc="loss of hidden @ weight.T (+ bias) and the grads of hidden, weight, bias, chunked"),
     ),
