@@ -29,6 +29,9 @@ def formulas(ns: Any) -> dict[str, Formula]:
         hidden, weight, _target, bias, _ii, _ls, _red, compute_grad, _accum = inputs
         ctx.compute_grad = compute_grad
         ctx.consumed = False
+        # the gradient outputs take no gradient: without this autograd would hand the backward a zero tensor
+        # of each of their sizes (a second weight-sized buffer)
+        ctx.set_materialize_grads(False)
         ctx.has_bias = bias is not None
         ctx.save_for_backward(output[1], output[2], output[3])
 
@@ -38,6 +41,8 @@ def formulas(ns: Any) -> dict[str, Formula]:
                 "fused_linear_cross_entropy: backward called on a loss computed with compute_grad=False; the "
                 "front end sets it from torch.is_grad_enabled() and requires_grad: compute the loss with "
                 "grad enabled")
+        if grad_loss is None:  # only the gradient outputs were used: nothing flows back
+            return (None,) * 9
         if ctx.consumed:
             raise UnsupportedOpError(
                 "fused_linear_cross_entropy: backward ran a second time over one loss (retain_graph=True); the "

@@ -99,11 +99,16 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         gh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
         gw = torch.zeros((vocab, h), dtype=weight.dtype if in_place else torch.float32, device=hidden.device)
         gb = torch.zeros((vocab,), dtype=torch.float32, device=hidden.device) if bias is not None else None
+    # one logits buffer for every chunk: a fresh tensor per chunk would hold two chunks at once (the next
+    # allocated before the last is released)
+    zbuf = z = torch.empty((min(step, rows), vocab), dtype=hidden.dtype, device=hidden.device)
     for start in range(0, rows, step):
         hc = hidden[start:start + step]
-        z = hc @ weight.t()
+        z = zbuf[:hc.shape[0]]
         if bias is not None:
-            z = z + bias
+            torch.addmm(bias, hc, weight.t(), out=z)  # as nn.Linear: the bias added before the one rounding
+        else:
+            torch.mm(hc, weight.t(), out=z)
         losses = ce_chunk(z, target[start:start + step], ignore_index, label_smoothing,
                           scale if compute_grad else None)
         total = total + losses.sum()
@@ -117,6 +122,7 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
                 _add_mm_fp32(gw, z.t(), hc)
             if gb is not None:
                 gb += z.float().sum(0)
+    del zbuf, z  # released before the fp32 accumulator's conversion below allocates
     loss = total * scale
     if not compute_grad:
         empty = hidden.new_empty((0,))
