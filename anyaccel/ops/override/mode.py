@@ -121,16 +121,26 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
             # the implementation's plain functions: the kernel runs below autograd (aten's autograd formula
             # wraps it), and a second trip through the dispatcher would cost more than small ops take
             plan.append((entry, dispatch.load(entry.family, device_type).plain, _original(entry.name, dkey)))
-        lib = torch.library.Library("aten", "IMPL")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
-            for entry, ns, original in plan:
-                lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
+        # nothing to replace: no torch library either, so switching the mode on leaves the dispatcher as it was
+        lib: Any = _EmptyLayer()
+        if plan:
+            lib = torch.library.Library("aten", "IMPL")
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
+                for entry, ns, original in plan:
+                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
         _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
                     ", ".join(e.name for e, _, _ in plan))
         return lib
+
+
+class _EmptyLayer:
+    """The layer of a switch-on that replaced nothing (see :func:`_layer`)."""
+
+    def _destroy(self) -> None:
+        """Nothing was registered."""
 
 
 def _drop(lib: Any) -> None:
