@@ -8,7 +8,8 @@ Liger-Kernel, and a patched ~1B Llama against unpatched eager and Liger's patch,
 
 Sections: ``ceiling`` (device-to-device copy rate, the memory-bound limit), ``ops`` (rms_norm, layer_norm,
 softmax, swiglu, rope: tokens x hidden in {1024, 8192, 32768} x {2048, 4096, 8192} plus 64x64 and
-256x1024; cross_entropy at vocab 32k and 128k; forward and forward+backward), ``flce`` (fused linear +
+256x1024; cross_entropy at vocab 32k and 128k; forward, and forward + backward as ``torch.autograd.grad``
+with a fixed random output gradient), ``flce`` (fused linear +
 cross-entropy vs linear + cross_entropy: time and peak memory), ``llama`` (a Llama 3.2 1B-shaped model,
 sequence 4096: tokens/s and peak memory). Contenders missing on the machine (flag_gems, liger_kernel) are
 reported as such. "override" is the eager aten call with ``anyaccel.ops.enable()`` on after
@@ -126,11 +127,6 @@ def op_cases(quick: bool, all_shapes: bool = False) -> list[dict[str, Any]]:
     ]
 
 
-def _loss(out: Any) -> torch.Tensor:
-    outs = out if isinstance(out, tuple) else (out,)
-    return sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor))  # type: ignore[return-value]
-
-
 def run_ops(args: argparse.Namespace, ceiling: float) -> None:
     from anyaccel.ops import tune
 
@@ -146,7 +142,7 @@ def run_ops(args: argparse.Namespace, ceiling: float) -> None:
         print(f"(override policy tuned on {len(shapes)} shapes in {time.perf_counter() - t0:.0f} s; the mode "
               f"replaces: {', '.join(replaced) or 'nothing'})")
     for case in cases:
-        for mode in ("fwd", "fwd+bwd"):
+        for mode in args.modes:
             print(f"\n### {case['name']} {mode}")
             head = ["shape", "aten us", "compile x", "flag_gems x", "liger x", "ours us", "ours x", "override x",
                     "ours kernel us", "kernel GB/s", "% copy"]
@@ -182,7 +178,7 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
         for name, fn in contenders.items():
             if fn is None:
                 continue
-            run = fn if mode == "fwd" else _backward_of(fn)
+            run = fn if mode == "fwd" else _backward_of(fn, inputs)
             try:
                 if name == "override":
                     anyaccel.ops.enable()  # the tuned policy, switched on once for the whole measurement
@@ -238,9 +234,21 @@ def _graph_us(fn: Callable[[], Any], quick: bool) -> float | None:
         return None
 
 
-def _backward_of(fn: Callable[[], Any]) -> Callable[[], None]:
+def _backward_of(fn: Callable[[], Any], inputs: tuple[Any, ...]) -> Callable[[], None]:
+    """Forward and backward of ``fn``, as inside a model: ``torch.autograd.grad`` of its outputs with a fixed
+    random output gradient (made on the first, untimed call) into the inputs that require grad. No loss
+    kernels are timed, and no ``.grad`` accumulates (which would time an extra add per input, and favour a
+    backward that overwrites its saved inputs in place: Liger's swiglu leaves ``a.grad`` aliasing ``a``)."""
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    grads: list[torch.Tensor] = []
+
     def run() -> None:
-        _loss(fn()).backward()
+        out = fn()
+        outs = [o for o in (out if isinstance(out, tuple) else (out,))
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not grads:
+            grads.extend(torch.randn_like(o) for o in outs)
+        torch.autograd.grad(outs, leaves, grad_outputs=grads)
 
     return run
 
@@ -349,6 +357,8 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile contender")
     parser.add_argument("--compile", action="store_true", help="with --quick: keep the torch.compile contender")
     parser.add_argument("--no-override", action="store_true", help="skip tuning and the override contender")
+    parser.add_argument("--modes", nargs="*", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"],
+                        help="forward, and forward + backward (default: both)")
     parser.add_argument("--sections", nargs="*", default=["ceiling", "ops", "flce", "llama"],
                         choices=["ceiling", "ops", "flce", "llama"])
     args = parser.parse_args()
