@@ -63,6 +63,7 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
             x.new_empty(x.shape[:-1], dtype=torch.float32))
 
 
+@v.memoized
 def check_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor,
                    grad_residual: torch.Tensor | None, casting: str) -> None:
     """The backward's argument rules (shapes of the forward's outputs).
