@@ -195,8 +195,8 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     b = row_blocks(max(m, 1), n, **_BACKWARD_TILING)
     programs = min(b.grid, multiprocessor_count(x.device))
     per_prog = -(-b.grid // programs)
-    # per-program partial sums of dw and db in one buffer (one allocation, one reduction, one cast: each aten
-    # call is ~10 us of an eager backward's host time). In the one-tile kernel every program stores its whole
+    # per-program partial sums of dw and db in one buffer (one allocation and one reduction: each aten call is
+    # ~10 us of an eager backward's host time). In the one-tile kernel every program stores its whole
     # row of partials, so the buffer needs no zeroing; the looped kernel accumulates into it.
     want = int(weight_grad) + int(bias_grad)
     alloc = torch.empty if b.one_tile and m > 0 else torch.zeros
@@ -210,9 +210,10 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                 dy2.stride(1), x2.stride(0), x2.stride(1), per_prog, HAS_W=weight is not None, WANT_DW=weight_grad,
                 WANT_DB=bias_grad, BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
                 num_warps=b.num_warps)
-    sums = parts.sum(1).to(pdtype) if want else parts
-    dw = sums[0] if weight_grad else x.new_empty((0,), dtype=pdtype)
-    db = sums[want - 1] if bias_grad else x.new_empty((0,), dtype=pdtype)
+    sums = parts.sum(1) if want else parts
+    # two returns may not be views of one tensor (a torch op's outputs must not alias): cast each row apart
+    dw = sums[0].to(pdtype, copy=want == 2) if weight_grad else x.new_empty((0,), dtype=pdtype)
+    db = sums[want - 1].to(pdtype, copy=want == 2) if bias_grad else x.new_empty((0,), dtype=pdtype)
     return dx, dw, db
 
 
