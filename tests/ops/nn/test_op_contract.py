@@ -18,7 +18,7 @@ import torch
 import anyaccel.ops.nn as nn
 from anyaccel.ops import dispatch
 from anyaccel.ops.spec import all_specs
-from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params, interpreter
 
 NN_SPECS = [s for s in all_specs() if s.source.startswith("anyaccel.ops.nn.")]
 REPO = Path(__file__).resolve().parents[3]
@@ -92,8 +92,7 @@ def test_portable_ops_pass_opcheck() -> None:
     _opcheck_all("cpu", "torch")
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" or not HAS_TRITON,
-                    reason="needs triton and TRITON_INTERPRET=1")
+@pytest.mark.skipif(not interpreter(), reason="needs triton and TRITON_INTERPRET=1 (no CUDA device)")
 def test_triton_ops_pass_the_schema_check_in_the_interpreter() -> None:
     """The Triton implementation's schema contract on the CPU (no output aliasing an input or another output,
     declared mutations only): opcheck's other checks need fake CUDA tensors, so they run on the GPU below."""
