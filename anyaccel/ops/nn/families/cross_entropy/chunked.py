@@ -97,7 +97,9 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     if compute_grad:
         gh = torch.empty_like(hidden, memory_format=torch.contiguous_format)
-        gw = torch.zeros((vocab, h), dtype=weight.dtype if in_place else torch.float32, device=hidden.device)
+        # a single chunk's product overwrites the whole gradient: no zeroing (a weight-sized memset)
+        alloc = torch.empty if step >= rows > 0 else torch.zeros
+        gw = alloc((vocab, h), dtype=weight.dtype if in_place else torch.float32, device=hidden.device)
         gb = torch.zeros((vocab,), dtype=torch.float32, device=hidden.device) if bias is not None else None
     # one logits buffer for every chunk: a fresh tensor per chunk would hold two chunks at once (the next
     # allocated before the last is released)
