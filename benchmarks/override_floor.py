@@ -6,8 +6,9 @@ policy of :mod:`anyaccel.ops.override.policy`). This checks it the way a user se
 (``F.rms_norm``, ``F.layer_norm``, ``torch.softmax``, ``torch.log_softmax``; forward, and forward + backward)
 and each shape (tokens x hidden in {1024, 8192, 32768} x {2048, 4096, 8192}, plus 64x64 and 256x1024; bf16,
 inputs requiring grad), loops of back-to-back calls are timed with the mode off and on, taking turns loop by
-loop (in an order reversed every round) for ``--rounds`` rounds, each loop device-synchronised once. Printed
-per row: the median loop time of each (microseconds per call), the median of the per-round ratios
+loop (in an order reversed every round: ``anyaccel.ops.tune.round_robin_times``, the tuner's own timer) for
+``--rounds`` rounds, each loop device-synchronised once. Printed per row: the median loop time of each
+(microseconds per call), the median of the per-round ratios
 ``off / on`` and their range, and for comparison the median ratio with ``policy="always"`` (anyaccel's kernel
 for every call, what the mode would do without the policy). A ratio below 1 is the mode costing time; the
 claim holds where the median ratio is at least 0.95::
@@ -21,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 import _common  # noqa: F401  (puts the repository on sys.path)
 import torch
@@ -49,26 +50,6 @@ CALLS: dict[str, tuple[Callable[[int, int], tuple[torch.Tensor, ...]], Callable[
 
 def _r(*shape: int) -> torch.Tensor:
     return torch.randn(*shape, device="cuda", dtype=DTYPE, requires_grad=True)
-
-
-def _time_loop(call: Callable[[], Any], calls: int, backward: bool, policy: str | None) -> float:
-    """Seconds for ``calls`` back-to-back calls, synchronised once. With a ``policy`` the mode is switched on
-    before the timer starts (and one untimed call made: a fresh registration leaves the dispatcher a cold
-    first call) and off after it stops. ``policy``: None for the mode off, else the mode's policy."""
-    def once() -> None:
-        out = call()
-        if backward:
-            out.float().sum().backward()
-
-    ctx = anyaccel.ops.use_ops(policy=policy) if policy else contextlib.nullcontext()
-    with ctx:
-        once()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            once()
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -97,24 +78,25 @@ def main() -> int:
                 # enough calls per loop that a loop takes ~2 ms or more
                 calls = 200 if t * h < 1 << 22 else 8
 
-                def call(fn: Callable[..., torch.Tensor] = fn, inputs: tuple[torch.Tensor, ...] = inputs
-                         ) -> torch.Tensor:
-                    return fn(*inputs)
+                def call(fn: Callable[..., torch.Tensor] = fn, inputs: tuple[torch.Tensor, ...] = inputs,
+                         backward: bool = backward) -> None:
+                    out = fn(*inputs)
+                    if backward:
+                        out.float().sum().backward()
 
-                policies = {"off": None, "on": "tuned", "always": "always"}
-                times: dict[str, list[float]] = {label: [] for label in policies}
-                for i in range(args.rounds):
-                    # the variants take turns, in an order reversed every round, so that drifts of the host's
-                    # speed and any cost of following another variant hit them alike
-                    for label in (list(policies) if i % 2 == 0 else list(policies)[::-1]):
-                        times[label].append(_time_loop(call, calls, backward, policies[label]))
+                # mode off, on (tuned), on with policy="always": tune's round-robin timer
+                off, on, always_t = tune.round_robin_times(
+                    (contextlib.nullcontext, functools.partial(anyaccel.ops.use_ops, policy="tuned"),
+                     functools.partial(anyaccel.ops.use_ops, policy="always")),
+                    call, torch.cuda.synchronize, args.rounds, batch=calls, warmup=2)
+                times = {"off": off, "on": on, "always": always_t}
                 ratios = [a / b for a, b in zip(times["off"], times["on"], strict=True)]
                 always = statistics.median(a / b for a, b in zip(times["off"], times["always"], strict=True))
                 med = statistics.median(ratios)
                 worst = min(worst, med)
                 print(f"{name} | {'fwd+bwd' if backward else 'fwd'} | {t}x{h} | "
-                      f"{1e6 * statistics.median(times['off']) / calls:.1f} | "
-                      f"{1e6 * statistics.median(times['on']) / calls:.1f} | {med:.2f} | "
+                      f"{1e6 * statistics.median(times['off']):.1f} | "
+                      f"{1e6 * statistics.median(times['on']):.1f} | {med:.2f} | "
                       f"{min(ratios):.2f}-{max(ratios):.2f} | {always:.2f}", flush=True)
                 for x in inputs:
                     x.grad = None

@@ -8,11 +8,12 @@ kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel
 (:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
 default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
 256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
-each batch device-synchronised once; the three variants take turns batch by batch (round-robin), so a drift
-of the host's speed during the measurement (warm-up, other load) moves all three alike instead of biasing
-their ratios. Measured on an H200 host (2026-11-23), one variant after the other: a first tuning recorded
-aten's ``_softmax_backward_data`` at 256x1024 as 1.17x faster through the mode's fallback than without the
-mode, which a fallback (aten plus the mode's Python kernel) cannot be, and two later tunings 0.66x and 0.69x.
+each batch device-synchronised once; the three variants take turns batch by batch (round-robin, in an
+order reversed every round), so a drift of the host's speed during the measurement (warm-up, other load)
+moves all three alike instead of biasing their ratios. Measured on an H200 host (2026-11-23), one variant
+after the other: a first tuning recorded aten's ``_softmax_backward_data`` at 256x1024 as 1.17x faster
+through the mode's fallback than without the mode, which a fallback (aten plus the mode's Python kernel)
+cannot be, and two later tunings 0.66x and 0.69x.
 """
 
 from __future__ import annotations
@@ -71,29 +72,43 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
 BATCH = 10
 
 
-def time_round_robin(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
-                     fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> list[float]:
-    """Median seconds per call of ``fn()`` under each of ``variants`` (context factories: the mode off, on,
-    ...), over ``reps`` rounds in which every variant times one batch of :data:`BATCH` back-to-back calls
-    (synchronised once), after ``warmup`` calls each. Entering and leaving a variant is not timed, nor is
-    the first call after entering it (a registration may leave the dispatcher a cold first call)."""
+def round_robin_times(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
+                      fn: Callable[[], Any], sync: Callable[[], None], reps: int, batch: int = BATCH,
+                      warmup: int = 3) -> list[list[float]]:
+    """Seconds per call of ``fn()`` under each of ``variants`` (context factories: the mode off, on, ...), one
+    figure per round: ``reps`` rounds in which every variant times one batch of ``batch`` back-to-back calls
+    (synchronised once), after ``warmup`` calls each. The variants take turns in an order reversed every
+    round, so that a drift of the host's speed and any cost of following another variant hit them alike.
+    Entering and leaving a variant is not timed, nor is the first call after entering it (a registration
+    may leave the dispatcher a cold first call).
+
+    Returns:
+        Per variant (in the given order), ``reps`` seconds-per-call figures, round by round.
+    """
     for variant in variants:
         with variant():
             for _ in range(warmup):
                 fn()
             sync()
     times: list[list[float]] = [[] for _ in variants]
-    for _ in range(reps):
-        for i, variant in enumerate(variants):
-            with variant():
+    order = list(range(len(variants)))
+    for r in range(reps):
+        for i in (order if r % 2 == 0 else order[::-1]):
+            with variants[i]():
                 fn()
                 sync()
                 t0 = time.perf_counter()
-                for _ in range(BATCH):
+                for _ in range(batch):
                     fn()
                 sync()
-                times[i].append((time.perf_counter() - t0) / BATCH)
-    return [statistics.median(t) for t in times]
+                times[i].append((time.perf_counter() - t0) / batch)
+    return times
+
+
+def time_round_robin(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
+                     fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> list[float]:
+    """The median of :func:`round_robin_times` per variant, batches of :data:`BATCH` calls."""
+    return [statistics.median(t) for t in round_robin_times(variants, fn, sync, reps, BATCH, warmup)]
 
 
 def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
