@@ -46,12 +46,18 @@ DYNAMO_CONSTANT_MARK = "_dynamo_marked_constant"
 setattr(namespace, DYNAMO_CONSTANT_MARK, True)
 
 
+def tracing() -> bool:
+    """Whether calls are being traced rather than run eagerly: ``torch.compile`` compiling, or a torch dispatch
+    mode active (fake tensors, functionalisation, ``make_fx``, ``opcheck``, user modes)."""
+    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+
+
 def ops(family: str, device_type: str, impl: str | None = None) -> Any:
     """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
     torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
     mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
     :mod:`anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+    if tracing():
         return getattr(torch.ops, namespace(family, device_type, impl))
     from anyaccel.ops import dispatch
 

@@ -52,52 +52,44 @@ def formulas(ns: Any) -> dict[str, Formula]:
         # eager: scale the saved gradients in place (they are used once), so the weight gradient is not
         # copied; traced (torch.compile, AOT or fake tensors), out of place: a backward graph may not mutate
         # its inputs
-        scale = scaled_ if _eager(gw) else scaled
-        ctx.consumed = scale is scaled_
-        dh = scale(gh, grad_loss) if ctx.needs_input_grad[0] else None
-        dw = scale(gw, grad_loss) if ctx.needs_input_grad[1] else None
-        db = scale(gb, grad_loss) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        ctx.consumed = in_place = _eager(gw)
+
+        def scale(t: torch.Tensor) -> torch.Tensor:
+            return scaled(t, grad_loss, t if in_place else None)
+
+        dh = scale(gh) if ctx.needs_input_grad[0] else None
+        dw = scale(gw) if ctx.needs_input_grad[1] else None
+        db = scale(gb) if ctx.has_bias and ctx.needs_input_grad[3] else None
         return dh, dw, None, db, None, None, None, None, None
 
     return {"cross_entropy": (setup_ce, backward_ce), "fused_linear_cross_entropy": (setup_fused, backward_fused)}
 
 
 def _eager(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a plain tensor outside any tracing: not compiling, no dispatch mode (make_fx, fake
-    mode, functionalization) active, not a tensor subclass (FakeTensor, FunctionalTensor)."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    """Whether ``t`` is a plain tensor outside any tracing (:func:`~anyaccel.ops.nn.implementations.tracing`;
+    tensor subclasses such as FakeTensor or FunctionalTensor count as traced)."""
+    from anyaccel.ops.nn.implementations import tracing
 
-    return (type(t) is torch.Tensor and not torch.compiler.is_compiling()
-            and _get_current_dispatch_mode() is None)
+    return type(t) is torch.Tensor and not tracing()
 
 
 #: Elements per fp32 temporary in :func:`scaled` (16 Mi elements: 64 MiB).
 SCALE_CHUNK = 1 << 24
 
 
-def scaled(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``t * g`` for a 0-dim gradient ``g``, computed in fp32 and rounded once to ``t``'s dtype.
+def scaled(t: torch.Tensor, g: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``t * g`` for a 0-dim gradient ``g``, computed in fp32 and rounded once to ``t``'s dtype, into ``out``
+    (a new tensor when None; ``t`` itself to scale in place).
 
     ``t * g`` directly would round ``g`` to a 16-bit ``t``'s dtype first (a 0.4% error for scales such as
     ``1 / num_items``); this walks ``t`` in row chunks so the fp32 temporaries stay at most 64 MiB.
     """
-    if t.dtype == torch.float32 or t.numel() == 0:
-        return t * g.float()
-    out = torch.empty_like(t)
+    out = torch.empty_like(t) if out is None else out
+    if t.numel() == 0:
+        return out
+    if t.dtype == torch.float32:
+        return torch.mul(t, g.float(), out=out)
     rows = max(1, SCALE_CHUNK // max(1, t[0].numel())) if t.dim() > 0 else 1
     for src, dst in zip(t.split(rows), out.split(rows), strict=True):
         dst.copy_(src.float() * g.float())
     return out
-
-
-def scaled_(t: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """:func:`scaled` in place: ``t`` is overwritten with ``t * g`` (fp32 arithmetic, one rounding) and
-    returned; no temporary larger than 64 MiB."""
-    if t.numel() == 0:
-        return t
-    if t.dtype == torch.float32:
-        return t.mul_(g.float())
-    rows = max(1, SCALE_CHUNK // max(1, t[0].numel())) if t.dim() > 0 else 1
-    for part in t.split(rows):
-        part.copy_(part.float() * g.float())
-    return t
