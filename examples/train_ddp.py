@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("loss %.5f -> %.5f over %d steps; median step %.2f ms, %.0f samples/s on %d x %s (%s)",
                  losses[0], losses[-1], args.steps, step_s * 1e3, summary["samples_per_s"], env.world_size,
                  env.device.type, env.backend)
+    del ddp  # it holds the process group; dropped first, destroy_distributed() really destroys the group
     destroy_distributed()
     return 0
 

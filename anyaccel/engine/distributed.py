@@ -62,6 +62,19 @@ def _tcp_url(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host and not host.startswith("[") else f"tcp://{host}:{port}"
 
 
+def _import_group_default_holders() -> None:
+    """Import ``torch.distributed.nn`` while no default group exists (about 3 ms, once per process).
+
+    Its ``functional`` module binds ``group.WORLD`` as default arguments when imported; imported after
+    ``init_process_group`` (DDP imports it), it keeps the group alive past ``destroy_process_group()``, and
+    with it gloo's worker threads. Those threads drop the last collectives' tensors after the collectives
+    return, which takes the GIL, and a process that reaches interpreter finalization first aborts
+    ("terminate called without an active exception"; pytorch/pytorch#190489). Imported now, the defaults
+    are None, and a destroyed group really is destroyed: its destructor joins the threads.
+    """
+    import torch.distributed.nn  # noqa: F401
+
+
 def _adopt(launch: LaunchEnvironment, backend: str | None) -> tuple[LaunchEnvironment, str]:
     """Check an existing default process group against the environment; return the placement to use."""
     rank, world_size, actual = dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
@@ -154,6 +167,7 @@ def init_distributed(
                 options["init_method"] = _tcp_url(*rendezvous)
             if chosen.lower() in EAGER_INIT_BACKENDS and component.device_index is not None:
                 options["device_id"] = device
+            _import_group_default_holders()
             logger.debug("init_process_group(%s)", options)
             dist.init_process_group(**options)  # type: ignore[arg-type]
             chosen = str(dist.get_backend())
@@ -185,6 +199,10 @@ def destroy_distributed() -> None:
 
     Side effects: ``torch.distributed.destroy_process_group()`` (also for a group that was adopted, since
     it is the default group either way); does not reset the current device.
+
+    Drop the objects that hold the group first (a ``DistributedDataParallel`` module does): the group is
+    only freed, and its backend's threads joined, when the last reference goes. A gloo group that outlives
+    this call keeps worker threads that can abort the process at exit (pytorch/pytorch#190489).
     """
     global _table
     with _lock:

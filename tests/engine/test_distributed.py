@@ -6,7 +6,11 @@ Multi-process jobs run in ``tests/examples/test_train_ddp.py`` (torchrun, two pr
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 
 import pytest
@@ -124,6 +128,42 @@ def test_destroy_is_safe_twice_and_allows_a_fresh_start(launcher_env: SetEnv) ->
     assert current_environment() is None and not dist.is_initialized()
     second = init_distributed(accelerator=CPU_Accelerator())
     assert second == first and second is not first
+
+
+_GROUP_FREED = textwrap.dedent("""
+    import os
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    from anyaccel.accelerator.cpu import CPU_Accelerator
+    from anyaccel.engine import destroy_distributed, init_distributed
+
+    def threads():
+        return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+
+    init_distributed(accelerator=CPU_Accelerator())
+    ddp = DistributedDataParallel(torch.nn.Linear(4, 4))  # imports torch.distributed.nn, as user code does
+    ddp(torch.randn(2, 4)).sum().backward()
+    print("with the group:", threads())
+    del ddp
+    destroy_distributed()
+    print("after destroy:", threads())
+""")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread names from /proc (Linux)")
+def test_destroy_joins_the_gloo_threads_after_ddp(launcher_env: SetEnv) -> None:
+    """A destroyed group is freed (its worker threads joined) once DDP is dropped.
+
+    torch.distributed.nn binds the default group as default arguments when imported; imported after
+    init_process_group, it kept the group and its gloo threads alive, which then raced interpreter
+    finalization (pytorch/pytorch#190489). A fresh interpreter, since this one may have imported it already.
+    """
+    proc = subprocess.run([sys.executable, "-c", _GROUP_FREED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ANYACCEL_ACCELERATOR": "cpu"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with_group, after = (line for line in proc.stdout.splitlines() if line.startswith(("with", "after")))
+    assert "pt_gloo_runloop" in with_group  # the probe sees gloo's threads at all
+    assert "pt_gloo_runloop" not in after and "gloo_tcp_loop" not in after, after
 
 
 def test_errors_survive_pickling(launcher_env: SetEnv) -> None:
