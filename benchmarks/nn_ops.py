@@ -19,6 +19,9 @@ median in microseconds, the best of 2-3 round-robin rounds; every ratio is withi
 include the host's Python and launch overhead whenever it exceeds the kernel's time (on the gVisor hosts
 here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us" also gives the forward's
 device time alone (CUDA-graph replay), from which the GB/s and the share of the copy ceiling are computed.
+"% size copy" sets that device time against a device-to-device copy moving the same bytes, also replayed
+from a CUDA graph: at 8192x4096 (134 MB) such a copy itself reaches only about 85% of the 2 GiB copy rate
+(launch, ramp-up and the last wave), so it is the bound a kernel of that size can approach.
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def run_ops(args: argparse.Namespace, ceiling: float) -> None:
         for mode in args.modes:
             print(f"\n### {case['name']} {mode}")
             head = ["shape", "aten us", "compile x", "flag_gems x", "liger x", "ours us", "ours x", "override x",
-                    "ours kernel us", "kernel GB/s", "% copy"]
+                    "ours kernel us", "kernel GB/s", "% copy", "% size copy"]
             print(" | ".join(head))
             compiled = None
             if not args.no_compile:
@@ -201,6 +204,7 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
                     x.grad = None
     kernel_us = _graph_us(lambda: ours(*(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)),
                           args.quick) if mode == "fwd" else None
+    copy_us = _same_size_copy_us(case["bytes"](t, h), args.quick) if kernel_us else None
     base = us["aten"]
 
     def ratio(k: str) -> str:
@@ -212,7 +216,17 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
     return " | ".join([f"{t}x{h}", f"{base:.1f}" if base else "n/a", ratio("compile"), ratio("flag_gems"),
                        ratio("liger"), f"{mine:.1f}" if mine else "n/a", ratio("ours"), ratio("override"),
                        f"{kernel_us:.1f}" if kernel_us else "-", f"{gbs:.0f}" if gbs else "-",
-                       f"{100 * gbs * 1e9 / ceiling:.0f}%" if gbs else "-"])
+                       f"{100 * gbs * 1e9 / ceiling:.0f}%" if gbs else "-",
+                       f"{100 * copy_us / kernel_us:.0f}%" if copy_us and kernel_us else "-"])
+
+
+def _same_size_copy_us(moved: int, quick: bool) -> float | None:
+    """Device time (CUDA-graph replay) of a device-to-device copy that reads and writes ``moved`` bytes in all
+    (``moved / 2`` each way): the fastest a memory-bound kernel moving as much can be at that size. int16, as
+    :func:`copy_ceiling`: a uint8 copy of 512 MiB measured 1.5x slower per byte in run AO."""
+    src = torch.empty(max(1, moved // 4), dtype=torch.int16, device="cuda")  # the ceiling's dtype
+    dst = torch.empty_like(src)
+    return _graph_us(lambda: dst.copy_(src), quick)
 
 
 def _graph_us(fn: Callable[[], Any], quick: bool) -> float | None:

@@ -1,7 +1,7 @@
 """rms_norm, fused_add_rms_norm and layer_norm against float64 references (FlagGems's tolerances,
 anyaccel.testing.tolerances), forward and gradients, on every (device, implementation) pair of
-anyaccel.testing.nn_impls: one row, one column, prime sizes, a row wider than the register tile (the looped
-kernels), strided inputs.
+anyaccel.testing.nn_impls: one row, one column, prime sizes, rows of 2053 and 4099 elements (one row per
+program in the rms_norm forward), a row wider than the register tile (the looped kernels), strided inputs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from anyaccel.ops.nn.errors import OpInputError
 from anyaccel.testing.nn_impls import DTYPES, round_like
 from anyaccel.testing.tolerances import assert_close
 
-SHAPES = [(1, 1), (1, 64), (7, 1), (13, 37), (3, 5, 64), (2, 16411)]
+SHAPES = [(1, 1), (1, 64), (7, 1), (13, 37), (3, 5, 64), (3, 2053), (2, 4099), (2, 16411)]
 
 
 def _rand(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool = True) -> torch.Tensor:
