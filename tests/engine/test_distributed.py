@@ -132,13 +132,20 @@ def test_destroy_is_safe_twice_and_allows_a_fresh_start(launcher_env: SetEnv) ->
 
 _GROUP_FREED = textwrap.dedent("""
     import os
+    import time
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from anyaccel.accelerator.cpu import CPU_Accelerator
     from anyaccel.engine import destroy_distributed, init_distributed
 
     def threads():
-        return sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+        names = []
+        for t in os.listdir("/proc/self/task"):
+            try:
+                names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+            except FileNotFoundError:  # the thread exited while listed
+                pass
+        return sorted(names)
 
     init_distributed(accelerator=CPU_Accelerator())
     ddp = DistributedDataParallel(torch.nn.Linear(4, 4))  # imports torch.distributed.nn, as user code does
@@ -146,6 +153,10 @@ _GROUP_FREED = textwrap.dedent("""
     print("with the group:", threads())
     del ddp
     destroy_distributed()
+    # a joined thread's /proc entry can outlive pthread_join by a moment: look again for up to 10 s
+    deadline = time.monotonic() + 10
+    while any(name.startswith(("pt_gloo", "gloo")) for name in threads()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     print("after destroy:", threads())
 """)
 
