@@ -19,9 +19,10 @@ median in microseconds, the best of 2-3 round-robin rounds; every ratio is withi
 include the host's Python and launch overhead whenever it exceeds the kernel's time (on the gVisor hosts
 here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us" also gives the forward's
 device time alone (CUDA-graph replay), from which the GB/s and the share of the copy ceiling are computed.
-"% size copy" sets that device time against a device-to-device copy moving the same bytes, also replayed
-from a CUDA graph: at 8192x4096 (134 MB) such a copy itself reaches only about 85% of the 2 GiB copy rate
-(launch, ramp-up and the last wave), so it is the bound a kernel of that size can approach.
+"% size copy" sets that device time against a device-to-device copy moving the same bytes (the faster of
+its CUDA-graph replay and its eager time): at 8192x4096 (134 MB) such a copy itself reaches only about 85%
+of the 2 GiB copy rate (launch, ramp-up and the last wave), so it is the bound a kernel of that size can
+approach.
 """
 
 from __future__ import annotations
