@@ -59,11 +59,9 @@ def bench(fn: Callable[[], Any], quick: bool) -> float:
 
 
 def copy_ceiling() -> float:
-    """Device-to-device copy rate in bytes/s (read + write) of a 2 GiB buffer."""
-    src = torch.empty(1 << 30, dtype=torch.int16, device="cuda")
-    dst = torch.empty_like(src)
-    us = bench(lambda: dst.copy_(src), quick=False)
-    return 2 * (1 << 31) / (us * 1e-6)
+    """Device-to-device copy rate in bytes/s (read + write) of a 2 GiB buffer, timed eagerly."""
+    moved = 2 * (1 << 31)
+    return moved / (copy_us(moved, quick=False, replay=False) * 1e-6)
 
 
 @contextlib.contextmanager
@@ -205,7 +203,7 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
                     x.grad = None
     kernel_us = _graph_us(lambda: ours(*(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)),
                           args.quick) if mode == "fwd" else None
-    copy_us = _same_size_copy_us(case["bytes"](t, h), args.quick) if kernel_us else None
+    size_copy_us = copy_us(case["bytes"](t, h), args.quick) if kernel_us else None
     base = us["aten"]
 
     def ratio(k: str) -> str:
@@ -218,18 +216,18 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
                        ratio("liger"), f"{mine:.1f}" if mine else "n/a", ratio("ours"), ratio("override"),
                        f"{kernel_us:.1f}" if kernel_us else "-", f"{gbs:.0f}" if gbs else "-",
                        f"{100 * gbs * 1e9 / ceiling:.0f}%" if gbs else "-",
-                       f"{100 * copy_us / kernel_us:.0f}%" if copy_us and kernel_us else "-"])
+                       f"{100 * size_copy_us / kernel_us:.0f}%" if size_copy_us and kernel_us else "-"])
 
 
-def _same_size_copy_us(moved: int, quick: bool) -> float | None:
-    """Device time of a device-to-device copy that reads and writes ``moved`` bytes in all (``moved / 2`` each
-    way): the fastest a memory-bound kernel moving as much can be at that size. The faster of a CUDA-graph
-    replay (no host overhead: small sizes) and an eager timing as :func:`copy_ceiling`'s (runs AO and AP saw
-    the replayed 512 MiB copy 1.5x slower per byte than the kernels moving as much)."""
-    src = torch.empty(max(1, moved // 4), dtype=torch.int16, device="cuda")  # the ceiling's dtype
+def copy_us(moved: int, quick: bool, replay: bool = True) -> float:
+    """Device time in us of a device-to-device int16 copy that reads and writes ``moved`` bytes in all
+    (``moved / 2`` each way): at a kernel's size, the fastest a memory-bound kernel moving as much can be.
+    With ``replay``, the faster of a CUDA-graph replay (no host overhead: small sizes) and the eager timing
+    (run AQ saw the replayed copy 1.5x slower per byte than eager from 512 MiB up)."""
+    src = torch.empty(max(1, moved // 4), dtype=torch.int16, device="cuda")
     dst = torch.empty_like(src)
-    replayed = _graph_us(lambda: dst.copy_(src), quick)
     eager = bench(lambda: dst.copy_(src), quick)
+    replayed = _graph_us(lambda: dst.copy_(src), quick) if replay else None
     return eager if replayed is None else min(replayed, eager)
 
 
