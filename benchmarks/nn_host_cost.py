@@ -9,10 +9,14 @@ by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
 anyaccel's ``rope_qk`` (one launch), two ``rope`` calls, and Liger's ``liger_rope`` (one launch). FlagGems
 runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not installed are skipped::
 
-    python benchmarks/nn_host_cost.py [--profile "ours layer_norm"]
+    python benchmarks/nn_host_cost.py [--modes fwd fwd+bwd] [--launch-ab] [--profile "ours layer_norm"]
 
-Prints microseconds of host time per call, the best and the median loop; ``--profile NAME`` adds a cProfile
-of one contender.
+``--modes fwd+bwd`` times the forward and ``torch.autograd.grad`` of its outputs with fixed output gradients
+(the backward's kernels and autograd's engine included). ``--launch-ab`` adds, per anyaccel contender, a
+twin named ``... (triton launch)`` that launches its kernels through Triton's ``kernel[grid](...)`` instead
+of anyaccel's fast launcher (:mod:`anyaccel.ops.triton.fast_launch`), taking turns with it in the same loop
+order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME`` adds a
+cProfile of one contender.
 Needs a CUDA GPU.
 """
 
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 from _common import have, interleaved_times, median  # puts the repository on sys.path
 
 import anyaccel.ops.nn as ann
+from anyaccel.ops.triton import fast_launch
 
 DTYPE = torch.bfloat16
 
@@ -52,6 +57,8 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
         "ours rms_norm": lambda: ann.rms_norm(x, w, 1e-6),
         "aten layer_norm": lambda: F.layer_norm(x, (1024,), w, b),
         "ours layer_norm": lambda: ann.layer_norm(x, 1024, w, b),
+        "aten softmax": lambda: torch.softmax(x, -1),
+        "ours softmax": lambda: ann.softmax(x, -1),
         "ours swiglu": lambda: ann.swiglu(a, g),
         "ours rope_qk": lambda: ann.rope_qk(q, k, cu, su),
         "ours rope x2": lambda: (ann.rope(q, cu, su), ann.rope(k, cu, su)),
@@ -70,6 +77,46 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
         gems = {"flag_gems rms_norm": lambda: F.rms_norm(x, (1024,), w, 1e-6),
                 "flag_gems layer_norm": lambda: F.layer_norm(x, (1024,), w, b)}
     return plain, gems
+
+
+def with_backward(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` followed by ``torch.autograd.grad`` of its outputs (fixed random output gradients, made on the
+    first call) with respect to the inputs requiring grad that the graph reaches."""
+    state: dict[str, Any] = {}
+
+    def run() -> Any:
+        out = fn()
+        outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
+        if "grads" not in state:
+            state["grads"] = [torch.randn_like(t) for t in outs]
+            leaves: list[torch.Tensor] = []
+            stack = [t.grad_fn for t in outs]
+            seen = set()
+            while stack:  # the leaves the outputs depend on
+                node = stack.pop()
+                if node is None or node in seen:
+                    continue
+                seen.add(node)
+                if hasattr(node, "variable"):
+                    leaves.append(node.variable)
+                stack.extend(n for n, _ in node.next_functions)
+            state["inputs"] = leaves
+        return torch.autograd.grad(outs, state["inputs"], state["grads"])
+
+    return run
+
+
+def without_fast_launch(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with anyaccel's Triton fast launcher switched off for the call."""
+
+    def run() -> Any:
+        fast_launch.set_enabled(False)
+        try:
+            return fn()
+        finally:
+            fast_launch.set_enabled(True)
+
+    return run
 
 
 def loops(fns: dict[str, Callable[[], Any]], calls: int) -> dict[str, Callable[[], None]]:
@@ -91,11 +138,26 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300, help="calls per timed loop (default 300)")
     parser.add_argument("--repeats", type=int, default=14, help="timed rounds, contenders in turn (default 14)")
     parser.add_argument("--profile", default=None, help="cProfile this contender (a name as printed)")
+    parser.add_argument("--modes", nargs="*", default=["fwd"], choices=["fwd", "fwd+bwd"],
+                        help="forward calls, and/or forward + torch.autograd.grad (default: fwd)")
+    parser.add_argument("--launch-ab", action="store_true",
+                        help="add a twin of each anyaccel contender launching through Triton's kernel[grid]")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("nn_host_cost benchmark: needs a CUDA GPU", file=sys.stderr)
         return 2
-    plain, gems = contenders()
+    base, base_gems = contenders()
+    plain: dict[str, Callable[[], Any]] = {}
+    gems: dict[str, Callable[[], Any]] = {}
+    for mode in args.modes:
+        suffix = "" if mode == "fwd" else " fwd+bwd"
+        for name, fn in base.items():
+            fn = fn if mode == "fwd" else with_backward(fn)
+            plain[name + suffix] = fn
+            if args.launch_ab and name.startswith("ours "):
+                plain[name + suffix + " (triton launch)"] = without_fast_launch(fn)
+        for name, fn in base_gems.items():
+            gems[name + suffix] = fn if mode == "fwd" else with_backward(fn)
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "
           f"{'yes' if have('liger_kernel') else 'not installed'}; flag_gems {'yes' if gems else 'not installed'}")
     seconds = interleaved_times(loops(plain, args.calls), args.repeats, warmup=2)

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from anyaccel.ops.triton.fast_launch import fast
+
 #: Elements a program keeps in registers per tile (rows x columns) before switching to a looped walk.
 MAX_TILE = 16384
 #: Elements per program for small rows (several rows per program).
@@ -116,11 +118,13 @@ def device_of(t: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
 
 def wrap(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
-    ``kernel`` itself. Decides with torch's own switch (``torch._library.triton.is_wrap_triton_enabled``), but
-    only calls ``wrap_triton`` (several imports per call, 5 us of an eager launch's host time) when it is on.
+    the kernel's eager fast launcher (:func:`anyaccel.ops.triton.fast_launch.fast`, launched with the same
+    ``[grid](*args, **kwargs)``). Decides with torch's own switch
+    (``torch._library.triton.is_wrap_triton_enabled``), but only calls ``wrap_triton`` (several imports per
+    call, 5 us of an eager launch's host time) when it is on.
     """
     if not _torch_triton().is_wrap_triton_enabled():
-        return kernel
+        return fast(kernel)
     return _torch_triton().wrap_triton(kernel)
 
 
