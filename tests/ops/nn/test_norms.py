@@ -154,3 +154,53 @@ def test_bad_arguments_raise_typed_errors(device_impl: tuple[str, str]) -> None:
         nn.layer_norm(x, 8, eps=-1.0, impl=impl)
     with pytest.raises(OpInputError, match="normalized_shape"):
         nn.layer_norm(x, 7, impl=impl)
+
+
+def _aten_calls(fn: object) -> list[str]:
+    """The aten ops ``fn()`` runs (torch profiler, CPU events: the allocation and fill of a materialised
+    gradient show as ``aten::zeros``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()  # type: ignore[operator]
+    return [e.name for e in prof.events() if e.name.startswith("aten::")]
+
+
+def test_statistic_outputs_get_no_materialised_zero_gradients(device_impl: tuple[str, str]) -> None:
+    """The backward of rms_norm, fused_add_rms_norm and layer_norm allocates no tensor of zeros for the
+    gradients of rstd/mean (or an unused h): autograd materialises them unless told not to, one allocation
+    and fill each per backward."""
+    device, impl = device_impl
+    x, r, w, b = (_rand((4, 40), torch.float32, device), _rand((4, 40), torch.float32, device),
+                  _rand((40,), torch.float32, device), _rand((40,), torch.float32, device))
+    for name, forward in (("rms_norm", lambda: nn.rms_norm(x, w, impl=impl)),
+                          ("fused_add_rms_norm", lambda: nn.fused_add_rms_norm(x, r, w, impl=impl)[0]),
+                          ("layer_norm", lambda: nn.layer_norm(x, 40, w, b, impl=impl))):
+        y = forward()
+        g = torch.randn_like(y)
+        calls = _aten_calls(lambda y=y, g=g: torch.autograd.grad(y, (x, w), g))
+        assert "aten::zeros" not in calls, (name, calls)
+
+
+def test_fused_add_rms_norm_with_only_h_used(device_impl: tuple[str, str]) -> None:
+    """y unused: h = x + residual passes its gradient to both inputs, the weight gets none."""
+    device, impl = device_impl
+    x, r, w = (_rand((3, 17), torch.float32, device), _rand((3, 17), torch.float32, device),
+               _rand((17,), torch.float32, device))
+    _y, h = nn.fused_add_rms_norm(x, r, w, impl=impl)
+    g = torch.randn_like(h)
+    dx, dr, dw = torch.autograd.grad(h, (x, r, w), g, allow_unused=True)
+    assert torch.equal(dx, g) and torch.equal(dr, g) and dw is None
+
+
+def test_only_the_statistics_used_gives_no_gradient(device_impl: tuple[str, str]) -> None:
+    """rstd and mean are statistics for the backward: a loss on them alone sends no gradient to the inputs."""
+    from anyaccel.ops.nn.implementations import ops
+
+    device, impl = device_impl
+    x, w, b = _rand((3, 17), torch.float32, device), _rand((17,), torch.float32, device), \
+        _rand((17,), torch.float32, device)
+    _y, rstd = ops("rms_norm", x.device.type, impl).rms_norm(x, w, 1e-6, "torch")
+    assert torch.autograd.grad(rstd.sum(), (x, w), allow_unused=True) == (None, None)
+    _y, mean, rstd = ops("layer_norm", x.device.type, impl).layer_norm(x, w, b, 1e-5)
+    assert torch.autograd.grad((mean.sum(), rstd.sum()), (x, w, b), allow_unused=True) == (None, None, None)
