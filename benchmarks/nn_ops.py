@@ -13,7 +13,8 @@ with a fixed random output gradient), ``flce`` (fused linear +
 cross-entropy vs linear + cross_entropy: time and peak memory), ``llama`` (a Llama 3.2 1B-shaped model,
 sequence 4096: tokens/s and peak memory). Contenders missing on the machine (flag_gems, liger_kernel) are
 reported as such; FlagGems is left out of the rope rows (its overrides of that case's aten ops gave wrong
-values and an illegal memory access on the H200, which ends every later measurement in the process). "override" is the eager aten call with ``anyaccel.ops.enable()`` on after
+values and an illegal memory access on the H200, which ends every later measurement in the process).
+"override" is the eager aten call with ``anyaccel.ops.enable()`` on after
 ``anyaccel.ops.tune`` measured these shapes in this run; its ratio to aten is what the per-shape policy
 guarantees (>= 0.95 at the tuned shapes). Times: ``triton.testing.do_bench`` (CUDA events, L2 flushed),
 median in microseconds, the best of 2-3 round-robin rounds; every ratio is within this run. Eager times

@@ -91,7 +91,7 @@ def _launch_fwd(z: torch.Tensor, target: torch.Tensor, ignore_index: int, label_
                 scale: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     rows, vocab = z.shape
     loss = torch.empty((rows,), dtype=torch.float32, device=z.device)
-    lse = torch.empty((rows,), dtype=torch.float32, device=z.device)
+    lse = torch.empty_like(loss)
     if rows == 0:
         return loss, lse
     block, warps = _block(vocab)

@@ -168,9 +168,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor 
     n = x.shape[-1]
     x2 = as_rows(x, n)
     m = x2.shape[0]
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    # empty_like: 1 us of host time against 2-3 for torch.empty(shape, dtype=, device=)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    rstd = torch.empty_like(mean)
     if m == 0:
         return y, mean, rstd
     b = row_blocks(m, n, **_FORWARD_TILING)
@@ -191,7 +192,7 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     x2, dy2 = as_rows(x, n), as_rows(grad_y, n)
     m = x2.shape[0]
     pdtype = weight.dtype if weight is not None else x.dtype
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     b = row_blocks(max(m, 1), n, **_BACKWARD_TILING)
     programs = min(b.grid, multiprocessor_count(x.device))
     per_prog = -(-b.grid // programs)

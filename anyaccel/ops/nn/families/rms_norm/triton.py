@@ -159,7 +159,7 @@ def _forward(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
     x2 = as_rows(x, n)
     r2 = as_rows(residual, n) if residual is not None else x2
     m = x2.shape[0]
-    y = torch.empty(x.shape, dtype=out_dtype(x, weight, casting), device=x.device)
+    y = torch.empty_like(x, dtype=out_dtype(x, weight, casting), memory_format=torch.contiguous_format)
     h = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else None
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if m == 0:
@@ -223,7 +223,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     dr2 = as_rows(grad_residual, n) if grad_residual is not None else dy2
     m = x2.shape[0]
     want_dw = bool(weight_grad and weight is not None)
-    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     if m == 0:
         dw = torch.zeros_like(weight) if want_dw and weight is not None else x.new_empty((0,))
         return dx, dw

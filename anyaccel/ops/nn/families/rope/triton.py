@@ -156,7 +156,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: 
     if x.numel() == 0:
         return y
     # more than 4 dims: write a contiguous buffer (always a view as 4-D), copied into y's layout at the end
-    out = y if x.dim() <= 4 else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = y if x.dim() <= 4 else torch.empty_like(x, memory_format=torch.contiguous_format)
     if x.dim() <= 4:
         tensors: tuple[torch.Tensor, ...] = (x, cos, sin, out)
         layout = _layout(x, cos, sin, out)

@@ -121,7 +121,7 @@ def _forward(op: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     d = check(op, x, dim)
     xl = _last(x, d)
     n = xl.shape[-1]
-    y = torch.empty(xl.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(xl, memory_format=torch.contiguous_format)
     if xl.numel() > 0:
         x2 = as_rows(xl, n)
         m = x2.shape[0]
@@ -137,7 +137,7 @@ def _backward(op: str, grad_y: torch.Tensor, y: torch.Tensor, dim: int, log: boo
     d = check(op, y, dim, grad_y)
     yl, gl = _last(y, d), _last(grad_y, d)
     n = yl.shape[-1]
-    dx = torch.empty(yl.shape, dtype=y.dtype, device=y.device)
+    dx = torch.empty_like(yl, memory_format=torch.contiguous_format)
     if yl.numel() > 0:
         y2, g2 = as_rows(yl, n), as_rows(gl, n)
         m = y2.shape[0]
