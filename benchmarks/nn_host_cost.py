@@ -15,8 +15,8 @@ runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not inst
 (the backward's kernels and autograd's engine included). ``--launch-ab`` adds, per anyaccel contender, a
 twin named ``... (triton launch)`` that launches its kernels through Triton's ``kernel[grid](...)`` instead
 of anyaccel's fast launcher (:mod:`anyaccel.ops.triton.fast_launch`), taking turns with it in the same loop
-order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME`` adds a
-cProfile of one contender.
+order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME...`` adds a
+cProfile of those contenders.
 Needs a CUDA GPU.
 """
 
@@ -137,7 +137,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per timed loop (default 300)")
     parser.add_argument("--repeats", type=int, default=14, help="timed rounds, contenders in turn (default 14)")
-    parser.add_argument("--profile", default=None, help="cProfile this contender (a name as printed)")
+    parser.add_argument("--profile", nargs="*", default=[], help="cProfile these contenders (names as printed)")
     parser.add_argument("--modes", nargs="*", default=["fwd"], choices=["fwd", "fwd+bwd"],
                         help="forward calls, and/or forward + torch.autograd.grad (default: fwd)")
     parser.add_argument("--launch-ab", action="store_true",
@@ -170,14 +170,16 @@ def main() -> int:
     for name in sorted(seconds, key=lambda n: (n.split(" ", 1)[1], n)):
         per_call = [1e6 * t / args.calls for t in seconds[name]]
         print(f"{name} | {min(per_call):.1f} | {median(per_call):.1f}")
-    if args.profile:
-        fn = {**plain, **gems}[args.profile]
+    for name in args.profile:
+        fn = {**plain, **gems}[name]
+        print(f"\n### cProfile of {name!r}, {args.calls} calls")
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(args.calls):
             fn()
+        torch.cuda.synchronize()
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     return 0
 
 
