@@ -122,3 +122,55 @@ def test_generated_source_is_readable() -> None:
     src = generate_source("f", (True, False), 2, 1)
     assert "def f_kernel(in0, in1, out0, n, size0, size1, in0_s0, in0_s1, out0_s0, out0_s1," in src
     assert "v1 = (in1 + tl.zeros([BLOCK], COMPUTE)).to(COMPUTE)" in src
+
+
+def test_repeated_eager_calls_reuse_their_plan_and_match_a_fresh_op() -> None:
+    """The second call with the same operand metadata takes the cached plan (no re-validation, promotion or
+    planning); its results, dtypes and layouts equal those of an op that plans every call afresh, across
+    scalar values, a transposed operand, broadcasting, int operands and requested output dtypes."""
+    from anyaccel.ops.triton.pointwise import Pointwise
+
+    cached, fresh_op = Pointwise(_axpy, 3), Pointwise(_axpy, 3)
+    a = torch.randn(7, 33, device=DEVICE)
+    b = torch.randn(7, 33, device=DEVICE)
+    cases: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((a, 2.0, b), {}), ((a, -3.5, b), {}),  # one entry: a scalar's value is a kernel argument
+        ((a.t(), 1.0, b.t()), {}),  # transposed: the output follows the first operand's layout
+        ((a[:, :1], 0.5, b), {}),  # broadcast: contiguous output
+        ((a.to(torch.bfloat16), 2, b.to(torch.bfloat16)), {}),
+        ((torch.arange(12, device=DEVICE).view(3, 4), 3, torch.ones(3, 4, dtype=torch.int64, device=DEVICE)), {}),
+        ((a, 2.0, b), {"out_dtypes": (torch.float64,)}),
+    ]
+    for args, kwargs in cases:
+        for _ in range(2):
+            got = cached(*args, **kwargs)
+            fresh_op._calls.clear()
+            want = fresh_op(*args, **kwargs)
+            assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+            assert torch.equal(got, want)
+    assert len(cached._calls) == len(cases) - 1
+    _check(cached(a, -3.5, b), a + -3.5 * b)
+
+
+def test_no_plan_is_cached_under_a_dispatch_mode_or_for_out() -> None:
+    """Under a torch dispatch mode (fake tensors, functionalisation and opcheck are such modes: here a
+    pass-through one, so the kernel still runs) and for ``out=`` calls, the full path runs and the cache is
+    left alone."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from anyaccel.ops.triton.pointwise import Pointwise
+
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    op = Pointwise(_axpy, 3)
+    a = torch.randn(4, 5, device=DEVICE)
+    with PassThrough():
+        got = op(a, 1.0, a)
+    assert not op._calls
+    _check(got, 2 * a)
+    out = torch.empty_like(a)
+    op(a, 1.0, a, out=[out])
+    assert not op._calls
+    _check(out, 2 * a)

@@ -10,8 +10,31 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.families.swiglu.fakes import check, grad_dtype
+from anyaccel.ops.triton.broadcast import broadcast_shape
 from anyaccel.ops.triton.pointwise import pointwise
+
+
+# the checks read only dtype, layout, device and shape: memoized per argument metadata (v.memoized)
+@v.memoized
+def _check_swiglu(a: torch.Tensor, b: torch.Tensor) -> None:
+    check("swiglu", {"a": a, "b": b})
+
+
+@v.memoized
+def _check_swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
+
+
+@v.memoized
+def _check_silu(x: torch.Tensor) -> None:
+    check("silu", {"x": x})
+
+
+@v.memoized
+def _check_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> None:
+    check("silu_backward", {"grad_y": grad_y, "x": x})
 
 
 @pointwise(num_inputs=2)
@@ -42,26 +65,28 @@ def _silu_bwd(g, x):
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` with broadcasting, one read of each input and one write."""
-    check("swiglu", {"a": a, "b": b})
+    _check_swiglu(a, b)
     return _swiglu(a, b)
 
 
 def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Grads of a and b (broadcast shape), in one pass."""
-    shape = check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
+    _check_swiglu_backward(grad_y, a, b)
+    shape = broadcast_shape([grad_y, a, b])
     da, db = _swiglu_bwd(grad_y, a, b, out_dtypes=(grad_dtype(a, shape), grad_dtype(b, shape)))
     return da, db
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """``x * sigmoid(x)``."""
-    check("silu", {"x": x})
+    _check_silu(x)
     return _silu(x)
 
 
 def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Grad of x."""
-    shape = check("silu_backward", {"grad_y": grad_y, "x": x})
+    _check_silu_backward(grad_y, x)
+    shape = broadcast_shape([grad_y, x])
     return _silu_bwd(grad_y, x, out_dtypes=(grad_dtype(x, shape),))
 
 
