@@ -41,7 +41,7 @@ from typing import Any
 #: ``ANYACCEL_TRITON_FAST_LAUNCH``: "0" turns the fast path off (read once, at the first launch in the process).
 ENV = "ANYACCEL_TRITON_FAST_LAUNCH"
 
-#: Specializations kept per kernel and device before the oldest is dropped (each is one compiled kernel
+#: Specializations (over all devices) kept per kernel before the oldest is dropped (each is one compiled kernel
 #: that Triton keeps anyway; this bounds only this module's table).
 MAX_ENTRIES = 256
 

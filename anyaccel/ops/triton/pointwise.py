@@ -132,6 +132,11 @@ class Pointwise:
             PointwiseError: wrong operand count or kinds, tensors on several devices, an ``out`` of another
                 shape.
             RuntimeError: shapes that do not broadcast (torch's message).
+
+        An eager call (no torch dispatch mode, not compiling, no ``out``) remembers its checked dtypes,
+        allocation rule and launch plan under its operands' metadata (:func:`_call_key`: shapes, strides,
+        dtypes, devices, scalar types; at most 1025 entries per op, then the memory starts afresh); a later
+        call with the same metadata goes straight to allocation and launch.
         """
         key = None
         if out is None and torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling():
