@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +36,25 @@ TABLE_HEADERS: tuple[str, ...] = ("elements", "tensors", "params", "implementati
                                   "time vs anyaccel", "GB/s", "% of a+=b")
 
 Factory = Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
+
+
+def backward_of(fn: Callable[[], Any], inputs: Sequence[Any]) -> Callable[[], None]:
+    """Forward and backward of ``fn``, as inside a model: ``torch.autograd.grad`` of its outputs with a fixed
+    random output gradient (made on the first, untimed call) into the ``inputs`` that require grad. No loss
+    kernels are timed, and no ``.grad`` accumulates (which would time an extra add per input, and favour a
+    backward that overwrites its saved inputs in place: Liger's swiglu leaves ``a.grad`` aliasing ``a``)."""
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
+    grads: list[torch.Tensor] = []
+
+    def run() -> None:
+        out = fn()
+        outs = [o for o in (out if isinstance(out, tuple) else (out,))
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not grads:
+            grads.extend(torch.randn_like(o) for o in outs)
+        torch.autograd.grad(outs, leaves, grad_outputs=grads)
+
+    return run
 
 
 def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import have, interleaved_times, median  # puts the repository on sys.path
+from _common import backward_of, have, interleaved_times, median  # puts the repository on sys.path
 
 import anyaccel.ops.nn as ann
 from anyaccel.ops.triton import fast_launch
@@ -39,8 +39,9 @@ from anyaccel.ops.triton import fast_launch
 DTYPE = torch.bfloat16
 
 
-def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], Any]]]:
-    """``(plain, under_flag_gems)``: name -> one eager call."""
+def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], Any]], dict[str, tuple[Any, ...]]]:
+    """``(plain, under_flag_gems, inputs)``: contender name -> one eager call; op name (a contender's name
+    without its first word) -> the tensors its calls differentiate against."""
 
     def r(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, device="cuda", dtype=DTYPE, requires_grad=True)
@@ -76,34 +77,9 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
     if have("flag_gems"):
         gems = {"flag_gems rms_norm": lambda: F.rms_norm(x, (1024,), w, 1e-6),
                 "flag_gems layer_norm": lambda: F.layer_norm(x, (1024,), w, b)}
-    return plain, gems
-
-
-def with_backward(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """``fn`` followed by ``torch.autograd.grad`` of its outputs (fixed random output gradients, made on the
-    first call) with respect to the inputs requiring grad that the graph reaches."""
-    state: dict[str, Any] = {}
-
-    def run() -> Any:
-        out = fn()
-        outs = [t for t in (out if isinstance(out, tuple) else (out,)) if isinstance(t, torch.Tensor)]
-        if "grads" not in state:
-            state["grads"] = [torch.randn_like(t) for t in outs]
-            leaves: list[torch.Tensor] = []
-            stack = [t.grad_fn for t in outs]
-            seen = set()
-            while stack:  # the leaves the outputs depend on
-                node = stack.pop()
-                if node is None or node in seen:
-                    continue
-                seen.add(node)
-                if hasattr(node, "variable"):
-                    leaves.append(node.variable)
-                stack.extend(n for n, _ in node.next_functions)
-            state["inputs"] = leaves
-        return torch.autograd.grad(outs, state["inputs"], state["grads"])
-
-    return run
+    inputs = {"rms_norm": (x, w), "layer_norm": (x, w, b), "softmax": (x,), "swiglu": (a, g), "rope_qk": (q, k),
+              "rope x2": (q, k), "rope": (q, k)}
+    return plain, gems, inputs
 
 
 def without_fast_launch(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -146,18 +122,18 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("nn_host_cost benchmark: needs a CUDA GPU", file=sys.stderr)
         return 2
-    base, base_gems = contenders()
+    base, base_gems, inputs = contenders()
     plain: dict[str, Callable[[], Any]] = {}
     gems: dict[str, Callable[[], Any]] = {}
     for mode in args.modes:
         suffix = "" if mode == "fwd" else " fwd+bwd"
         for name, fn in base.items():
-            fn = fn if mode == "fwd" else with_backward(fn)
+            fn = fn if mode == "fwd" else backward_of(fn, inputs[name.split(" ", 1)[1]])
             plain[name + suffix] = fn
             if args.launch_ab and name.startswith("ours "):
                 plain[name + suffix + " (triton launch)"] = without_fast_launch(fn)
         for name, fn in base_gems.items():
-            gems[name + suffix] = fn if mode == "fwd" else with_backward(fn)
+            gems[name + suffix] = fn if mode == "fwd" else backward_of(fn, inputs[name.split(" ", 1)[1]])
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "
           f"{'yes' if have('liger_kernel') else 'not installed'}; flag_gems {'yes' if gems else 'not installed'}")
     seconds = interleaved_times(loops(plain, args.calls), args.repeats, warmup=2)

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import have  # puts the repository on sys.path (benchmarks run from a checkout)
+from _common import backward_of, have  # puts the repository on sys.path (benchmarks run from a checkout)
 
 import anyaccel.ops
 import anyaccel.ops.nn as ann
@@ -186,7 +186,7 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
         for name, fn in contenders.items():
             if fn is None:
                 continue
-            run = fn if mode == "fwd" else _backward_of(fn, inputs)
+            run = fn if mode == "fwd" else backward_of(fn, inputs)
             try:
                 if name == "override":
                     anyaccel.ops.enable()  # the tuned policy, switched on once for the whole measurement
@@ -254,25 +254,6 @@ def _graph_us(fn: Callable[[], Any], quick: bool) -> float | None:
     except Exception as exc:  # capture is a measurement aid, not a contender
         print(f"  (CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:100]})")
         return None
-
-
-def _backward_of(fn: Callable[[], Any], inputs: tuple[Any, ...]) -> Callable[[], None]:
-    """Forward and backward of ``fn``, as inside a model: ``torch.autograd.grad`` of its outputs with a fixed
-    random output gradient (made on the first, untimed call) into the inputs that require grad. No loss
-    kernels are timed, and no ``.grad`` accumulates (which would time an extra add per input, and favour a
-    backward that overwrites its saved inputs in place: Liger's swiglu leaves ``a.grad`` aliasing ``a``)."""
-    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    grads: list[torch.Tensor] = []
-
-    def run() -> None:
-        out = fn()
-        outs = [o for o in (out if isinstance(out, tuple) else (out,))
-                if isinstance(o, torch.Tensor) and o.requires_grad]
-        if not grads:
-            grads.extend(torch.randn_like(o) for o in outs)
-        torch.autograd.grad(outs, leaves, grad_outputs=grads)
-
-    return run
 
 
 def run_flce(args: argparse.Namespace) -> None:
