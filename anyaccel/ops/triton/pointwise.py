@@ -183,9 +183,9 @@ class Pointwise:
         kinds = tuple(isinstance(a, torch.Tensor) for a in operands)
         sizes, flat_strides, kernel = self._plan(shape, dev_tensors, outs, kinds)
         if key is not None and all(map(operator.is_, operands, args)):  # no 0-dim CPU operand moved to the device
-            plan = _CallPlan([(o.dtype, o.stride()) for o in outs], tuple(shape), len(dev_tensors) > 0 and all(
-                tuple(t.shape) == tuple(shape) for t in tensors), device, n, sizes, flat_strides, kernel,
-                _TL_DTYPES[compute])
+            like_first = all(tuple(t.shape) == tuple(shape) for t in tensors)  # empty_output's rule
+            plan = _CallPlan([o.dtype for o in outs], tuple(shape), like_first, device, n, sizes, flat_strides,
+                             kernel, _TL_DTYPES[compute])
             with self._lock:
                 if len(self._calls) > 1024:
                     self._calls.clear()
@@ -198,23 +198,16 @@ class Pointwise:
 
     def _cached(self, plan: _CallPlan, args: tuple[Any, ...]) -> Any:
         """An eager call whose operand metadata (:func:`_call_key`) was planned before: allocate as the first
-        call did (:func:`anyaccel.ops.triton.broadcast.empty_output`'s rule) and launch with its plan. An
-        output whose strides differ from the planned ones (never expected: ``empty_like`` is deterministic)
-        is planned afresh."""
+        call did (:func:`anyaccel.ops.triton.broadcast.empty_output`'s rule, whose strides depend only on the
+        operands' shapes and strides, which are in the key) and launch with its plan."""
         first = next(a for a in args if isinstance(a, torch.Tensor))
         if plan.like_first:
-            outs = [torch.empty_like(first, dtype=dt) for dt, _ in plan.outs]
+            outs = [torch.empty_like(first, dtype=dt) for dt in plan.out_dtypes]
         else:
-            outs = [torch.empty(plan.shape, dtype=dt, device=plan.device) for dt, _ in plan.outs]
-        if any(o.stride() != st for o, (_, st) in zip(outs, plan.outs, strict=True)):
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            kinds = tuple(isinstance(a, torch.Tensor) for a in args)
-            sizes, flat_strides, kernel = self._plan(torch.Size(plan.shape), tensors, outs, kinds)
-        else:
-            sizes, flat_strides, kernel = plan.sizes, plan.flat_strides, plan.kernel
+            outs = [torch.empty(plan.shape, dtype=dt, device=plan.device) for dt in plan.out_dtypes]
         with device_of(outs[0]):
-            wrap(kernel)[(-(-plan.n // BLOCK),)](
-                *args, *outs, plan.n, *sizes, *flat_strides, COMPUTE=plan.compute, BLOCK=BLOCK,
+            wrap(plan.kernel)[(-(-plan.n // BLOCK),)](
+                *args, *outs, plan.n, *plan.sizes, *plan.flat_strides, COMPUTE=plan.compute, BLOCK=BLOCK,
                 num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
@@ -249,11 +242,11 @@ class Pointwise:
 
 @dataclasses.dataclass(frozen=True)
 class _CallPlan:
-    """What an eager call of known operand metadata needs besides the operands: per output its dtype and the
-    strides its allocation gets, the broadcast shape, whether outputs are ``empty_like`` the first tensor
-    operand (else contiguous), the device, the element count, and the launch's plan and compute dtype."""
+    """What an eager call of known operand metadata needs besides the operands: the outputs' dtypes, the
+    broadcast shape, whether outputs are ``empty_like`` the first tensor operand (else contiguous), the
+    device, the element count, and the launch's plan and compute dtype."""
 
-    outs: list[tuple[torch.dtype, tuple[int, ...]]]
+    out_dtypes: list[torch.dtype]
     shape: tuple[int, ...]
     like_first: bool
     device: torch.device

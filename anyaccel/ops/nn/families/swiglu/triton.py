@@ -4,6 +4,7 @@ Importing this module imports Triton."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,25 +17,21 @@ from anyaccel.ops.triton.broadcast import broadcast_shape
 from anyaccel.ops.triton.pointwise import pointwise
 
 
-# the checks read only dtype, layout, device and shape: memoized per argument metadata (v.memoized)
-@v.memoized
-def _check_swiglu(a: torch.Tensor, b: torch.Tensor) -> None:
-    check("swiglu", {"a": a, "b": b})
+def _memoized_check(op: str, *names: str) -> Callable[..., None]:
+    """``check(op, {name: tensor})`` for positional tensors, memoized per argument metadata (it reads only
+    dtype, layout, device and shape: :func:`anyaccel.ops.nn.validation.memoized`)."""
+
+    @v.memoized
+    def run(*tensors: torch.Tensor) -> None:
+        check(op, dict(zip(names, tensors, strict=True)))
+
+    return run
 
 
-@v.memoized
-def _check_swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
-
-
-@v.memoized
-def _check_silu(x: torch.Tensor) -> None:
-    check("silu", {"x": x})
-
-
-@v.memoized
-def _check_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> None:
-    check("silu_backward", {"grad_y": grad_y, "x": x})
+_check_swiglu = _memoized_check("swiglu", "a", "b")
+_check_swiglu_backward = _memoized_check("swiglu_backward", "grad_y", "a", "b")
+_check_silu = _memoized_check("silu", "x")
+_check_silu_backward = _memoized_check("silu_backward", "grad_y", "x")
 
 
 @pointwise(num_inputs=2)
