@@ -56,6 +56,8 @@ def set_enabled(flag: bool | None) -> None:
     next launch). Off, every launch is Triton's ``kernel[grid](...)``; for A/B measurements and as an escape
     hatch."""
     global _enabled
+    if flag is not None and not isinstance(flag, bool):
+        raise TypeError(f"set_enabled: flag={flag!r}; accepted: True, False or None (back to {ENV})")
     _enabled = flag
 
 
@@ -74,13 +76,19 @@ class FastLaunch:
     Args:
         kernel: a ``triton.runtime.jit.JITFunction``.
 
-    Raises (at launch): whatever ``JITFunction.run`` raises for the same call (compilation errors, out of
+    Raises:
+        TypeError: ``kernel`` is not a Triton kernel (no ``run`` or ``[grid]`` launch).
+
+    At launch it raises whatever ``JITFunction.run`` raises for the same call (compilation errors, out of
     resources, a changed global); the fast path itself raises nothing of its own.
     """
 
     __slots__ = ("kernel", "_table", "_triton")
 
     def __init__(self, kernel: Any) -> None:
+        if not (callable(getattr(kernel, "run", None)) and hasattr(type(kernel), "__getitem__")):
+            raise TypeError(f"FastLaunch: {kernel!r} is not a Triton kernel; accepted: a @triton.jit function "
+                            "(triton.runtime.jit.JITFunction)")
         self.kernel = kernel
         #: (device, specialization, options) -> (launcher, function handle, packed metadata, compiled kernel)
         self._table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -168,7 +176,11 @@ _ATTR = "_anyaccel_fast_launch"
 
 def fast(kernel: Any) -> FastLaunch:
     """The :class:`FastLaunch` of ``kernel``, made on first use and kept on the kernel object (so it lives and
-    dies with it)."""
+    dies with it).
+
+    Raises:
+        TypeError: ``kernel`` is not a Triton kernel.
+    """
     launcher = getattr(kernel, _ATTR, None)
     if launcher is None:
         with _LOCK:

@@ -180,6 +180,15 @@ def test_table_is_bounded(fake: _Fake, monkeypatch: pytest.MonkeyPatch) -> None:
     assert launcher.cached() == 3
 
 
+def test_bad_arguments_raise_typed_errors() -> None:
+    with pytest.raises(TypeError, match="not a Triton kernel"):
+        FastLaunch(lambda x: x)
+    with pytest.raises(TypeError, match="not a Triton kernel"):
+        fast(42)
+    with pytest.raises(TypeError, match="accepted: True, False or None"):
+        fast_launch.set_enabled("0")  # type: ignore[arg-type]
+
+
 def test_fast_is_one_launcher_per_kernel(fake: _Fake) -> None:
     assert fast(fake.kernel) is fast(fake.kernel)
     assert fast(JITFunction(_copy_kernel)) is not fast(fake.kernel)
