@@ -20,11 +20,12 @@ guarantees (>= 0.95 at the tuned shapes). Times: ``triton.testing.do_bench`` (CU
 median in microseconds, the best of 2-3 round-robin rounds; every ratio is within this run. Eager times
 include the host's Python and launch overhead whenever it exceeds the kernel's time (on the gVisor hosts
 here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us" also gives the forward's
-device time alone (CUDA-graph replay), from which the GB/s and the share of the copy ceiling are computed.
-"% size copy" sets that device time against a device-to-device copy moving the same bytes (the faster of
-its CUDA-graph replay and its eager time): at 8192x4096 (134 MB) such a copy itself reaches only about 85%
-of the 2 GiB copy rate (launch, ramp-up and the last wave), so it is the bound a kernel of that size can
-approach.
+device time alone (:func:`device_us`: calls on distinct inputs that together cover 4x the L2 cache, captured
+back-to-back in one CUDA graph), from which the GB/s and the share of the copy ceiling are computed. Until
+2026-11-24 that column replayed a graph of one call under ``do_bench``, which charged each call a graph
+launch and the write-back of do_bench's L2 flush (a few us: 7-10% of a 35 us kernel at 8192x4096).
+"% size copy" sets that device time against a device-to-device copy moving the same bytes, timed the same
+way (or eagerly, if faster).
 """
 
 from __future__ import annotations
@@ -207,8 +208,13 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
             for x in inputs:
                 if isinstance(x, torch.Tensor):
                     x.grad = None
-    kernel_us = _graph_us(lambda: ours(*(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs)),
-                          args.quick) if mode == "fwd" else None
+    kernel_us = None
+    if mode == "fwd":
+        def ours_call() -> Callable[[], Any]:
+            fresh = [x.detach() if isinstance(x, torch.Tensor) else x for x in case["make"](t, h)]
+            return lambda: ours(*fresh)
+
+        kernel_us = device_us(ours_call, case["bytes"](t, h), args.quick)
     size_copy_us = copy_us(case["bytes"](t, h), args.quick) if kernel_us else None
     base = us["aten"]
 
@@ -228,29 +234,71 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
 def copy_us(moved: int, quick: bool, replay: bool = True) -> float:
     """Device time in us of a device-to-device int16 copy that reads and writes ``moved`` bytes in all
     (``moved / 2`` each way): at a kernel's size, the fastest a memory-bound kernel moving as much can be.
-    With ``replay``, the faster of a CUDA-graph replay (no host overhead: small sizes) and the eager timing
-    (run AQ saw the replayed copy 1.5x slower per byte than eager from 512 MiB up)."""
-    src = torch.empty(max(1, moved // 4), dtype=torch.int16, device="cuda")
+    With ``replay``, the faster of :func:`device_us` (no host or graph-launch overhead: small sizes) and the
+    eager timing."""
+    n = max(1, moved // 4)
+    src = torch.empty(n, dtype=torch.int16, device="cuda")
     dst = torch.empty_like(src)
     eager = bench(lambda: dst.copy_(src), quick)
-    replayed = _graph_us(lambda: dst.copy_(src), quick) if replay else None
+    if not replay:
+        return eager
+
+    def copy_call() -> Callable[[], Any]:
+        a, b = torch.empty(n, dtype=torch.int16, device="cuda"), torch.empty(n, dtype=torch.int16, device="cuda")
+        return lambda: b.copy_(a)
+
+    replayed = device_us(copy_call, moved, quick)
     return eager if replayed is None else min(replayed, eager)
 
 
-def _graph_us(fn: Callable[[], Any], quick: bool) -> float | None:
-    """Device time of ``fn`` alone: captured in a CUDA graph and replayed, so the host's Python and launch
-    overhead (which eager timings include when it exceeds the kernel's time) is left out."""
+#: Calls captured per timed graph replay (at least; more when one round of distinct inputs holds more).
+GRAPH_CALLS = 20
+#: The inputs of one round of :func:`device_us` cover at least this many times the L2 cache.
+L2_MULTIPLE = 4
+
+
+def device_us(make_call: Callable[[], Callable[[], Any]], footprint: int, quick: bool) -> float | None:
+    """Device time in us of one call alone, as the kernels of a model's step run: back-to-back on the stream,
+    with inputs the L2 cache does not hold.
+
+    ``make_call()`` returns a call bound to freshly made inputs. ``k`` such calls (their ``footprint`` bytes
+    each, together at least :data:`L2_MULTIPLE` times the L2 cache; at most 64) are captured in one CUDA graph,
+    round after round up to :data:`GRAPH_CALLS` calls or more, with every output of a round kept alive to the
+    round's end (so no call writes where the one before it did, into lines still in L2). The graph is
+    replayed, timed with CUDA events; the best replay divided by its calls is the result. Neither the host's
+    Python and launch overhead, nor a graph launch per call, nor the write-back of an L2 flush (which
+    ``triton.testing.do_bench`` leaves dirty: a 256 MB ``zero_``) is charged to the call, so a memory-bound
+    kernel and a same-size copy are compared on their own device time. None when capture fails."""
     try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        l2 = int(getattr(props, "L2_cache_size", 0)) or 64 << 20
+        k = max(1, min(64, -(-L2_MULTIPLE * l2 // max(1, footprint))))
+        calls = [make_call() for _ in range(k)]
+        rounds = -(-GRAPH_CALLS // k)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                fn()
+                for call in calls:
+                    call()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            fn()
-        return bench(graph.replay, quick)
+            for _ in range(rounds):
+                kept = [call() for call in calls]
+                del kept
+        graph.replay()
+        torch.cuda.synchronize()
+        best = math.inf
+        for _ in range(3 if quick else 7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            best = min(best, start.elapsed_time(end) * 1000.0 / (rounds * k))
+        del graph
+        return best
     except Exception as exc:  # capture is a measurement aid, not a contender
         print(f"  (CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:100]})")
         return None
