@@ -23,7 +23,7 @@ here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us
 device time alone (:func:`device_us`: calls on distinct inputs that together cover 4x the L2 cache, captured
 back-to-back in one CUDA graph), from which the GB/s and the share of the copy ceiling are computed. Until
 2026-11-24 that column replayed a graph of one call under ``do_bench``, which charged each call a graph
-launch and the write-back of do_bench's L2 flush (a few us: 7-10% of a 35 us kernel at 8192x4096).
+launch and the write-back of do_bench's L2 flush (3-5 us: 8-11% of a 35 us kernel at 8192x4096).
 "% size copy" sets that device time against a device-to-device copy moving the same bytes, timed the same
 way (or eagerly, if faster).
 """
