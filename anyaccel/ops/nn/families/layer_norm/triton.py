@@ -16,6 +16,7 @@ import triton.language as tl
 from anyaccel.ops.nn.families.layer_norm.fakes import check_backward, check_forward
 from anyaccel.ops.nn.rows import as_rows
 from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks, wrap
+from anyaccel.ops.triton.partials import sum_partials
 
 
 @triton.jit
@@ -196,9 +197,9 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
     b = row_blocks(max(m, 1), n, **_BACKWARD_TILING)
     programs = min(b.grid, multiprocessor_count(x.device))
     per_prog = -(-b.grid // programs)
-    # per-program partial sums of dw and db in one buffer (one allocation and one reduction: each aten call is
-    # ~10 us of an eager backward's host time). In the one-tile kernel every program stores its whole
-    # row of partials, so the buffer needs no zeroing; the looped kernel accumulates into it.
+    # per-program partial sums of dw and db in one buffer (one allocation; one launch sums and casts both). In
+    # the one-tile kernel every program stores its whole row of partials, so the buffer needs no zeroing; the
+    # looped kernel accumulates into it.
     want = int(weight_grad) + int(bias_grad)
     alloc = torch.empty if b.one_tile and m > 0 else torch.zeros
     parts = alloc((want, programs, n) if want else (1,), dtype=torch.float32, device=x.device)
@@ -211,10 +212,10 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Ten
                 dy2.stride(1), x2.stride(0), x2.stride(1), per_prog, HAS_W=weight is not None, WANT_DW=weight_grad,
                 WANT_DB=bias_grad, BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
                 num_warps=b.num_warps)
-    sums = parts.sum(1) if want else parts
-    # two returns may not be views of one tensor (a torch op's outputs must not alias): cast each row apart
-    dw = sums[0].to(pdtype, copy=want == 2) if weight_grad else x.new_empty((0,), dtype=pdtype)
-    db = sums[want - 1].to(pdtype, copy=want == 2) if bias_grad else x.new_empty((0,), dtype=pdtype)
+    # the partials' column sums, cast, in one launch (two separate tensors: a torch op's outputs must not alias)
+    sums = sum_partials(parts, (pdtype,) * want) if want else ()
+    dw = sums[0] if weight_grad else x.new_empty((0,), dtype=pdtype)
+    db = sums[want - 1] if bias_grad else x.new_empty((0,), dtype=pdtype)
     return dx, dw, db
 
 

@@ -3,8 +3,10 @@
 Math in :mod:`anyaccel.ops.nn.families.rms_norm.spec`. Rows of up to :data:`anyaccel.ops.triton.launch.MAX_TILE`
 elements stay in registers (one read of x, one write of y: memory bound at the copy rate); wider rows are
 walked in tiles. Several short rows share a program. The weight gradient is reduced in two stages: each
-of ``G`` programs accumulates its rows' ``dy * n`` in fp32 registers and writes one partial row, and torch
-sums the ``G x N`` partials (Liger-Kernel's scheme; ``G`` = the device's multiprocessor count).
+of ``G`` programs accumulates its rows' ``dy * n`` in fp32 registers and writes one partial row, and one more
+launch sums the ``G x N`` partials and casts them to the weight's dtype
+(:func:`anyaccel.ops.triton.partials.sum_partials`; Liger-Kernel's scheme, ``G`` = the device's multiprocessor
+count).
 
 Importing this module imports Triton; the implementation loader imports it only where Triton is
 installed.
@@ -21,6 +23,7 @@ import triton.language as tl
 from anyaccel.ops.nn.families.rms_norm.fakes import check_backward, check_forward, out_dtype
 from anyaccel.ops.nn.rows import as_rows
 from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks, wrap
+from anyaccel.ops.triton.partials import sum_partials
 
 
 @triton.jit
@@ -233,7 +236,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
     # the one-tile kernel stores every program's whole row of partials: no zeroing (an aten call, ~10 us of
     # host time); the looped kernel accumulates into it
     alloc = torch.empty if b.one_tile else torch.zeros
-    partial = alloc((programs, n) if want_dw else (1,), dtype=torch.float32, device=x.device)
+    partial = alloc((1, programs, n) if want_dw else (1,), dtype=torch.float32, device=x.device)
     with device_of(x):
         wrap(_rms_bwd_kernel)[(programs,)](
             dy2, x2, weight if weight is not None else x2, rstd, dr2, dx, partial, m, n, dy2.stride(0),
@@ -242,7 +245,7 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tenso
             LLAMA=casting == "llama", BLOCK_M=b.block_m, BLOCK_N=b.block_n, ONE_TILE=b.one_tile,
             num_warps=b.num_warps)
     if want_dw and weight is not None:
-        dw = partial.sum(0).to(weight.dtype)
+        (dw,) = sum_partials(partial, (weight.dtype,))  # sum and cast in one launch
     else:
         dw = x.new_empty((0,))
     return dx, dw
