@@ -14,7 +14,7 @@ from anyaccel.ops.nn.errors import OpInputError
 from anyaccel.testing.nn_impls import DTYPES, round_like
 from anyaccel.testing.tolerances import assert_close
 
-SHAPES = [(1, 1), (1, 64), (7, 1), (13, 37), (3, 5, 64), (3, 2053), (2, 4099), (2, 16411)]
+SHAPES = [(1, 1), (1, 64), (7, 1), (13, 37), (3, 5, 64), (3, 2053), (2, 4099), (3, 4096), (2, 16411)]
 
 
 def _rand(shape: tuple[int, ...], dtype: torch.dtype, device: str, grad: bool = True) -> torch.Tensor:

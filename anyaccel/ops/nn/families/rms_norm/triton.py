@@ -22,7 +22,7 @@ import triton.language as tl
 
 from anyaccel.ops.nn.families.rms_norm.fakes import check_backward, check_forward, out_dtype
 from anyaccel.ops.nn.rows import as_rows
-from anyaccel.ops.triton.launch import device_of, multiprocessor_count, row_blocks, wrap
+from anyaccel.ops.triton.launch import MAX_TILE, device_of, multiprocessor_count, row_blocks, wrap
 from anyaccel.ops.triton.partials import sum_partials
 
 
@@ -167,7 +167,7 @@ def _forward(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tenso
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if m == 0:
         return y, h, rstd
-    b = row_blocks(m, n, **_forward_tiling(n))
+    b = row_blocks(m, n, **_forward_tiling(n, m))
     with device_of(x):
         wrap(_rms_fwd_kernel)[(b.grid,)](
             x2, r2, weight if weight is not None else x2, y, h if h is not None else y, rstd, m, n,
@@ -194,15 +194,23 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return y, h, rstd
 
 
-def _forward_tiling(n: int) -> dict[str, int]:
-    """The forward's tiling for rows of ``n`` elements: from 2048, one row per program on at most 8 warps (4
-    below 4096 columns); shorter rows keep the shared default (several rows per program). Measured on an H200
-    (bf16, kernel alone, CUDA-graph replay, run AO, 2026-11-24), default -> this: 8192x8192 72.7 -> 71.3 us,
-    32768x2048 71.8 -> 70.2, 32768x4096 134.6 -> 133.3, 8192x4096 38.5 -> 38.0 (the default measured 37.8 and
+def _forward_tiling(n: int, m: int) -> dict[str, int]:
+    """The forward's tiling for ``m`` rows of ``n`` elements: from 2048 columns, one row per program on at most
+    8 warps (4 below 4096 columns); shorter rows keep the shared default (several rows per program). Measured on
+    an H200 (bf16, kernel alone, CUDA-graph replay, run AO, 2026-11-24), default -> this: 8192x8192 72.7 -> 71.3
+    us, 32768x2048 71.8 -> 70.2, 32768x4096 134.6 -> 133.3, 8192x4096 38.5 -> 38.0 (the default measured 37.8 and
     39.1 in that run: differences of 1-2% are at the noise). FlagGems's kernel, the same run: 70.4, 70.0,
-    136.2, 39.1. The default's 16 warps on 8192 columns and two rows on 2048 were the slow parts."""
+    136.2, 39.1. The default's 16 warps on 8192 columns and two rows on 2048 were the slow parts.
+
+    With at most 1024 rows there are too few programs of a few warps to keep enough loads in flight: there,
+    up to 16 warps per program, and two rows per program from 4096 to 8192 columns. Run BN (2026-11-24, kernel alone,
+    back-to-back over inputs that overflow L2), this tiling against the one above: 1024x2048 4.79 -> 4.35 us
+    (16 warps 4.29), 1024x4096 7.77 -> 6.48, 1024x8192 12.41 -> 11.83 (Liger's kernel in run BL: 4.39, 7.41,
+    12.00)."""
     if n < 2048:
         return {}
+    if m <= 1024:
+        return {"rows_tile": min(2 * n, MAX_TILE) if n >= 4096 else n, "max_warps": 16}
     return {"rows_tile": 2048, "max_warps": 4 if n < 4096 else 8}
 
 
