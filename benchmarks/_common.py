@@ -57,6 +57,25 @@ def backward_of(fn: Callable[[], Any], inputs: Sequence[Any]) -> Callable[[], No
     return run
 
 
+def cuda_graph(body: Callable[[], Any], warmup: Callable[[], Any] | None = None) -> torch.cuda.CUDAGraph:
+    """``body`` captured in a CUDA graph, after two runs of ``warmup`` (default: ``body``) on a side stream, as
+    torch's CUDA-graph notes prescribe (lazy initialisation and first allocations happen outside the capture).
+
+    Raises:
+        RuntimeError: what torch raises when ``body`` cannot be captured (a synchronisation, a CPU tensor).
+    """
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            (warmup or body)()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return graph
+
+
 def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
     """Times each callable ``repeats`` times, round-robin, after ``warmup`` untimed rounds.
 

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from _common import cuda_graph  # puts the repository on sys.path (benchmarks run from a checkout)
 
 logger = logging.getLogger("gpu_optimizers")
 
@@ -110,16 +111,7 @@ def _deepspeed(family: str) -> type | None:
 
 def _graph_step(opt: torch.optim.Optimizer) -> Callable[[], None]:
     """One captured ``opt.step()`` (capturable), returned as a replay function."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            opt.step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        opt.step()
-    return graph.replay
+    return cuda_graph(opt.step).replay
 
 
 def main() -> int:

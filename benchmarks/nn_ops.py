@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import backward_of, have  # puts the repository on sys.path (benchmarks run from a checkout)
+from _common import backward_of, cuda_graph, have  # puts the repository on sys.path (benchmarks run from a checkout)
 
 import anyaccel.ops
 import anyaccel.ops.nn as ann
@@ -275,18 +275,16 @@ def device_us(make_call: Callable[[], Callable[[], Any]], footprint: int, quick:
         k = max(1, min(64, -(-L2_MULTIPLE * l2 // max(1, footprint))))
         calls = [make_call() for _ in range(k)]
         rounds = -(-GRAPH_CALLS // k)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                for call in calls:
-                    call()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+
+        def one_round() -> None:
+            kept = [call() for call in calls]  # outputs live to the round's end
+            del kept
+
+        def captured() -> None:
             for _ in range(rounds):
-                kept = [call() for call in calls]
-                del kept
+                one_round()
+
+        graph = cuda_graph(captured, warmup=one_round)
         graph.replay()
         torch.cuda.synchronize()
         best = math.inf
