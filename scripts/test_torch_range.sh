@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Test anyaccel on the ends of its supported torch range, each in a venv of its own (.venv-torch<version>).
+#
+# The native ops target torch's stable ABI from TORCH_TARGET_VERSION 2.10 on, so one binary serves every torch
+# from 2.10; this proves the Python around them on the oldest torch of that range and on the newest release
+# (with the Triton it pins). The main venv (.venv, the README's torch) runs the whole suite; these run the
+# op, accelerator, op-builder and compatibility tests.
+#
+# Usage: bash scripts/test_torch_range.sh ["torch==2.10.0" "torch==2.15.0 triton==3.9.0" ...]
+# Environment: pip's configuration files are bypassed (PIP_CONFIG_FILE=/dev/null) because a machine-wide
+# constraint may cap torch below the newest release. Off an x86-64 Linux with a local CPU wheel this downloads
+# torch's default (CUDA) build from PyPI: about 3 GB and 2 minutes a version here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+specs=("$@")
+if [ ${#specs[@]} -eq 0 ]; then
+    specs=("torch==2.10.0" "torch==2.15.0 triton==3.9.0")
+fi
+for spec in "${specs[@]}"; do
+    version=${spec%% *}
+    venv=.venv-${version//=/}
+    start=$SECONDS
+    python3 -m venv "$venv"
+    # shellcheck disable=SC2086  # the spec is a list of requirements
+    PIP_CONFIG_FILE=/dev/null "$venv"/bin/python -m pip install -q $spec -e ".[test]"
+    echo "== $spec: installed in $((SECONDS - start)) s"
+    "$venv"/bin/python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    "$venv"/bin/python -m pytest -q -p no:cacheprovider tests/_compat tests/ops tests/accelerator tests/op_builder \
+        tests/test_import_cost.py
+    echo "== $spec: done in $((SECONDS - start)) s"
+done
