@@ -2,8 +2,9 @@
 
 Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19.8;
 ``tests/accelerator/test_deepspeed_interface.py`` diffs the two classes whenever DeepSpeed is installed) is
-here, accepting both the current and the classic signatures. Members that only some of DeepSpeed's concrete accelerators have (``seed``,
-``set_per_process_memory_fraction``, ``communication_backend_version``) are here too, written once.
+here, accepting both the current and the classic signatures. Members that only some of DeepSpeed's concrete
+accelerators have (``seed``, ``set_per_process_memory_fraction``, ``communication_backend_version``) are here
+too, written once.
 
 Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`) plus the
 ``_name`` attribute; everything else has a working default that forwards to the torch device module of the
