@@ -914,8 +914,8 @@ def _dlopen_error(path: Path) -> str:
 def _fast_linker(cxx: str) -> tuple[str, ...]:
     """``("-fuse-ld=gold",)`` when GNU gold is installed beside a GCC or Clang driver, else ``()``.
 
-    Linking against ``libtorch_cpu.so`` (430 MB) takes 0.5 s with the default BFD linker and 0.17 s with gold
-    on the development machine. The linker is a build-host detail, not a key input: the library it makes is
+    Linking against ``libtorch_cpu.so`` (430 MB) takes about three times as long with the default BFD linker
+    as with gold. The linker is a build-host detail, not a key input: the library it makes is
     the same contract.
     """
     name = Path(cxx).name

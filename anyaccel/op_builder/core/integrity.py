@@ -18,7 +18,7 @@ After the load, the builder checks that the library registered the namespace and
 that is valid but not ours, with a matching manifest written by someone who can write the cache) is kept
 out by the ownership checks.
 
-Costs (2-core development machine, warm page cache): about 0.1 ms to hash a 100 KB CPU op, a few
+Costs (a 2-core x86 host, warm page cache): about 0.1 ms to hash a 100 KB CPU op, a few
 microseconds per ``lstat``.
 """
 
