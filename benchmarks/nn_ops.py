@@ -126,8 +126,8 @@ def op_cases(quick: bool, all_shapes: bool = False) -> list[dict[str, Any]]:
              ours=lambda q, k, c, s: ann.rope_qk(q, k, c[:, None], s[:, None]),
              liger=(lambda q, k, c, s: lrope(q, k, c, s)) if lrope else None,
              # FlagGems 5.0.2's overrides of this rope's aten ops (cat, neg, mul on transposed bf16 views) gave
-             # values off by 1e25 at 1024x2048 and an illegal memory access at 1024x4096 in run BB
-             # (2026-11-24, fwd+bwd), which poisons the process's CUDA context: left out of the rope rows
+             # values off by 1e25 at 1024x2048 and an illegal memory access at 1024x4096 (fwd+bwd), which
+             # poisons the process's CUDA context: left out of the rope rows
              flag_gems=False),
         dict(name="cross_entropy", shapes=ce_shapes,
              make=lambda t, v: (rand(t, v), torch.randint(0, v, (t,), device="cuda")), bytes=lambda t, v: 2 * t * v,
