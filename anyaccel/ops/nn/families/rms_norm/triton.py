@@ -197,11 +197,12 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 def _forward_tiling(n: int, m: int) -> dict[str, int]:
     """The forward's tiling for ``m`` rows of ``n`` elements.
 
-    From 2048 columns, one row per program on at most 8 warps (4 below 4096 columns): the shared default's
-    16 warps on 8192 columns and two rows per program on 2048 were the slow cases. Shorter rows keep the
-    shared default (several rows per program). With at most 1024 rows, a grid of programs of a few warps
-    is too small to keep enough loads in flight: there, up to 16 warps per program, and two rows per
-    program from 4096 columns. The sweeps that chose these are in ``docs/nn_ops.md`` ("Speed").
+    From 2048 columns, one row per program on at most 8 warps (4 below 4096 columns): the shared default's 16
+    warps on 8192 columns and two rows per program on 2048 were the slow cases. Shorter rows keep the shared
+    default (several rows per program). With at most 1024 rows, a grid of programs of a few warps is too small
+    to keep enough loads in flight: there, up to 16 warps per program, and two rows per program from 4096 to
+    8192 columns (within ``MAX_TILE`` elements). The sweeps that chose these are in ``docs/nn_ops.md``
+    ("Speed").
 
     Args:
         n: the row length (elements).
