@@ -2,7 +2,7 @@
 
 ``ANYACCEL_BUILD_OPS=1 pip install --no-build-isolation .`` builds every op, ``ANYACCEL_BUILD_<OP>=1``
 one op (``ANYACCEL_BUILD_<OP>=0`` excludes one). Each op is built into ``anyaccel/_prebuilt/<op>/<key>``
-with a manifest; a failing op is reported and skipped, never aborting the install (user pain P9). At run
+with a manifest; a failing op is reported and skipped, never aborting the install. At run
 time the prebuilt op is used when its manifest matches the running torch/Python, else it is rebuilt just
 in time with one warning. torch must be importable in the build environment, hence
 ``--no-build-isolation``; without it every selected op is reported as skipped.

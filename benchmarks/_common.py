@@ -2,8 +2,8 @@
 plumbing of the host-optimizer benchmarks (``cpu_adam.py``, ``cpu_lion.py``): command line, parameter
 layouts, one interleaved case per (size, layout, dtype), and the comparison table.
 
-Machines we benchmark on are shared and their bandwidth drifts by up to ~1.5x minute to minute
-(../shared/reference/baselines.md), so implementations are compared only within one run, interleaved
+Machines we benchmark on are shared and their bandwidth drifts by up to ~1.5x minute to minute, so
+implementations are compared only within one run, interleaved
 round-robin (every repeat runs each implementation once, in turn), and summarised by the median.
 """
 

@@ -18,7 +18,7 @@ Both handles get the same settings and the same buffer (DeepSpeed's ``new_cpu_lo
 DeepSpeed is measured, so DeepSpeed does not bounce through a copy; anyaccel's otherwise). Rounds stop when
 ``--budget-s`` seconds of measuring (default 100) have passed, and a size whose one round is estimated (from
 the smaller sizes) at over 1.5 times the budget left is skipped, so one command stays bounded (about 2.5
-minutes on the 2-vCPU development machine, with 70 s of loading and allocating); DeepSpeed's op builds on
+minutes on a 2-vCPU machine, with 70 s of loading and allocating); DeepSpeed's op builds on
 its first use (minutes), which is timed and printed apart. Sizes that do not fit in available memory are
 skipped with a message.
 

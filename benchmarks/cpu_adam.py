@@ -1,7 +1,7 @@
 """Benchmark: anyaccel CPUAdam vs torch AdamW (for-loop, foreach, fused) and DeepSpeedCPUAdam.
 
 Everything is measured in ONE run, interleaved round-robin, and summarised by the median, because the
-machines are shared and drift (../shared/reference/baselines.md). For every (size, layout, dtype) the table
+machines are shared and their bandwidth drifts minute to minute. For every (size, layout, dtype) the table
 gives ms/step, each implementation's time relative to anyaccel's with the same state dtype, achieved
 bandwidth and the percentage of the in-place ``a += b`` bandwidth ceiling measured in this run with the same
 thread count. Bytes per element an Adam step must move: fp32 28 (read p, g, m, v; write p, m, v); 16-bit

@@ -3,7 +3,7 @@
 torch has no Lion optimizer, so the reference is what a user writes without a kernel: Lion (Chen et al.
 2023, Algorithm 2) as ``torch._foreach_*`` calls over a parameter group, state in the parameter dtype.
 Everything is measured in ONE run, interleaved round-robin, and summarised by the median, because the
-machines are shared and drift (../shared/reference/baselines.md). For every (size, layout, dtype) the table
+machines are shared and their bandwidth drifts minute to minute. For every (size, layout, dtype) the table
 gives ms/step, each implementation's time relative to anyaccel's with the same state dtype, achieved
 bandwidth and the percentage of the in-place ``a += b`` bandwidth ceiling measured in this run with the same
 thread count. Bytes per element a Lion step must move: read p, g, m and write p, m, i.e. fp32 20; 16-bit

@@ -1,4 +1,4 @@
-"""Benchmark: DeepSpeed ZeRO training with anyaccel installed against DeepSpeed alone (issue 11, item 6).
+"""Benchmark: DeepSpeed ZeRO training with anyaccel installed against DeepSpeed alone.
 
 Run from the repository root, with DeepSpeed 0.19.8 installed::
 

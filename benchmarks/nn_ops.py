@@ -21,9 +21,9 @@ median in microseconds, the best of 2-3 round-robin rounds; every ratio is withi
 include the host's Python and launch overhead whenever it exceeds the kernel's time (on the gVisor hosts
 here: ~50-150 us per Python-launched op, ~10 us per aten op), so "ours kernel us" also gives the forward's
 device time alone (:func:`device_us`: calls on distinct inputs that together cover 4x the L2 cache, captured
-back-to-back in one CUDA graph), from which the GB/s and the share of the copy ceiling are computed. Until
-2026-11-24 that column replayed a graph of one call under ``do_bench``, which charged each call a graph
-launch and the write-back of do_bench's L2 flush (3-5 us: 8-11% of a 35 us kernel at 8192x4096).
+back-to-back in one CUDA graph), from which the GB/s and the share of the copy ceiling are computed. Not a
+graph of one call replayed under ``do_bench``: that charges each call a graph launch and the write-back of
+do_bench's L2 flush, several microseconds, a tenth of a mid-sized kernel.
 "% size copy" sets that device time against a device-to-device copy moving the same bytes, timed the same
 way (or eagerly, if faster).
 """
@@ -126,8 +126,8 @@ def op_cases(quick: bool, all_shapes: bool = False) -> list[dict[str, Any]]:
              ours=lambda q, k, c, s: ann.rope_qk(q, k, c[:, None], s[:, None]),
              liger=(lambda q, k, c, s: lrope(q, k, c, s)) if lrope else None,
              # FlagGems 5.0.2's overrides of this rope's aten ops (cat, neg, mul on transposed bf16 views) gave
-             # values off by 1e25 at 1024x2048 and an illegal memory access at 1024x4096 in run BB
-             # (2026-11-24, fwd+bwd), which poisons the process's CUDA context: left out of the rope rows
+             # values off by 1e25 at 1024x2048 and an illegal memory access at 1024x4096 (fwd+bwd), which
+             # poisons the process's CUDA context: left out of the rope rows
              flag_gems=False),
         dict(name="cross_entropy", shapes=ce_shapes,
              make=lambda t, v: (rand(t, v), torch.randint(0, v, (t,), device="cuda")), bytes=lambda t, v: 2 * t * v,

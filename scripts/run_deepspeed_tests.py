@@ -7,8 +7,8 @@ the numbers in docs/deepspeed.md): the checkout's ``tests/`` is copied to a scra
 DeepSpeed's ``tests/conftest.py`` puts the checkout root first on ``sys.path`` and a clone's ``deepspeed/``
 source would shadow the installed package. Nothing of DeepSpeed is copied into this repository.
 
-    python scripts/run_deepspeed_tests.py /work/ds-checkout                    # anyaccel and DeepSpeed's own
-    python scripts/run_deepspeed_tests.py /work/ds-checkout --accelerator anyaccel --json out.json
+    python scripts/run_deepspeed_tests.py CHECKOUT                             # anyaccel and DeepSpeed's own
+    python scripts/run_deepspeed_tests.py CHECKOUT --accelerator anyaccel --json out.json
     python scripts/run_deepspeed_tests.py CHECKOUT -- -k cpu_adam -x           # extra pytest arguments
 
 With ``--accelerator anyaccel`` the run gets ``ANYACCEL_DEEPSPEED=1`` plus the startup hook (a scratch

@@ -1,5 +1,5 @@
 """``import anyaccel`` + ``get_accelerator()`` spawns no process, runs no compiler, imports no absent vendor
-package and no compiler machinery, and adds little over ``import torch`` (user pain P5).
+package and no compiler machinery, and adds little over ``import torch``.
 
 The measured overhead is printed (``pytest -s``); only a loose ceiling is asserted, never a timing ratio.
 """

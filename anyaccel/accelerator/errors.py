@@ -1,7 +1,7 @@
 """Typed errors of the accelerator layer.
 
 Every error names the bad value, what would have been accepted and how to fix it, so a user reading the
-message alone knows what to do (user pains P6 and P14 in ``shared/reference/user-pains.md``).
+message alone knows what to do, without reading anyaccel's source or a traceback.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Real clients call these both with data (``FloatTensor([1.0, 2.0])``, DeepSpeed's current form, which is
 ``torch.tensor``) and in the legacy size form of ``torch.cuda.FloatTensor`` (``FloatTensor(3)``,
 ``LongTensor(2, 3)``, ``HalfTensor(0).dtype``, used by Megatron-DeepSpeed). One callable serves both:
-integers are sizes, everything else is data. See ``shared/reference/deepspeed-accelerator-interface.md``.
+integers are sizes, everything else is data (DeepSpeed's ``accelerator/abstract_accelerator.py`` and
+``accelerator/cuda_accelerator.py`` for the current form).
 """
 
 from __future__ import annotations

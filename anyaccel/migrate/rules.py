@@ -3,8 +3,7 @@
 Every rewrite the codemod performs is driven by one of the tables below; the transformer holds no
 per-name logic. The conversions follow DeepSpeed's accelerator proposal
 (``docs/_tutorials/accelerator-abstraction-interface.md`` in the DeepSpeed repository) and the member list
-of ``DeepSpeedAccelerator`` (``accelerator/abstract_accelerator.py``), see
-``/work/shared/reference/deepspeed-accelerator-interface.md``.
+of ``DeepSpeedAccelerator`` (``accelerator/abstract_accelerator.py``, v0.9 to v0.19).
 
 This module imports nothing heavy: no libcst, no torch.
 """

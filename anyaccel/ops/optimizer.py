@@ -81,8 +81,8 @@ def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
 
     ``torch.optim.Optimizer`` wraps every subclass's ``step`` (``Optimizer.profile_hook_step``): it opens a
     profiler range and runs the global and per-optimizer step pre- and post-hooks. That wrapper costs tens of
-    microseconds per call on a CPU host (40-60 us on the 2-core development machine; ``docs/cpu_adam.md``,
-    "Host cost per step"), comparable to the whole update of a 100K-element tensor. The function returned
+    microseconds per call on a CPU host (``docs/cpu_adam.md``, "Host cost per step"), comparable to the whole
+    update of a 100K-element tensor. The function returned
     here does the same things in the same order, except that the profiler range
     (``Optimizer.step#<Class>.step``) is opened only while a torch profiler is running, and runs ``body`` with
     gradients disabled. It is marked ``hooked`` so that torch does not wrap it again.

@@ -267,8 +267,8 @@ class DeepSpeedABI:
 
 #: Host-compiler flags for a CPU build's registration translation unit (the stable-ABI wrappers and the
 #: per-call list validation; the SIMD loops are in the ``*_kernel.cpp`` unit, at ``-O3``). Parsing torch's
-#: stable headers makes that unit the slowest of a build, and ``-O3`` adds about 1 s to it on the 2-core
-#: development machine (3.9 s against 3.0 s for ``cpu_adam.cpp``) for no measured per-call difference.
+#: stable headers makes that unit the slowest of a build, and ``-O3`` adds about a third to its compile
+#: time for no measured per-call difference.
 REGISTRATION_CXX_ARGS: tuple[str, ...] = ("-O1",)
 
 

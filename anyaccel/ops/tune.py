@@ -10,10 +10,9 @@ default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4
 256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
 each batch device-synchronised once; the three variants take turns batch by batch (round-robin, in an
 order reversed every round), so a drift of the host's speed during the measurement (warm-up, other load)
-moves all three alike instead of biasing their ratios. Measured on an H200 host (2026-11-23), one variant
-after the other: a first tuning recorded aten's ``_softmax_backward_data`` at 256x1024 as 1.17x faster
-through the mode's fallback than without the mode, which a fallback (aten plus the mode's Python kernel)
-cannot be, and two later tunings 0.66x and 0.69x.
+moves all three alike instead of biasing their ratios. Timed one variant after the other, a drift once
+recorded the mode's fallback (aten plus the mode's Python kernel) as faster than aten alone, which it
+cannot be.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ own exception) on a violation. Run them on a machine where the accelerator's dev
     failures = {name: err for name, err in run_conformance(MyAccelerator()).items() if err}
 
 or subclass :class:`anyaccel.testing.pytest_conformance.AcceleratorConformance` in a pytest file. The
-member list comes from ``shared/reference/deepspeed-accelerator-interface.md`` (DeepSpeed v0.9 to v0.19);
-the behaviours checked are the ones listed there under "Behaviour that callers rely on".
+member list is that of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19); the behaviours
+checked are the ones DeepSpeed's own callers rely on (``docs/plugins.md``, "Conformance suite").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DeepSpeed on anyaccel on NVIDIA GPUs (issue 11, item 6): ZeRO-2 on two GPUs with NCCL and DeepSpeed's
+"""DeepSpeed on anyaccel on NVIDIA GPUs: ZeRO-2 on two GPUs with NCCL and DeepSpeed's
 ``FusedAdam`` running anyaccel's CUDA kernel (``multi_tensor_adam`` over the ``fused_adam`` build), and
 ZeRO-Offload (``DeepSpeedCPUAdam`` over anyaccel's ``cpu_adam``) on one GPU; each against the same run on
 DeepSpeed's own CUDA accelerator, and with DeepSpeed building nothing itself.

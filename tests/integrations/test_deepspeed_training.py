@@ -102,7 +102,7 @@ def test_deepspeeds_other_optimizers_run_on_anyaccels_kernels(optimizer, offload
 
 
 def test_offload_states_round_trip_like_deepspeeds_own(op_cache_dir):
-    """``engine.offload_states()`` (issue 11: it stopped on the missing ``pin_empty_like``) and back."""
+    """``engine.offload_states()`` (it needs the accelerator's ``pin_empty_like``) and back."""
     results = {}
     for accelerator in ("deepspeed", "anyaccel"):
         env = base_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),

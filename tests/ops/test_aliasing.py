@@ -1,4 +1,4 @@
-"""Memory shared between the tensors of one optimizer call (issue 12 item 5), fuzzed with hypothesis.
+"""Memory shared between the tensors of one optimizer call, fuzzed with hypothesis.
 
 Each example carves the tensors of an ``adam_step`` / ``lion_step`` call out of one buffer at random offsets
 (so some overlap and some do not) and checks, against a brute-force pairwise reference, that the host kernel

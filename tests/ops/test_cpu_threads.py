@@ -1,4 +1,4 @@
-"""CPU kernel threads: the plan anyaccel report prints and the oversubscription policy (issue 13 item 4).
+"""CPU kernel threads: the plan anyaccel report prints and the oversubscription policy.
 
 The affinity mask and local rank count are faked through ``os.sched_getaffinity``/``os.cpu_count`` and the
 launchers' environment variables; torch's thread count is restored after each test.

@@ -17,7 +17,7 @@ class TorchCPUOpBuilder(OpBuilder):
     Flags (docs/architecture.md "CPU ISA levels"): :data:`COMMON_CXX_ARGS`, then the ISA level's one macro
     and flags. Threads come from torch's own pool through the stable ABI (``torch_parallel_for``), so the
     kernels follow ``torch.set_num_threads`` and link no OpenMP runtime of their own; nothing CUDA is
-    compiled or linked, also on a CUDA build of torch (user pain P7).
+    compiled or linked, also on a CUDA build of torch (a CPU op must build on a machine without a toolkit).
 
     The ISA level is resolved once per builder instance (``ANYACCEL_CPU_ISA`` or the best level the CPU
     runs among the levels the spec's sources implement; see

@@ -6,8 +6,8 @@ publish, typed :class:`~anyaccel.op_builder.core.errors.BuildError`) through its
 
 - :meth:`extra_key_inputs`: the GPU arch list, the toolkit flavour, the CUDA major version the binary's
   runtime is (``cudart``'s soname), and the device compiler's identity (path, size, mtime; no process; a
-  build-host field) join the cache key (user pain P12: a build for another arch list or toolkit is
-  another entry, never a silent reuse). torch's own version is not an input: the sources use only the
+  build-host field) join the cache key: a build for another arch list or toolkit is another entry, never a
+  silent reuse. torch's own version is not an input: the sources use only the
   stable ABI;
 - :meth:`preflight`: finds nvcc, runs ``nvcc --version`` once and applies the toolkit/torch major-version
   policy of :func:`anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build

@@ -1,4 +1,4 @@
-"""Building several ops one by one, each failure contained (user pain P9).
+"""Building several ops one by one, each failure contained.
 
 Shared by ``setup.py`` (``ANYACCEL_BUILD_OPS=1`` / ``ANYACCEL_BUILD_<NAME>=1``, into the package's
 ``_prebuilt`` directory, for wheels) and ``anyaccel build`` (into the cache): every build ends as built,

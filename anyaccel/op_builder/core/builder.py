@@ -1,6 +1,6 @@
 """``OpBuilder``: DeepSpeed's op-builder vocabulary on a crash-safe, content-addressed load path.
 
-One load path (``shared/design.md`` "Op-builder layer"):
+One load path (``docs/op_builders.md``, "Load path"):
 
 1. in-process table by cache key (a second ``load()`` costs a dict lookup; a failed build raises the same
    :class:`BuildError` again);
@@ -13,7 +13,7 @@ Nothing is loaded before :func:`~anyaccel.op_builder.core.integrity.inspect_entr
 modes of every path, the manifest, the library's SHA-256), and after the load the library must have
 registered the namespace and functions this builder expects (:meth:`OpBuilder.verify_functions`). A cache
 entry that fails either check is quarantined (moved aside in one rename, logged once per process) and
-rebuilt (issue 12).
+rebuilt: a damaged cache costs a rebuild, never a crash.
 
 Steps 1-3 spawn no process and import nothing heavy: the key uses the compiler's path, size and mtime,
 never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.ops.spec.NativeBuild`:
@@ -914,8 +914,8 @@ def _dlopen_error(path: Path) -> str:
 def _fast_linker(cxx: str) -> tuple[str, ...]:
     """``("-fuse-ld=gold",)`` when GNU gold is installed beside a GCC or Clang driver, else ``()``.
 
-    Linking against ``libtorch_cpu.so`` (430 MB) takes 0.5 s with the default BFD linker and 0.17 s with gold
-    on the development machine. The linker is a build-host detail, not a key input: the library it makes is
+    Linking against ``libtorch_cpu.so`` (430 MB) takes about three times as long with the default BFD linker
+    as with gold. The linker is a build-host detail, not a key input: the library it makes is
     the same contract.
     """
     name = Path(cxx).name

@@ -9,12 +9,12 @@ Layout under the cache root (``ANYACCEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/anya
     logs/                    logs of failed builds, kept for the user
     quarantine/<NAME>-<key>-<reason>/  entries found damaged, foreign or mismatched, moved aside in one rename
 
-Loading a shared library runs its code, so every path from the root to the library must be under the
-current user's control (user pain P20, issue 12): each component is owned by the current user (or root) and
-not writable by group or others, and none is a symbolic link, except the root itself when the link is the
-user's own. Everything we create gets an explicit mode (directories 0700, files 0600, the library 0700)
-whatever the process umask. A path that fails these checks raises :class:`CacheSecurityError` naming the
-path and the fix; an *entry* that fails them is quarantined instead (it is ours to move) and rebuilt.
+Loading a shared library runs its code, so every path from the root to the library must be under the current
+user's control (else another user could plant code we run): each component is owned by the current user (or
+root) and not writable by group or others, and none is a symbolic link, except the root itself when the link
+is the user's own. Everything we create gets an explicit mode (directories 0700, files 0600, the library 0700)
+whatever the process umask. A path that fails these checks raises :class:`CacheSecurityError` naming the path
+and the fix; an *entry* that fails them is quarantined instead (it is ours to move) and rebuilt.
 
 Failures of the file system itself (the root is a file, a read-only file system, a full disk) raise
 :class:`CacheUnusableError` with a code and a fix (:func:`cache_os_error`), never a raw ``OSError``.

@@ -3,12 +3,12 @@
 Every failure a user can hit while building or loading an op is one of the classes below, all subclasses
 of :class:`OpBuilderError`. A failed build raises :class:`BuildError`, which carries the op, the command,
 the return code, the first compiler error lines, a :class:`Diagnosis` (a code plus its fix) and the path of
-the full log, which is always kept (user pain P1 in ``shared/reference/user-pains.md``).
+the full log, which is always kept (a build error shown without its log cannot be diagnosed).
 
 The diagnosis is data: :data:`DIAGNOSES` maps each code to its explanation and fix, and
 :data:`LOG_PATTERNS` maps regular expressions over the build log to codes, tried in order. Every error class
 has a code too (:attr:`OpBuilderError.code`), so ``DIAGNOSES[err.code].fix`` is defined for any error of the
-layer, not only for failed builds (issue 12: "typed errors with a fix").
+layer, not only for failed builds: every error comes with a fix.
 """
 
 from __future__ import annotations

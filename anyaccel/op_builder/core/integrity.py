@@ -1,8 +1,8 @@
 """Whether a built entry (a cache entry or a prebuilt artifact) may be loaded: checks before ``dlopen``.
 
 ``dlopen`` runs a library's code, and a damaged one crashes the process inside it (a truncated ``op.so``
-dies with SIGBUS, flipped bytes with SIGSEGV), so nothing is loaded before :func:`inspect_entry` passes
-(issue 12, user pain P20):
+dies with SIGBUS, flipped bytes with SIGSEGV; a library another user could write runs their code in our
+process), so nothing is loaded before :func:`inspect_entry` passes:
 
 1. the entry, its ``manifest.json`` and its ``op.so`` are what they claim (a directory and two regular
    files, no symbolic link) and under the user's control (owned by the user or root, not writable by group
@@ -18,7 +18,7 @@ After the load, the builder checks that the library registered the namespace and
 that is valid but not ours, with a matching manifest written by someone who can write the cache) is kept
 out by the ownership checks.
 
-Costs (2-core development machine, warm page cache): about 0.1 ms to hash a 100 KB CPU op, a few
+Costs (a 2-core x86 host, warm page cache): about 0.1 ms to hash a 100 KB CPU op, a few
 microseconds per ``lstat``.
 """
 

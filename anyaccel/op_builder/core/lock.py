@@ -1,4 +1,4 @@
-"""An inter-process build lock the kernel releases when its holder dies (user pain P3).
+"""An inter-process build lock the kernel releases when its holder dies.
 
 ``fcntl.flock`` on a lock file: the kernel drops the lock when the holding process exits for any reason
 (SIGKILL and OOM kill included), so a crashed build never blocks the next run, unlike torch's
@@ -11,7 +11,7 @@ for how long; a wait longer than the timeout ends in :class:`LockTimeoutError`.
 
 The lock file is opened with ``O_NOFOLLOW`` and mode 0600 (whatever the umask) and must be a regular file
 owned by the user (or root): a symbolic link planted in its place is refused (:class:`CacheSecurityError`),
-never followed and truncated (issue 12).
+never followed and truncated (another user's link would make us truncate their file).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The cache key of a build and the manifest written beside each artifact.
 
-The key is the SHA-256 of a canonical JSON document of every input that changes the binary (user pain
-P2): source and header contents (the generated schema header included), flags, torch's stable-ABI target
-(not the torch version: the binaries use only the stable ABI, P19), platform, compiler identity, CPU ISA
+The key is the SHA-256 of a canonical JSON document of every input that changes the binary, so a changed
+input never reuses a stale build: source and header contents (the generated schema header included), flags,
+torch's stable-ABI target (not the torch version: the binaries use only the stable ABI, so one build serves
+every torch from that target on), platform, compiler identity, CPU ISA
 level, GPU arch list / toolkit (for GPU builders) and our package version. The manifest stores that
 document, so a load can check that the artifact it is about to trust was built from the same inputs, and
 ``anyaccel cache ls`` can say why an entry is stale. It also records the SHA-256 and size of the library

@@ -1,4 +1,4 @@
-"""What a user sees while an op compiles (issue 15): the op, its variant, the elapsed time and the steps done.
+"""What a user sees while an op compiles: the op, its variant, the elapsed time and the steps done.
 
 A cold build takes seconds (a CPU op) to minutes (a CUDA op for several archs); silence for that long reads
 as a hang. :class:`BuildProgress` writes to standard error, never to standard output (which belongs to the

@@ -2,12 +2,12 @@
 
 The level decides exactly one preprocessor macro and the matching compiler flags (table in
 docs/architecture.md, "CPU ISA levels"), and it is part of the op's cache key, so an AVX-512 build is
-never loaded on a CPU without AVX-512 (user pain P8).
+never loaded on a CPU without AVX-512 (where it would die of an illegal instruction).
 
 Detection is instant: it reads ``torch.backends.cpu.get_cpu_capability()`` (PyTorch's own cpuinfo-based
-dispatch level). py-cpuinfo, which costs about 1.1 s per call because it starts a subprocess
-(``shared/reference/baselines.md``), is called at most once per process and only off the warm path: to
-double-check a level forced with ``ANYACCEL_CPU_ISA`` that torch does not report, and for the report.
+dispatch level). py-cpuinfo, which costs about a second per call because it starts a subprocess, is called at
+most once per process and only off the warm path: to double-check a level forced with ``ANYACCEL_CPU_ISA``
+that torch does not report, and for the report.
 """
 
 from __future__ import annotations

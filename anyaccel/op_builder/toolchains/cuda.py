@@ -3,7 +3,8 @@
 These are pure or nearly pure functions; the ``CUDAOpBuilder`` (another module) calls them while
 building. Nothing here runs on import or on a warm load.
 
-Policy (user pains P4 and P12):
+Policy (a toolkit that cannot build for this torch fails with a fix before compiling; a build for other GPUs
+or another toolkit is never loaded):
 
 - toolkit and torch CUDA *major* versions differ -> :class:`ToolchainError` with code ``cuda_mismatch``
   naming both versions and the fixes, unless ``ANYACCEL_SKIP_CUDA_CHECK=1``; a *minor* difference is logged;

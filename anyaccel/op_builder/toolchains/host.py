@@ -1,6 +1,6 @@
 """Finding the host toolchain (C++ compiler, ninja) and sizing a build.
 
-Two kinds of functions live here, and the split matters for speed (user pain P5):
+Two kinds of functions live here, and the split keeps a warm load fast:
 
 - *identity* functions (:func:`find_cxx`, :func:`file_identity`) only look at the file system. The cache
   key uses them, so a warm load in a fresh process spawns no process at all.
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 # Tried in this order after $CXX (the names torch.utils.cpp_extension and distutils use).
 CXX_CANDIDATES: tuple[str, ...] = ("c++", "g++", "clang++")
 # Peak resident memory of one compile of a TORCH_LIBRARY translation unit is about 1 GiB with g++ 12;
-# budget 1.5 GiB per job so parallel compiles do not run the machine out of memory (user pain P13).
+# budget 1.5 GiB per job so parallel compiles do not run the machine out of memory.
 BYTES_PER_JOB: int = 3 * 2**29
 
 
@@ -100,7 +100,7 @@ def require_cxx(env: Mapping[str, str] | None = None) -> Path:
 
 
 def find_ninja(env: Mapping[str, str] | None = None) -> Path | None:
-    """Find ninja: the ``ninja`` Python package's binary first, then ``PATH`` (user pain P11).
+    """Find ninja: the ``ninja`` Python package's binary first (``pip install`` provides it), then ``PATH``.
 
     Returns:
         The path of the ninja executable, or None.

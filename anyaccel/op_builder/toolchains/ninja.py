@@ -3,9 +3,9 @@
 A build is data: per source, the compile command (host C++ compiler or nvcc, chosen by the source's
 suffix), and one link command. :func:`write_build_file` turns that into ``build.ninja``; :func:`run_ninja`
 runs ninja in a session of its own and kills ninja and every process of that session when
-``ANYACCEL_BUILD_TIMEOUT`` passes, so a compiler that never returns cannot hang ``load()`` or outlive it
-(user pain P3). ninja's output is read as
-it comes (its ``[k/N] compile x.cpp`` status lines feed the build progress display) rather than at exit.
+``ANYACCEL_BUILD_TIMEOUT`` passes, so a compiler that never returns cannot hang ``load()`` or outlive it.
+ninja's output is read as it comes (its ``[k/N] compile x.cpp`` status lines feed the build progress
+display) rather than at exit.
 
 Why not ``torch.utils.cpp_extension.load``: it always links ``libtorch_python``/``libc10`` (and the CUDA
 ones for ``.cu`` sources, which a CPU-only torch does not have), adds the Python headers, and loads the

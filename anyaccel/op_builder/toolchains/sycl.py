@@ -7,7 +7,7 @@ Two kinds of functions, as in :mod:`anyaccel.op_builder.toolchains.host`:
 - :func:`probe_sycl_compiler` RUNS the compiler (``icpx --version``) and is called only while building
   (and by ``anyaccel report``). A compiler is trusted only when it runs and says it is Intel's oneAPI
   DPC++/C++ compiler (or an open-source DPC++ ``clang++`` build): a stale ``ONEAPI_ROOT`` that points at
-  a removed install is never taken for a toolchain (user pain P4).
+  a removed install is never taken for a toolchain.
 
 Where the compiler is looked for, in order:
 

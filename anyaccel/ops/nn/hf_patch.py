@@ -97,8 +97,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         loss_accum_dtype: that loss's ``accum_dtype`` (see
             :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy`): ``torch.float32`` (default) or the
             lm_head weight's dtype (Liger-Kernel's choice), which allocates no fp32 buffer of twice the lm_head
-            weight's size while the loss runs (on a Llama 3.2 1B shape at sequence 4096, an H200 run measured the
-            training step's peak at 7.8 GiB against 8.5).
+            weight's size while the loss runs (about a tenth off a Llama 3.2 1B-shaped training step's peak memory
+            at sequence 4096; ``docs/nn_ops.md``).
         impl: force an implementation for every op (``"triton"``, ``"torch"``, ``"triton_interpreter"``);
             else each family's choice for the inputs' device.
 

@@ -4,8 +4,8 @@ The backwards of rms_norm and layer_norm reduce the weight (and bias) gradient i
 scheme): each of ``G`` programs accumulates its rows' contributions in fp32 and writes one partial row, then
 the ``G x N`` partials are summed per column. Done with torch, that second stage is a ``sum`` and a cast per
 output: two or three aten kernels after the main one. :func:`sum_partials` does it in one Triton launch that
-writes every output in its final dtype (run BP, 2026-11-24, H200: forward + backward of rms_norm and layer_norm
-0.6-2.8% less device time).
+writes every output in its final dtype, which takes a little device time off every forward + backward of
+rms_norm and layer_norm (``docs/nn_ops.md``, "Backward reductions").
 
 Importing this module imports Triton; the model-op implementations import it only where Triton is installed.
 """
@@ -19,7 +19,7 @@ import triton.language as tl
 from anyaccel.ops.triton.launch import device_of, wrap
 
 #: Columns per program; rows of partials summed per step. 64 x 64 fp32 is a 16 KiB tile on 4 warps; at
-#: N = 8192 and two outputs that is 256 programs (about two per multiprocessor of an H200).
+#: N = 8192 and two outputs that is 256 programs (about two per multiprocessor of a large GPU).
 _BLOCK_N = 64
 _BLOCK_G = 64
 
@@ -72,7 +72,7 @@ def sum_partials(parts: torch.Tensor, dtypes: tuple[torch.dtype, ...]) -> tuple[
     outs = tuple(torch.empty(n, dtype=dtype, device=parts.device) for dtype in dtypes)
     if n > 0:
         # one output: ``parts`` stands in for the second, unwritten pointer. Passing outs[0] twice (two aliased
-        # arguments the kernel may write) failed the inductor compile test of the norms (run BP, 2026-11-24).
+        # arguments the kernel may write) made the norms' torch.compile (inductor) test fail.
         with device_of(parts):
             wrap(_sum_partials_kernel)[(triton.cdiv(n, _BLOCK_N), k)](
                 parts, outs[0], outs[1] if k == 2 else parts, g, n, TWO=k == 2, BLOCK_G=_BLOCK_G, BLOCK_N=_BLOCK_N,

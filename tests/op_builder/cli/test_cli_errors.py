@@ -1,4 +1,4 @@
-"""Issue 12 item 12: the command line fails loudly and cleanly. ``anyaccel build`` exits non-zero when an op it
+"""The command line fails loudly and cleanly. ``anyaccel build`` exits non-zero when an op it
 was asked for failed, was skipped or does not exist for the accelerator, and on an unknown accelerator;
 ``anyaccel report --json`` stays JSON with a bad ``ANYACCEL_ACCELERATOR``; ``cache ls``/``clean`` print errors,
 not tracebacks; ``clean --all`` copes with whatever it finds."""

@@ -1,4 +1,4 @@
-"""Helpers of the cache-integrity tests (issue 12): a real op built once per session, cloned per test, loaded
+"""Helpers of the cache-integrity tests: a real op built once per session, cloned per test, loaded
 in child processes so a crash inside ``dlopen`` fails one test instead of the run.
 
 The op is ``cpu_lion`` at the ``portable`` SIMD level (the smallest flags; about 5 s to build on two cores).

@@ -29,7 +29,7 @@ def test_group_writable_entry_dir_refused(tmp_path):
 def test_other_owner_refused(tmp_path, monkeypatch):
     root = tmp_path / "c"
     root.mkdir(mode=0o700)
-    if os.geteuid() == 0:  # root's own directories are trusted (issue 12): give this one to another user
+    if os.geteuid() == 0:  # root's own directories are trusted: give this one to another user
         os.chown(root, 65534, 65534)
     else:
         monkeypatch.setattr(os, "geteuid", lambda: os.stat(root).st_uid + 1)
@@ -40,7 +40,7 @@ def test_other_owner_refused(tmp_path, monkeypatch):
 def test_symlinked_root_only_when_the_user_made_it(tmp_path):
     (tmp_path / "real").mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(tmp_path / "real")
-    Cache.open(tmp_path / "link")  # the user's own link to a private directory (issue 12)
+    Cache.open(tmp_path / "link")  # the user's own link to a private directory is accepted
     if os.geteuid() != 0:
         pytest.skip("needs root to give the link to another user")
     os.lchown(tmp_path / "link", 65534, 65534)

@@ -1,4 +1,4 @@
-"""Issue 12 item 4 (hangs): a compiler that never returns is killed with its whole process group after
+"""Hangs: a compiler that never returns is killed with its whole process group after
 ``ANYACCEL_BUILD_TIMEOUT`` and reported as a typed error naming its command; time settings that would wait
 forever (or not at all) are refused by one parser, before any wait."""
 

@@ -1,4 +1,4 @@
-"""Issue 12 item 1: nothing is loaded that was not built for us. Every artifact's manifest records its
+"""Nothing is loaded that was not built for us. Every artifact's manifest records its
 library's SHA-256; a truncated, bit-flipped, zero-byte or swapped ``op.so`` is quarantined and rebuilt, never
 ``dlopen``ed; a library that registers another namespace gives a typed error and is quarantined; ``cache ls``
 and ``cache clean --stale`` see all of it. Loads run in child processes, so a crash fails one test.
@@ -232,7 +232,7 @@ print(json.dumps({"load_ms": (t1 - t0) * 1e3, "cpu_ms": (c1 - c0) * 1e3, "digest
 
 def test_a_warm_load_checks_one_digest_and_builds_nothing(tmp_path):
     """CPUAdamBuilder().load() in fresh processes on a warm cache reads the library from the cache and hashes it
-    exactly once before ``dlopen`` (issue 12). What that costs is measured, not asserted here:
+    exactly once before ``dlopen``. What that costs is measured, not asserted here:
     ``benchmarks/build_times.py`` prints the warm-load time and the digest's share; the timings of these runs are
     printed too (``pytest -s``)."""
     env = child_env(tmp_path / "cache", Path(shutil.which("c++") or "c++"))

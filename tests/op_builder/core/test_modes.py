@@ -1,4 +1,4 @@
-"""Issue 12 item 2: ownership and modes on every path from the cache root to the library, explicit modes
+"""Ownership and modes on every path from the cache root to the library, explicit modes
 whatever the umask, lock files never followed. "Another user" is uid 65534 (``os.chown`` as root)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15 (in the build layer): a build shows the op, its variant, the elapsed time and the steps done on a
+"""Build progress (in the build layer): a build shows the op, its variant, the elapsed time and the steps done on a
 terminal, and exactly one line per op build elsewhere; never on stdout."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12 item 11: typed errors with a fix, never a raw OSError or a wrong diagnosis: a cache that is a file
+"""Typed errors with a fix, never a raw OSError or a wrong diagnosis: a cache that is a file
 or under one, a read-only cache, a full disk, a compiler that crashes or cannot be executed, a ``--version``
 probe that fails. Every code is in ``DIAGNOSES`` (with a fix) and in docs/op_builders.md."""
 

@@ -593,7 +593,7 @@ def test_a_gradient_of_another_dtype_is_refused() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Errors: the kernel validates every entry itself (P17), with the spec's messages
+# Errors: the kernel validates every entry itself (a bad entry raises, never crashes), with the spec's messages
 # --------------------------------------------------------------------------------------------------------
 
 

@@ -478,7 +478,8 @@ def test_a_non_contiguous_gradient_is_read_through_a_contiguous_copy() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Errors: the kernel validates every entry itself (P17), before writing anything, with the spec's messages
+# Errors: the kernel validates every entry itself (raises, never crashes), before writing anything, with the
+# spec's messages
 # --------------------------------------------------------------------------------------------------------
 
 

@@ -149,16 +149,14 @@ def _ln_bwd_kernel(DY, X, W, MEAN, RSTD, DX, DWP, DBP, M, N, sdym, sdyn, sxm, sx
                     tl.store(DBP + pid * N + cols, part + tl.sum(dy, axis=0), mask=cmask)
 
 
-#: The forward's tiling: about 8192 elements and at most 8 warps per program. Measured on an H200 (bf16,
-#: CUDA-graph replay, 2026-11-23) against the shared default (4096 elements, 16 warps from 8192): 8192x4096
-#: 40.4 -> 39.0 us, 8192x8192 76.3 -> 72.3, 32768x2048 73.0 -> 71.6, 8192x2048 23.4 -> 23.6.
+#: The forward's tiling: about 8192 elements and at most 8 warps per program. In a sweep of tile sizes it was
+#: up to 5% faster than the shared default (4096 elements, 16 warps from 8192 columns) at large shapes and
+#: level with it at small ones (``docs/nn_ops.md``, "Speed").
 _FORWARD_TILING = {"rows_tile": 8192, "max_warps": 8}
 #: The backward's tiling: up to 16384 elements (several rows) and at most 8 warps per program, one program
-#: per multiprocessor walking the rows. Measured on an H200 (bf16, kernel alone, CUDA-graph replay, run AF,
-#: 2026-11-23) against the shared default (4096 elements, up to 16 warps): 8192x4096 171 -> 92 us,
-#: 8192x8192 211 -> 154, 32768x2048 210 -> 164, 32768x4096 605 -> 282, 32768x8192 752 -> 511, 1024x8192
-#: 51 -> 43, 8192x2048 75 -> 60 (aten's native_layer_norm_backward: 127, 267, 273, 471, 1028, 45, 83). Two
-#: programs per multiprocessor were faster at two shapes and slower at five.
+#: per multiprocessor walking the rows. In a sweep it beat the shared default (4096 elements, up to 16 warps)
+#: at every shape, halving the kernel's time at some, and aten's ``native_layer_norm_backward`` too; two
+#: programs per multiprocessor won at fewer shapes than they lost (``docs/nn_ops.md``, "Speed").
 _BACKWARD_TILING = {"rows_tile": 16384, "max_warps": 8}
 
 

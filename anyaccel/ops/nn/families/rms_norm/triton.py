@@ -195,18 +195,22 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
 
 def _forward_tiling(n: int, m: int) -> dict[str, int]:
-    """The forward's tiling for ``m`` rows of ``n`` elements: from 2048 columns, one row per program on at most
-    8 warps (4 below 4096 columns); shorter rows keep the shared default (several rows per program). Measured on
-    an H200 (bf16, kernel alone, CUDA-graph replay, run AO, 2026-11-24), default -> this: 8192x8192 72.7 -> 71.3
-    us, 32768x2048 71.8 -> 70.2, 32768x4096 134.6 -> 133.3, 8192x4096 38.5 -> 38.0 (the default measured 37.8 and
-    39.1 in that run: differences of 1-2% are at the noise). FlagGems's kernel, the same run: 70.4, 70.0,
-    136.2, 39.1. The default's 16 warps on 8192 columns and two rows on 2048 were the slow parts.
+    """The forward's tiling for ``m`` rows of ``n`` elements.
 
-    With at most 1024 rows there are too few programs of a few warps to keep enough loads in flight: there,
-    up to 16 warps per program, and two rows per program from 4096 to 8192 columns. Run BN (2026-11-24, kernel alone,
-    back-to-back over inputs that overflow L2), this tiling against the one above: 1024x2048 4.79 -> 4.35 us
-    (16 warps 4.29), 1024x4096 7.77 -> 6.48, 1024x8192 12.41 -> 11.83 (Liger's kernel in run BL: 4.39, 7.41,
-    12.00)."""
+    From 2048 columns, one row per program on at most 8 warps (4 below 4096 columns): the shared default's 16
+    warps on 8192 columns and two rows per program on 2048 were the slow cases. Shorter rows keep the shared
+    default (several rows per program). With at most 1024 rows, a grid of programs of a few warps is too small
+    to keep enough loads in flight: there, up to 16 warps per program, and two rows per program from 4096 to
+    8192 columns (within ``MAX_TILE`` elements). The sweeps that chose these are in ``docs/nn_ops.md``
+    ("Speed").
+
+    Args:
+        n: the row length (elements).
+        m: the number of rows.
+
+    Returns:
+        Keyword arguments of :func:`anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
+    """
     if n < 2048:
         return {}
     if m <= 1024:
@@ -215,11 +219,19 @@ def _forward_tiling(n: int, m: int) -> dict[str, int]:
 
 
 def _backward_tiling(n: int) -> dict[str, int]:
-    """The backward's tiling for rows of ``n`` elements: below 8192, up to 16384 elements (several rows) on at
-    most 8 warps per program; from 8192, the shared default (one row, up to 16 warps). Measured on an H200
-    (bf16, kernel alone, CUDA-graph replay, run AF, 2026-11-23), default -> this: 8192x4096 106 -> 72 us,
-    32768x2048 191 -> 124, 32768x4096 354 -> 226, 8192x2048 63 -> 45, 1024x4096 27 -> 25; at 8192 columns the
-    several-row tiling was slower (8192x8192 145 -> 158, 32768x8192 505 -> 560)."""
+    """The backward's tiling for rows of ``n`` elements.
+
+    Below 8192 columns, up to 16384 elements (several rows) on at most 8 warps per program: fewer, fuller
+    programs walking the rows beat the shared default there. From 8192 columns the several-row tiling was
+    slower, so the shared default (one row, up to 16 warps) stays. Measurements in ``docs/nn_ops.md``
+    ("Speed").
+
+    Args:
+        n: the row length (elements).
+
+    Returns:
+        Keyword arguments of :func:`anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
+    """
     return {"rows_tile": 16384, "max_warps": 8} if n < 8192 else {}
 
 

@@ -143,9 +143,8 @@ def _cached_layout(x_shape: torch.Size, x_stride: tuple[int, ...], c_shape: torc
 
 def _blocks(half: int) -> tuple[int, int, int]:
     """``(BLOCK_R, BLOCK_H, num_warps)``: rows per program, the pair block and warps: about 1024 pairs per
-    program on 2 warps. Measured on an H200 (rope_qk, head size 128, bf16, CUDA-graph replay, 2026-11-23)
-    against 2048 pairs on 4 warps: 32768x2048 91.3 -> 89.9 us, 8192x4096 48.0 -> 47.1, 8192x2048 28.0 ->
-    27.1, 32768x8192 329.6 -> 326.1; 4096 pairs or 8 warps were slower."""
+    program on 2 warps, chosen in a sweep of ``rope_qk`` (head size 128, bf16) where it beat 2048 pairs on 4
+    warps by 1-3% and 4096 pairs or 8 warps were slower (``docs/nn_ops.md``, "Speed")."""
     block_h = next_power_of_2(half)
     return max(1, min(64, 1024 // block_h)), block_h, 2
 
