@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 
 from anyaccel.accelerator.device_module import module_function, optional_attribute
+from anyaccel.accelerator.device_names import device_index_of, device_type_of
 from anyaccel.accelerator.errors import (
     HostRegistrationError,
     NotHostDeviceError,
@@ -172,11 +173,24 @@ class DeepSpeedAccelerator(abc.ABC):
         return self.is_synchronized_device()
 
     # ------------------------------------------------------------------ device APIs
-    def device_name(self, device_index: int | None = None) -> str:
-        """``"<type>"`` for None, else ``"<type>:<device_index>"`` (``"cuda"``, ``"cuda:1"``)."""
-        if device_index is None:
-            return self.device_type
-        return f"{self.device_type}:{device_index}"
+    def device_name(self, device_index: int | str | torch.device | None = None) -> str:
+        """``"<type>"`` when no index is named, else ``"<type>:<index>"`` (``"cuda"``, ``"cuda:1"``).
+
+        Accepts what DeepSpeed's does (None, an int) and the device arguments that ``Tensor.cuda``
+        accepts, always giving a valid device string: ``device_name(torch.device("cuda"))`` is ``"cuda"``,
+        never ``"cuda:cuda"``.
+
+        Args:
+            device_index: None; an index (int >= 0, or a string of digits); a device string or
+                ``torch.device`` of this accelerator's type or of ``"cuda"`` (code ported from CUDA), whose
+                index, if any, is kept.
+
+        Raises:
+            TypeError: ``device_index`` is of another type (bool, float...).
+            ValueError: a negative index, a string that is no device, or a device of another type.
+        """
+        index = device_index_of(device_index, self.device_type)
+        return self.device_type if index is None else f"{self.device_type}:{index}"
 
     def device(self, device_index: int | None = None) -> torch.device:
         """``torch.device(<type>, device_index)`` (DeepSpeed's current behaviour)."""
@@ -721,9 +735,26 @@ class DeepSpeedAccelerator(abc.ABC):
         return None
 
     # ------------------------------------------------------------------ tensor placement
-    def on_accelerator(self, tensor: torch.Tensor) -> bool:
-        """True when ``tensor`` lives on a device of this accelerator's type."""
-        return tensor.device.type == self.device_type
+    def on_accelerator(self, tensor: torch.Tensor | torch.device | str, *, exclude_cpu: bool = False) -> bool:
+        """True when ``tensor`` lives on a device of this accelerator's type (DeepSpeed's member).
+
+        Args:
+            tensor: a tensor (anything with a ``torch.device`` in ``.device``), or a ``torch.device`` or a
+                device string or type (``"cuda:0"``, ``"xpu"``), so that a device check such as CUDA code's
+                ``device.type == "cuda"`` has one spelling on every accelerator.
+            exclude_cpu: False (DeepSpeed's behaviour): on the CPU accelerator, CPU tensors are on it.
+                True: answer "on this accelerator, which is not the CPU", always False on the CPU
+                accelerator; the meaning of CUDA code's ``x.is_cuda`` and ``device.type == "cuda"``, whose
+                GPU branches must not run on a CPU-only machine.
+
+        Raises:
+            TypeError: ``tensor`` is none of the accepted kinds.
+            ValueError: ``tensor`` is a string that names no device.
+        """
+        if exclude_cpu and self.device_type == "cpu":
+            device_type_of(tensor)  # still reject what names no device
+            return False
+        return device_type_of(tensor) == self.device_type
 
     # ------------------------------------------------------------------ op builders
     def op_builder_dir(self) -> str:

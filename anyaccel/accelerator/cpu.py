@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import override
 
+from anyaccel.accelerator.device_names import device_index_of
 from anyaccel.accelerator.host_memory import (
     PeakGauge,
     available_host_memory_bytes,
@@ -77,8 +78,14 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
 
     # device APIs
     @override
-    def device_name(self, device_index: int | None = None) -> str:
-        """Always ``"cpu"``: torch has one CPU device."""
+    def device_name(self, device_index: int | str | torch.device | None = None) -> str:
+        """Always ``"cpu"``: torch has one CPU device. ``device_index`` is checked as the base class does.
+
+        Raises:
+            TypeError: ``device_index`` is of a kind no device argument has (bool, float...).
+            ValueError: a negative index, a string that is no device, or a device of another type.
+        """
+        device_index_of(device_index, "cpu")
         return "cpu"
 
     @override
