@@ -42,7 +42,7 @@ def train(seed: int, steps: int = 5) -> list[float]:
         if use_cuda:
             x = x.pin_memory().cuda(non_blocking=True)
             y = y.cuda(non_blocking=True)
-        assert x.is_cuda == use_cuda
+        assert x.is_cuda == (device.type == "cuda")
         with autocast(enabled=False):
             loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

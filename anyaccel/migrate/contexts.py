@@ -48,6 +48,22 @@ def _has_suffix(name: str | None, suffixes: Sequence[str]) -> bool:
     return any(lowered == s or lowered.endswith("_" + s) for s in suffixes)
 
 
+def _is_device_operand(node: cst.BaseExpression) -> bool:
+    """True for what a device check compares with ``"cuda"``: ``x.type``, a variable named ``*device``,
+    ``x.device``, ``str(x.device)``."""
+    if isinstance(node, cst.Attribute) and node.attr.value in ("type", "device"):
+        return True
+    if isinstance(node, (cst.Name, cst.Attribute)) and _has_suffix(last_name(node), rules.DEVICE_NAME_SUFFIXES):
+        return True
+    if isinstance(node, cst.Call) and last_name(node.func) == "str" and len(node.args) == 1:
+        return _is_device_operand(node.args[0].value)
+    return False
+
+
+def _is_int_annotation(annotation: cst.Annotation | None) -> bool:
+    return annotation is not None and last_name(annotation.annotation) == "int"
+
+
 class ContextMarker(cst.CSTVisitor):
     """Mark device and backend positions in a module; visit the module once, top-down, before rewriting.
 
@@ -69,6 +85,61 @@ class ContextMarker(cst.CSTVisitor):
         self.backend_nodes: set[int] = set()
         self.device_attributes: set[str] = set()
         self.backend_attributes: set[str] = set()
+        self.device_checks: set[int] = set()
+        self.check_strings: set[int] = set()
+        self.int_names: set[str] = set()
+        self.int_attributes: set[str] = set()
+        self.data_attributes: set[str] = set()
+        self.namespaces: set[str] = set()
+        self._int_candidates: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        self._functions: dict[str, cst.FunctionDef] = {}
+        self._spawned: set[str] = set()
+
+    # ------------------------------------------------------------------ integer device indices
+
+    def is_int(self, node: cst.BaseExpression) -> bool:
+        """True when ``node`` provably holds an int (so, in a device position, a device index).
+
+        Proofs: an integer literal; ``int(...)``, ``*.device_count()`` and the like; a name or ``<name>.attr``
+        that is annotated ``int``, assigned a proven int, the loop variable of ``range()``, passed as
+        ``rank=``, to ``torch.cuda.set_device``/``torch.cuda.device`` or in ``device_ids=[...]``, the first
+        parameter of a function started by ``mp.spawn``, or an argparse option with ``type=int``; arithmetic
+        of proven ints. A name of a device variable (``*device``) is never an index.
+        """
+        if isinstance(node, cst.Integer):
+            return True
+        if isinstance(node, cst.Call):
+            return last_name(node.func) in rules.INT_CALLS
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_int(node.left) and self.is_int(node.right)
+        if _has_suffix(last_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None,
+                       rules.DEVICE_NAME_SUFFIXES):
+            return False
+        if isinstance(node, cst.Name):
+            return node.value in self.int_names
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+            return node.attr.value in self.int_attributes
+        return False
+
+    def _prove_int(self, node: cst.BaseExpression | None) -> None:
+        if isinstance(node, cst.Name):
+            self.int_names.add(node.value)
+        elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+            self.int_attributes.add(node.attr.value)
+
+    def finish(self) -> None:
+        """Close the proofs over assignments (``self.gpu_id = gpu_id``); call once after visiting the module."""
+        for name in self._spawned:
+            function = self._functions.get(name)
+            if function is not None and function.params.params:
+                self.int_names.add(function.params.params[0].name.value)
+        changed = True
+        while changed:
+            changed = False
+            for target, value in self._int_candidates:
+                if not self.is_int(target) and self.is_int(value):
+                    self._prove_int(target)
+                    changed = changed or self.is_int(target)
 
     @staticmethod
     def _attribute_of_name(node: cst.CSTNode) -> str | None:
@@ -96,12 +167,31 @@ class ContextMarker(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value in rules.DEVICE_KEYWORDS:
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in rules.DEVICE_KEYWORDS:
                 self.mark_device(arg.value)
+            if keyword in rules.INDEX_KEYWORDS:
+                self._prove_int(arg.value)
+            if keyword == "device_ids" and isinstance(arg.value, (cst.List, cst.Tuple)):
+                for element in arg.value.elements:
+                    self._prove_int(element.value)
+            if keyword == rules.CUDA_METHOD:
+                self.data_attributes.add(keyword)
         names = set(self._qualified_names(node.func))
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
         if positional and (names & rules.DEVICE_FIRST_ARG_CALLEES or method in rules.DEVICE_FIRST_ARG_METHODS):
             self.mark_device(positional[0].value)
+        if method == rules.CUDA_METHOD:  # x.cuda("cuda:1"), x.cuda(device=...): the argument is a device
+            for arg in node.args:
+                if arg.keyword is None or arg.keyword.value == "device":
+                    self.mark_device(arg.value)
+                    break
+        if positional and names & rules.INDEX_FIRST_ARG_CALLEES:
+            self._prove_int(positional[0].value)
+        if positional and names & rules.SPAWN_CALLEES and isinstance(positional[0].value, cst.Name):
+            self._spawned.add(positional[0].value.value)
+        if method == rules.OPTION_METHOD:
+            self._read_option_types(node)
         backend = rules.BACKEND_ARGUMENTS.get(last_name(node.func) or "")
         if backend is not None:
             keyword, index = backend
@@ -130,19 +220,72 @@ class ContextMarker(cst.CSTVisitor):
         if _has_suffix(name, rules.BACKEND_NAME_SUFFIXES):
             self.mark_backend(value)
 
+    def _read_option_types(self, node: cst.Call) -> None:
+        """An argparse option with ``type=int`` holds an int; any option's destination is data, not a method."""
+        from anyaccel.migrate.options import read_option  # options imports this module
+
+        dest = read_option(node).dest
+        if dest is None:
+            return
+        self.data_attributes.add(dest)
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "type" and last_name(arg.value) == "int":
+                self.int_attributes.add(dest)
+
+    def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Attribute):
+            self.data_attributes.add(target.attr.value)
+        if value is not None:
+            self._int_candidates.append((target, value))
+        if (isinstance(target, cst.Name) and isinstance(value, cst.Call)
+                and last_name(value.func) in rules.PARSE_METHODS):
+            self.namespaces.add(target.value)
+
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._mark_by_name(last_name(target.target), node.value)
+            self._record_target(target.target, node.value)
+            if isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Call):
+                # args, rest = parser.parse_known_args()
+                first = target.target.elements[0].value if target.target.elements else None
+                if isinstance(first, cst.Name) and last_name(node.value.func) in rules.PARSE_METHODS:
+                    self.namespaces.add(first.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._mark_by_name(last_name(node.target), node.value)
+        self._record_target(node.target, node.value)
+        if _is_int_annotation(node.annotation):
+            self._prove_int(node.target)
+        if isinstance(node.target, cst.Name) and node.target.value == rules.CUDA_METHOD:
+            self.data_attributes.add(rules.CUDA_METHOD)  # a dataclass or config field named cuda
 
     def visit_Param(self, node: cst.Param) -> None:
         self._mark_by_name(node.name.value, node.default)
+        if _is_int_annotation(node.annotation) or isinstance(node.default, cst.Integer):
+            self.int_names.add(node.name.value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions[node.name.value] = node
+
+    def visit_For(self, node: cst.For) -> None:
+        if isinstance(node.iter, cst.Call) and last_name(node.iter.func) == "range":
+            self._prove_int(node.target)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
-        # ``x.device.type == "cuda"``: a string compared with a ``.type`` attribute is a device type.
-        operands = [node.left] + [t.comparator for t in node.comparisons]
-        if any(isinstance(o, cst.Attribute) and o.attr.value == "type" for o in operands):
-            for operand in operands:
-                self.mark_device(operand)
+        # ``device.type == "cuda"``, ``"cuda" in device``: a device check, rewritten as a whole
+        if len(node.comparisons) != 1:
+            return
+        left, operator, right = node.left, node.comparisons[0].operator, node.comparisons[0].comparator
+        if isinstance(operator, (cst.In, cst.NotIn)):
+            pairs = [(left, right)]
+        elif isinstance(operator, (cst.Equal, cst.NotEqual)):
+            pairs = [(left, right), (right, left)]
+        else:
+            return
+        for string, operand in pairs:
+            # == compares whole strings: only a device *type* equals "cuda" exactly when on_accelerator says so
+            exact = isinstance(operand, cst.Attribute) and operand.attr.value == "type"
+            if string_value(string) == rules.CUDA_TYPE and (exact if len(pairs) == 2 else _is_device_operand(operand)):
+                self.device_checks.add(id(node))
+                self.check_strings.add(id(string))
+                return

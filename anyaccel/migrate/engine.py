@@ -18,7 +18,9 @@ from anyaccel.migrate.transformer import CudaToAccelerator  # noqa: E402
 logger = logging.getLogger(__name__)
 
 
-def migrate_source(source: str, path: str = "<string>") -> MigrationResult:
+def migrate_source(
+    source: str, path: str = "<string>", torch_accelerator: frozenset[str] | None = None
+) -> MigrationResult:
     """Rewrite torch.cuda-specific code in ``source`` to the ``get_accelerator()`` API.
 
     Pure function: reads no file, writes none. Comments and formatting of untouched code are preserved
@@ -29,6 +31,9 @@ def migrate_source(source: str, path: str = "<string>") -> MigrationResult:
     Args:
         source: Python source text (str; decode files as UTF-8 first, see ``files.read_source``).
         path: the name used in findings.
+        torch_accelerator: the ``torch.accelerator`` members rewrites may target; None (the default) detects
+            them in the installed torch (``torch_api.torch_accelerator_members``), so the output uses only what
+            that torch has.
 
     Returns:
         A ``MigrationResult``. When ``source`` does not parse, ``error`` holds a ``parse-error`` finding with
@@ -50,7 +55,9 @@ def migrate_source(source: str, path: str = "<string>") -> MigrationResult:
             pass
         error = Finding(path, line, column, "parse-error", f"does not parse, left untouched: {message}")
         return MigrationResult(original=source, rewritten=source, findings=(), error=error)
-    transformer = CudaToAccelerator(CodemodContext(filename=path), path, opted_out_lines(source))
+    transformer = CudaToAccelerator(
+        CodemodContext(filename=path), path, opted_out_lines(source), torch_accelerator=torch_accelerator
+    )
     rewritten = transformer.transform_module(module).code
     if rewritten != source:
         try:

@@ -127,6 +127,57 @@ BACKEND_ARGUMENTS: Mapping[str, tuple[str, int | None]] = {
 #: Assignment targets whose value is a communication backend.
 BACKEND_NAME_SUFFIXES: tuple[str, ...] = ("backend",)
 
+#: Keywords whose value is a DDP/DataParallel device list or output device: on the CPU accelerator they must be
+#: None (DDP refuses ``device_ids=[0]`` for a CPU module), so the rewrite passes None there.
+DEVICE_LIST_KEYWORDS: frozenset[str] = frozenset({"device_ids", "output_device"})
+
+#: Calls whose first argument is a device index: ``torch.cuda.set_device(i)``, ``torch.cuda.device(i)``.
+INDEX_FIRST_ARG_CALLEES: frozenset[str] = frozenset({"torch.cuda.set_device", "torch.cuda.device"})
+
+#: Keywords whose value is an integer process or device index in any call (``init_process_group(rank=r)``,
+#: ``DistributedSampler(rank=r)``): a name passed there holds an int, so ``.to(r)`` means device ``r``.
+INDEX_KEYWORDS: frozenset[str] = frozenset({"rank", "local_rank"})
+
+#: Process launchers whose target function receives the process index (an int) as its first argument.
+SPAWN_CALLEES: frozenset[str] = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+#: Names that look like a device index (``rank``, ``gpu_id``...): found in a device position without a proof
+#: that they hold an int, they are reported rather than rewritten.
+INDEX_NAME_HINTS: tuple[str, ...] = (
+    "rank", "gpu", "gpu_id", "gpu_idx", "gpu_index", "device_id", "device_idx", "device_index", "local_rank",
+)
+
+#: Integer arithmetic that keeps a device index an int: ``rank % torch.cuda.device_count()``.
+#: Calls whose result is an int: ``int(...)`` and these methods (``get_accelerator().device_count()``).
+INT_CALLS: frozenset[str] = frozenset({"int", "device_count", "current_device", "get_rank", "get_local_rank"})
+
+#: The string a device check compares with (``device.type == "cuda"``, ``"cuda" in device``): such a check
+#: becomes ``get_accelerator().on_accelerator(<operand>, exclude_cpu=True)``, "on the accelerator, which is not
+#: the CPU", so a CPU run keeps taking the original's CPU branch.
+CUDA_TYPE = "cuda"
+DEVICE_CHECK_MEMBER = "on_accelerator"
+DEVICE_CHECK_KEYWORD = "exclude_cpu"
+
+#: Attribute names holding data where CUDA code names a device (an argparse ``--cuda`` flag, ``config.cuda``):
+#: read without a call they are not the ``.cuda`` method.
+CUDA_METHOD = "cuda"
+
+#: argparse's parsing methods: a name assigned their result is a namespace of options, not a tensor.
+PARSE_METHODS: frozenset[str] = frozenset({"parse_args", "parse_known_args", "parse_intermixed_args"})
+
+#: Module paths that are CUDA-only settings or facts: reported, since they do nothing on other devices.
+CUDA_ONLY_PATHS: tuple[str, ...] = ("torch.backends.cudnn", "torch.backends.cuda", "torch.version.cuda")
+
+#: Environment variables of the CUDA/NCCL stack (``CUDA_VISIBLE_DEVICES``, ``NCCL_DEBUG``,
+#: ``PYTORCH_CUDA_ALLOC_CONF``): named in a string, they are reported.
+CUDA_ENV_NAME = re.compile(r"^(?:PYTORCH_)?(?:CUDA|NCCL|CUDNN)_[A-Z0-9_]+$")
+
+#: ``torch.accelerator`` members a rewrite may target, when the installed torch has them (feature-detected by
+#: ``torch_api.torch_accelerator_members``): ``with torch.cuda.device(i):`` switches the current device, which
+#: ``torch.accelerator.device_index(i)`` does on every accelerator; without it the rewrite falls back to
+#: ``get_accelerator().device(i)``.
+TORCH_ACCELERATOR_CONTEXTS: Mapping[str, str] = {"device": "device_index"}
+
 #: The CUDA communication backend string and its accelerator replacement.
 CUDA_BACKEND = "nccl"
 BACKEND_MEMBER = "communication_backend_name"
@@ -219,8 +270,30 @@ REASONS: dict[str, Reason] = {
     ),
     "cuda-call-args": Reason(
         ".cuda(...) with {detail} is left as it is",
-        "only an index (or nothing) can be carried over to get_accelerator().device_name(index) unchanged",
-        "rewrite it as .to(get_accelerator().device_name(index)) by hand",
+        "only a device (an index, a device string, a torch.device or None), non_blocking and memory_format "
+        "can be carried over to .to(get_accelerator().device_name(device), ...)",
+        "rewrite it as .to(get_accelerator().device_name(device)) by hand",
+    ),
+    "device-index": Reason(
+        "{value} in a device position is left as it is",
+        "its name suggests a device index, but nothing in this file proves it holds an int (an int annotation, "
+        "int(...), a range() loop, a rank= keyword, torch.cuda.set_device); an int device means CUDA device "
+        "<index> to torch, and fails where there is no CUDA",
+        "if it is an index, write get_accelerator().device_name({value}); if it is a device, leave it",
+    ),
+    "cuda-only-setting": Reason(
+        "{name} is left as it is",
+        "it is a CUDA-only setting or fact: on other accelerators a cuDNN/cuBLAS flag does nothing and "
+        "torch.version.cuda is None, so code relying on it behaves differently there",
+        "keep it if doing nothing elsewhere is right and mark the line '# anyaccel: ignore', or guard it with "
+        "get_accelerator().device_name() == 'cuda'",
+    ),
+    "cuda-env": Reason(
+        "environment variable {value!r} is left as it is",
+        "it configures the CUDA/NCCL stack only; other accelerators read other variables (ZE_AFFINITY_MASK, "
+        "ASCEND_RT_VISIBLE_DEVICES...)",
+        "for the visible devices use get_accelerator().visible_devices_envs(); mark the line "
+        "'# anyaccel: ignore' if it is CUDA-only on purpose",
     ),
     "cuda-method-ref": Reason(
         ".cuda is referenced without being called",

@@ -27,6 +27,7 @@ from anyaccel.migrate import rules
 from anyaccel.migrate.contexts import ContextMarker, last_name, string_value
 from anyaccel.migrate.findings import Finding
 from anyaccel.migrate.options import option_of_default, read_option
+from anyaccel.migrate.torch_api import torch_accelerator_members
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,16 @@ def _is_dotted(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name)
 
 
+#: ``=`` of a keyword argument without spaces (``exclude_cpu=True``).
+_TIGHT_EQUAL = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
+
+
+def _is_accelerator_call(node: cst.BaseExpression) -> bool:
+    """True for ``get_accelerator().<member>(...)``: already the rewrite's target."""
+    return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+            and _is_accelerator_member(node.func))
+
+
 def _is_accelerator_member(node: cst.Attribute) -> bool:
     """True for ``get_accelerator().<member>``: the accelerator's own members are the rewrite's target."""
     receiver = node.value
@@ -61,6 +72,8 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         path: the file name used in findings.
         opted_out: 1-based line numbers carrying ``# anyaccel: ignore``; code on them is neither rewritten nor
             reported.
+        torch_accelerator: the ``torch.accelerator`` members a rewrite may target (see
+            ``rules.TORCH_ACCELERATOR_CONTEXTS``); None detects them in the installed torch.
 
     Attributes:
         findings: CUDA-specific code left alone, filled during ``transform_module``.
@@ -70,7 +83,10 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     DESCRIPTION = "Rewrite torch.cuda code to anyaccel's get_accelerator() API."
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ParentNodeProvider)
 
-    def __init__(self, context: CodemodContext, path: str, opted_out: frozenset[int]) -> None:
+    def __init__(
+        self, context: CodemodContext, path: str, opted_out: frozenset[int],
+        torch_accelerator: frozenset[str] | None = None,
+    ) -> None:
         super().__init__(context)
         self.path = path
         self.opted_out = opted_out
@@ -80,6 +96,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         self._needs_torch = False
         self._cuda_imports: list[tuple[str, str | None, str | None]] = []
         self._binds_get_accelerator = False
+        self._torch_accelerator = torch_accelerator if torch_accelerator is not None else torch_accelerator_members()
 
     # ------------------------------------------------------------------ helpers
 
@@ -148,6 +165,70 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     def _accel_call(self, member: str, args: Sequence[cst.BaseExpression] = ()) -> cst.Call:
         return cst.Call(func=self._accel(member), args=[cst.Arg(value=a) for a in args])
 
+    def _unless_cpu(self, value: cst.BaseExpression) -> cst.IfExp:
+        """``None if get_accelerator().device_name() == "cpu" else <value>``: DDP's CPU form of a device list."""
+        on_cpu = cst.Comparison(
+            left=self._accel_call("device_name"),
+            comparisons=[cst.ComparisonTarget(cst.Equal(), cst.SimpleString(f'"{rules.HOST_DEVICE}"'))],
+        )
+        return cst.IfExp(test=on_cpu, body=cst.Name("None"), orelse=value)
+
+    def _device_check(self, operand: cst.BaseExpression) -> cst.Call:
+        """``get_accelerator().on_accelerator(<operand>, exclude_cpu=True)``."""
+        return cst.Call(
+            func=self._accel(rules.DEVICE_CHECK_MEMBER),
+            args=[cst.Arg(value=operand), cst.Arg(keyword=cst.Name(rules.DEVICE_CHECK_KEYWORD),
+                                                  value=cst.Name("True"), equal=_TIGHT_EQUAL)],
+        )
+
+    def _is_index_hint(self, node: cst.BaseExpression) -> bool:
+        """True for a name that looks like a device index (``rank``, ``self.gpu_id``)."""
+        name = last_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        return name is not None and (name.lower() in rules.INDEX_NAME_HINTS
+                                     or name.lower().endswith(("_rank", "_gpu", "_gpu_id")))
+
+    def _index_as_device(self, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+        """``get_accelerator().device_name(i)`` for a proven int ``i`` in a device position; else as it is.
+
+        A name that only looks like an index is reported (``device-index``) and left as it is.
+        """
+        if _is_accelerator_call(updated) or self._opted_out(original):
+            return updated
+        if self._contexts.is_int(original):
+            return self._accel_call("device_name", [updated])
+        if self._is_index_hint(original):
+            self._report(original, "device-index", value=cst.Module([]).code_for_node(original))
+        return updated
+
+    def _rewrite_device_arguments(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        """Integer devices in a call's device positions, and DDP's device lists (None on the CPU accelerator).
+
+        ``.to(i)``, ``torch.device(i)``, ``device=i``, ``map_location=i`` with a proven int ``i`` become
+        ``get_accelerator().device_name(i)``; ``device_ids=[...]``/``output_device=...`` become
+        ``None if get_accelerator().device_name() == "cpu" else ...``.
+        """
+        func = original.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        first_is_device = method in rules.DEVICE_FIRST_ARG_METHODS or "torch.device" in {
+            q.name for q in self._qualified(func)
+        }
+        args: list[cst.Arg] = []
+        seen_positional = False
+        for orig_arg, arg in zip(original.args, updated.args, strict=True):
+            keyword = orig_arg.keyword.value if orig_arg.keyword is not None else None
+            if keyword in rules.DEVICE_LIST_KEYWORDS:
+                value = orig_arg.value
+                guarded = isinstance(value, cst.IfExp) or (isinstance(value, cst.Name) and value.value == "None")
+                if not guarded and not self._opted_out(orig_arg):
+                    arg = arg.with_changes(value=self._unless_cpu(arg.value))
+            elif keyword in ("device", "map_location") or (
+                keyword is None and not orig_arg.star and not seen_positional and first_is_device
+            ):
+                arg = arg.with_changes(value=self._index_as_device(orig_arg.value, arg.value))
+            seen_positional = seen_positional or (keyword is None and not orig_arg.star)
+            args.append(arg)
+        return updated.with_changes(args=args)
+
     # ------------------------------------------------------------------ imports
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -188,6 +269,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     def visit_Module(self, node: cst.Module) -> bool:
         """Mark every device and backend position of the module before anything is rewritten."""
         node.visit(self._contexts)
+        self._contexts.finish()
         return True
 
     # ------------------------------------------------------------------ strings (bottom-up)
@@ -203,7 +285,10 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
     ) -> cst.BaseExpression:
         value = string_value(original_node)
-        if value is None:
+        if value is None or id(original_node) in self._contexts.check_strings:
+            return updated_node  # a device check's "cuda": leave_Comparison rewrites the whole check
+        if rules.CUDA_ENV_NAME.match(value):
+            self._report(original_node, "cuda-env", value=value)
             return updated_node
         is_device = rules.CUDA_DEVICE_STRING.match(value) is not None
         if not is_device and value != rules.CUDA_BACKEND:
@@ -287,7 +372,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         amp_name = suffix[len("amp."):] if suffix.startswith("amp.") else None
         if (called and (suffix in rules.RUNTIME_CALLS or amp_name in rules.AMP_CALLS)) or (
             amp_name in rules.AMP_DECORATORS and (called or isinstance(parent, cst.Decorator))
-        ):
+        ) or (called and parent is not None and self._torch_context(suffix, parent) is not None):
             return updated  # rewritten by leave_Call / leave_Decorator, which see the arguments
         if suffix == "":
             self._report(original, "module-object")
@@ -301,6 +386,13 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         if member == "current_device" and called and id(parent) in self._contexts.device_nodes:
             member = rules.CURRENT_DEVICE_AS_DEVICE
         return self._accel(member)
+
+    def _torch_context(self, suffix: str, call: cst.CSTNode) -> str | None:
+        """The ``torch.accelerator`` member replacing ``with torch.cuda.<suffix>(...):``, where torch has it."""
+        member = rules.TORCH_ACCELERATOR_CONTEXTS.get(suffix)
+        if member is None or member not in self._torch_accelerator:
+            return None
+        return member if isinstance(self._parent(call), cst.WithItem) else None
 
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if not self._is_outermost(original_node):
@@ -317,15 +409,54 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         if suffix is not None:
             return self._rewrite_cuda_reference(original_node, updated_node, suffix)
         if self._is_module_path(original_node):
-            return updated_node  # torch.backends.cuda, torch.version.cuda: not device code
+            for qname in sorted(q.name for q in self._qualified(original_node)):
+                if any(qname == p or qname.startswith(p + ".") for p in rules.CUDA_ONLY_PATHS):
+                    self._report(original_node, "cuda-only-setting", name=qname)
+                    break
+            return updated_node
         attr = original_node.attr.value
         if attr in rules.TENSOR_PROPERTIES and not isinstance(self._parent(original_node), cst.AssignTarget):
             if self._opted_out(original_node):
                 return updated_node
-            return self._accel_call(rules.TENSOR_PROPERTIES[attr], [updated_node.value])
-        if attr == "cuda" and not self._is_called(original_node):
+            return self._device_check(updated_node.value)
+        if attr == rules.CUDA_METHOD and not self._is_called(original_node) and not self._is_data(original_node):
             self._report(original_node, "cuda-method-ref")
         return updated_node
+
+    def _is_data(self, node: cst.Attribute) -> bool:
+        """True when ``<x>.cuda`` (not called) is provably data, not the bound ``.cuda`` method.
+
+        Proofs: ``x`` holds parsed options (``args = parser.parse_args()``); some option's destination, some
+        assignment target (``cfg.cuda = ...``), a class field or a ``cuda=`` keyword has that name; or it is
+        read as a truth value (``if``, ``and``/``or``, ``not``, a comparison, an ``assert``), where a bound
+        method, always true, makes no sense.
+        """
+        if isinstance(node.value, cst.Name) and node.value.value in self._contexts.namespaces:
+            return True
+        if node.attr.value in self._contexts.data_attributes:
+            return True
+        parent = self._parent(node)
+        if isinstance(parent, cst.UnaryOperation):
+            return isinstance(parent.operator, cst.Not)
+        if isinstance(parent, (cst.If, cst.While, cst.Assert)):
+            return parent.test is node
+        if isinstance(parent, cst.IfExp):
+            return parent.test is node
+        return isinstance(parent, (cst.BooleanOperation, cst.Comparison, cst.ComparisonTarget, cst.AssignTarget))
+
+    # ------------------------------------------------------------------ device checks
+
+    def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
+        """``device.type == "cuda"`` / ``"cuda" in device`` -> ``on_accelerator(<device>, exclude_cpu=True)``."""
+        if id(original_node) not in self._contexts.device_checks or self._opted_out(original_node):
+            return updated_node
+        target = updated_node.comparisons[0]
+        left_is_string = id(original_node.left) in self._contexts.check_strings
+        check = self._device_check(target.comparator if left_is_string else updated_node.left)
+        if isinstance(target.operator, (cst.NotEqual, cst.NotIn)):
+            negated = cst.UnaryOperation(operator=cst.Not(), expression=check)
+            return negated.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
+        return check.with_changes(lpar=updated_node.lpar, rpar=updated_node.rpar)
 
     # ------------------------------------------------------------------ calls
 
@@ -334,6 +465,8 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         suffix = self._cuda_suffix(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
         if suffix is not None:
             return self._rewrite_cuda_call(original_node, updated_node, suffix)
+        if not (isinstance(func, cst.Attribute) and func.attr.value == rules.CUDA_METHOD):
+            updated_node = self._rewrite_device_arguments(original_node, updated_node)
         if not isinstance(func, cst.Attribute) or self._is_module_path(func) or _is_accelerator_member(func):
             return updated_node
         assert isinstance(updated_node.func, cst.Attribute)
@@ -350,6 +483,16 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     def _rewrite_cuda_call(self, original: cst.Call, updated: cst.Call, suffix: str) -> cst.BaseExpression:
         """``torch.cuda.CUDAGraph()``, ``torch.cuda.amp.autocast(...)``, ``@torch.cuda.amp.custom_fwd(...)``."""
         amp_name = suffix[len("amp."):] if suffix.startswith("amp.") else ""
+        context = self._torch_context(suffix, original)
+        if context is not None:
+            if self._opted_out(original) or len(original.args) != 1 or original.args[0].keyword is not None:
+                return updated
+            self.rewrites += 1
+            self._needs_torch = True
+            index = self._unless_cpu(updated.args[0].value)
+            return updated.with_changes(
+                func=cst.parse_expression(f"torch.accelerator.{context}"), args=[cst.Arg(value=index)]
+            )
         if suffix in rules.RUNTIME_CALLS:
             member, arity = rules.RUNTIME_CALLS[suffix]
             if len(original.args) > arity:
@@ -400,28 +543,39 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         return result
 
     def _rewrite_cuda_method(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        """``x.cuda()`` / ``x.cuda(i)`` / ``x.cuda(device=i, non_blocking=True)`` -> ``x.to(...)``."""
+        """``x.cuda(...)`` -> ``x.to(get_accelerator().device_name(...), ...)`` for every device argument kind.
+
+        The device (an index, a device string, a ``torch.device``, None; positional or ``device=``) goes to
+        ``device_name``, which reads each kind; ``non_blocking`` (also Tensor.cuda's second positional
+        argument) and ``memory_format`` are passed on to ``.to``. Anything else is reported.
+        """
         device: cst.BaseExpression | None = None
         kept: list[cst.Arg] = []
-        for orig_arg, arg in zip(original.args, updated.args, strict=True):
+        positional = 0
+        for arg in updated.args:
             keyword = arg.keyword.value if arg.keyword is not None else None
             if arg.star:
                 self._report(original, "cuda-call-args", detail="*args or **kwargs")
                 return updated
             if keyword in rules.CUDA_METHOD_PASSTHROUGH:
                 kept.append(arg)
-            elif (keyword is None or keyword == "device") and device is None:
-                if isinstance(orig_arg.value, (cst.SimpleString, cst.FormattedString, cst.Call)):
-                    self._report(original, "cuda-call-args", detail="a device that is not an index")
-                    return updated
+            elif keyword == "device" or (keyword is None and positional == 0):
                 device = arg.value
+            elif keyword is None and positional == 1:  # Tensor.cuda(device, non_blocking)
+                kept.append(arg.with_changes(keyword=cst.Name("non_blocking"), equal=_TIGHT_EQUAL))
             else:
                 self._report(original, "cuda-call-args", detail=f"argument {keyword or 'positional'!s}")
                 return updated
+            positional += keyword is None
         if self._opted_out(original):
             return updated
         assert isinstance(updated.func, cst.Attribute)
-        target = self._accel_call("device_name", [device] if device is not None else [])
+        if device is None or (isinstance(device, cst.Name) and device.value == "None"):
+            target: cst.BaseExpression = self._accel_call("device_name")
+        elif _is_accelerator_call(device):
+            target = device  # a device string already rewritten: "cuda:1" -> device_name(1)
+        else:
+            target = self._accel_call("device_name", [device])
         return updated.with_changes(
             func=updated.func.with_changes(attr=cst.Name("to")), args=[cst.Arg(value=target), *kept]
         )

@@ -28,7 +28,8 @@ CASES: list[tuple[str, str, str]] = [
     ("current-stream", "torch.cuda.current_stream().wait_stream(s)\n",
      "get_accelerator().current_stream().wait_stream(s)\n"),
     ("event", "e = torch.cuda.Event(enable_timing=True)\n", "e = get_accelerator().Event(enable_timing=True)\n"),
-    ("device-ctx", "with torch.cuda.device(1):\n    pass\n", "with get_accelerator().device(1):\n    pass\n"),
+    ("device-ctx", "with torch.cuda.device(1):\n    pass\n",
+     "with torch.accelerator.device_index(None if get_accelerator().device_name() == \"cpu\" else 1):\n    pass\n"),
     ("tensor-type", "t = torch.cuda.FloatTensor([1.0, 2.0])\n", "t = get_accelerator().FloatTensor([1.0, 2.0])\n"),
     ("nvtx", "torch.cuda.nvtx.range_push('fwd')\ntorch.cuda.nvtx.range_pop()\n",
      "get_accelerator().range_push('fwd')\nget_accelerator().range_pop()\n"),
@@ -39,7 +40,8 @@ CASES: list[tuple[str, str, str]] = [
     # current_device: int where an int is expected, name where a device is expected
     ("current-device-int", "i = torch.cuda.current_device()\n", "i = get_accelerator().current_device()\n"),
     ("current-device-ids", "m = DDP(m, device_ids=[torch.cuda.current_device()])\n",
-     "m = DDP(m, device_ids=[get_accelerator().current_device()])\n"),
+     "m = DDP(m, device_ids=None if get_accelerator().device_name() == \"cpu\" else "
+     "[get_accelerator().current_device()])\n"),
     ("current-device-to", "x = x.to(torch.cuda.current_device())\n",
      "x = x.to(get_accelerator().current_device_name())\n"),
     ("current-device-kw", "y = torch.empty(3, device=torch.cuda.current_device())\n",
@@ -53,9 +55,9 @@ CASES: list[tuple[str, str, str]] = [
      "x = x.to(get_accelerator().device_name(1), non_blocking=True)\n"),
     ("cuda-method-chain", "y = f(x).cuda().float()\n", "y = f(x).to(get_accelerator().device_name()).float()\n"),
     # is_cuda, pin_memory, is_pinned
-    ("is-cuda", "if x.is_cuda:\n    pass\n", "if get_accelerator().on_accelerator(x):\n    pass\n"),
+    ("is-cuda", "if x.is_cuda:\n    pass\n", "if get_accelerator().on_accelerator(x, exclude_cpu=True):\n    pass\n"),
     ("is-cuda-expr", "ok = all(p.is_cuda for p in m.parameters())\n",
-     "ok = all(get_accelerator().on_accelerator(p) for p in m.parameters())\n"),
+     "ok = all(get_accelerator().on_accelerator(p, exclude_cpu=True) for p in m.parameters())\n"),
     ("pin-memory", "b = batch.pin_memory()\n", "b = get_accelerator().pin_memory(batch)\n"),
     ("is-pinned", "ok = b.is_pinned()\n", "ok = get_accelerator().is_pinned(b)\n"),
     ("nested", "x = x.pin_memory().cuda(non_blocking=True)\n",
@@ -90,7 +92,7 @@ CASES: list[tuple[str, str, str]] = [
     ("device-param", "def f(x, device='cuda'):\n    return x\n",
      "def f(x, device=get_accelerator().device_name()):\n    return x\n"),
     ("device-type-compare", "if x.device.type == 'cuda':\n    pass\n",
-     "if x.device.type == get_accelerator().device_name():\n    pass\n"),
+     "if get_accelerator().on_accelerator(x.device.type, exclude_cpu=True):\n    pass\n"),
     ("autocast-device-type", "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n",
      "with torch.autocast(device_type=get_accelerator().device_name(), dtype=torch.bfloat16):\n    pass\n"),
     # torch.cuda.amp -> torch.amp / torch.autocast with the device
@@ -171,12 +173,12 @@ LEFT_ALONE: list[tuple[str, str, list[tuple[int, str]]]] = [
     ("unproven-string", "import torch\nif args.device == 'cuda':\n    pass\n", [(2, "cuda-string")]),
     ("unproven-fstring", "import torch\nlabel = f'cuda:{i}'\n", [(2, "cuda-string")]),
     ("unproven-nccl", "import torch\nnames = ['nccl', 'gloo']\n", [(2, "nccl-string")]),
-    ("cuda-string-arg", "import torch\nx = x.cuda('cuda:1')\n", [(2, "cuda-call-args"), (2, "cuda-string")]),
     ("cuda-method-ref", "import torch\nmove = x.cuda\n", [(2, "cuda-method-ref")]),
     ("amp-too-many", "import torch\nwith torch.cuda.amp.autocast(True, None, True, 4):\n    pass\n",
      [(2, "amp-call-args")]),
     ("opt-out", "import torch\ntorch.cuda.synchronize()  # anyaccel: ignore\nx = x.cuda()  # anyaccel: ignore\n", []),
-    ("backends-flags", "import torch\ntorch.backends.cudnn.benchmark = True\nv = torch.version.cuda\n", []),
+    ("backends-flags", "import torch\ntorch.backends.cudnn.benchmark = True\nv = torch.version.cuda\n",
+     [(2, "cuda-only-setting"), (3, "cuda-only-setting")]),
 ]
 
 
