@@ -284,7 +284,9 @@ class ContextMarker(cst.CSTVisitor):
             return
         for string, operand in pairs:
             # == compares whole strings: only a device *type* equals "cuda" exactly when on_accelerator says so
-            exact = isinstance(operand, cst.Attribute) and operand.attr.value == "type"
+            exact = (isinstance(operand, cst.Attribute) and operand.attr.value == "type") or (
+                isinstance(operand, (cst.Name, cst.Attribute)) and _has_suffix(last_name(operand), ("device_type",))
+            )
             if string_value(string) == rules.CUDA_TYPE and (exact if len(pairs) == 2 else _is_device_operand(operand)):
                 self.device_checks.add(id(node))
                 self.check_strings.add(id(string))

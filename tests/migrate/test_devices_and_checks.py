@@ -61,6 +61,9 @@ CASES: list[tuple[str, str, str]] = [
      "pin = (not get_accelerator().on_accelerator(x.device.type, exclude_cpu=True))\n"),
     ("reversed", "ok = 'cuda' == device.type and flag\n",
      "ok = get_accelerator().on_accelerator(device.type, exclude_cpu=True) and flag\n"),
+    ("device-type-variable", "ctx = nullcontext() if device_type != 'cuda' else torch.autocast(device_type)\n",
+     "ctx = nullcontext() if not get_accelerator().on_accelerator(device_type, exclude_cpu=True) "
+     "else torch.autocast(device_type)\n"),
     ("in-device", "device_type = 'cuda' if 'cuda' in device else 'cpu'\n",
      f"device_type = {DN}() if get_accelerator().on_accelerator(device, exclude_cpu=True) else 'cpu'\n"),
     ("not-in-str", "if 'cuda' not in str(x.device):\n    pass\n",
