@@ -576,9 +576,18 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             target = device  # a device string already rewritten: "cuda:1" -> device_name(1)
         else:
             target = self._accel_call("device_name", [device])
-        return updated.with_changes(
-            func=updated.func.with_changes(attr=cst.Name("to")), args=[cst.Arg(value=target), *kept]
-        )
+        device_arg = cst.Arg(value=target)
+        if self._in_map_location_function(original):  # storage.to() takes the device by keyword only
+            device_arg = cst.Arg(keyword=cst.Name("device"), value=target, equal=_TIGHT_EQUAL)
+        return updated.with_changes(func=updated.func.with_changes(attr=cst.Name("to")), args=[device_arg, *kept])
+
+    def _in_map_location_function(self, node: cst.CSTNode) -> bool:
+        """True inside ``map_location=lambda storage, loc: ...``, where ``.cuda`` is called on a storage."""
+        current: cst.CSTNode | None = node
+        while current is not None and not isinstance(current, cst.Lambda):
+            current = self._parent(current)
+        parent = self._parent(current) if current is not None else None
+        return isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location"
 
     def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
         expr = original_node.decorator

@@ -6,6 +6,8 @@ accelerator, where they must be False (the original's CPU branch), and on a CUDA
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -45,6 +47,8 @@ CASES: list[tuple[str, str, str]] = [
      f"m.to({DN}(device_id))\n"),
     ("map-location-int", "def load(p, gpu: int):\n    return torch.load(p, map_location=gpu)\n",
      f"def load(p, gpu: int):\n    return torch.load(p, map_location={DN}(gpu))\n"),
+    ("map-location-lambda", "sd = torch.load(p, map_location=lambda storage, loc: storage.cuda(gpu))\n",
+     f"sd = torch.load(p, map_location=lambda storage, loc: storage.to(device={DN}(gpu)))\n"),
     # DDP's device lists: None on the CPU accelerator
     ("device-ids", "m = DDP(m, device_ids=[local_rank], output_device=local_rank)\n",
      f"m = DDP(m, device_ids={NOT_CPU} [local_rank], output_device={NOT_CPU} local_rank)\n"),
@@ -101,6 +105,18 @@ def test_left_alone_and_reported(source: str, expected: list[tuple[int, str]]) -
     result = migrate_source(HEAD + source, "m.py")
     assert result.rewritten == HEAD + source
     assert sorted((f.line, f.kind) for f in result.findings) == sorted(expected)
+
+
+def test_map_location_function_loads(tmp_path: Path) -> None:
+    """The rewritten ``map_location`` lambda really loads a checkpoint (a storage's ``.to`` takes ``device=``)."""
+    path = tmp_path / "w.pt"
+    torch.save({"w": torch.arange(3.0)}, path)
+    code = migrate_source(HEAD + "def load(p, gpu: int):\n"
+                          "    return torch.load(p, map_location=lambda storage, loc: storage.cuda(gpu))\n").rewritten
+    namespace: dict[str, object] = {}
+    exec(compile(code, "<migrated>", "exec"), namespace)
+    loaded = namespace["load"](str(path), 0)  # type: ignore[operator]
+    assert torch.equal(loaded["w"], torch.arange(3.0)) and loaded["w"].device.type == "cpu"
 
 
 def test_device_context_targets_torch_accelerator_only_where_it_exists() -> None:
