@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 import libcst as cst
+from typing_extensions import override
 
 from anyaccel.migrate import rules
 
@@ -164,6 +165,7 @@ class ContextMarker(cst.CSTVisitor):
             if attribute is not None:
                 self.backend_attributes.add(attribute)
 
+    @override
     def visit_Call(self, node: cst.Call) -> None:
         positional = [a for a in node.args if a.keyword is None and not a.star]
         for arg in node.args:
@@ -201,6 +203,7 @@ class ContextMarker(cst.CSTVisitor):
             if index is not None and len(positional) > index:
                 self.mark_backend(positional[index].value)
 
+    @override
     def visit_IfExp(self, node: cst.IfExp) -> None:
         body, orelse = string_value(node.body), string_value(node.orelse)
         pair = {body, orelse}
@@ -241,6 +244,7 @@ class ContextMarker(cst.CSTVisitor):
                 and last_name(value.func) in rules.PARSE_METHODS):
             self.namespaces.add(target.value)
 
+    @override
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._mark_by_name(last_name(target.target), node.value)
@@ -251,6 +255,7 @@ class ContextMarker(cst.CSTVisitor):
                 if isinstance(first, cst.Name) and last_name(node.value.func) in rules.PARSE_METHODS:
                     self.namespaces.add(first.value)
 
+    @override
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._mark_by_name(last_name(node.target), node.value)
         self._record_target(node.target, node.value)
@@ -259,18 +264,22 @@ class ContextMarker(cst.CSTVisitor):
         if isinstance(node.target, cst.Name) and node.target.value == rules.CUDA_METHOD:
             self.data_attributes.add(rules.CUDA_METHOD)  # a dataclass or config field named cuda
 
+    @override
     def visit_Param(self, node: cst.Param) -> None:
         self._mark_by_name(node.name.value, node.default)
         if _is_int_annotation(node.annotation) or isinstance(node.default, cst.Integer):
             self.int_names.add(node.name.value)
 
+    @override
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions[node.name.value] = node
 
+    @override
     def visit_For(self, node: cst.For) -> None:
         if isinstance(node.iter, cst.Call) and last_name(node.iter.func) == "range":
             self._prove_int(node.target)
 
+    @override
     def visit_Comparison(self, node: cst.Comparison) -> None:
         # ``device.type == "cuda"``, ``"cuda" in device``: a device check, rewritten as a whole
         if len(node.comparisons) != 1:

@@ -22,6 +22,7 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from typing_extensions import override
 
 from anyaccel.migrate import rules
 from anyaccel.migrate.contexts import ContextMarker, last_name, string_value
@@ -231,6 +232,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ imports
 
+    @override
     def visit_Import(self, node: cst.Import) -> bool:
         for alias in node.names:
             module = get_full_name_for_node(alias.name) or ""
@@ -239,6 +241,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
                 self._cuda_imports.append((module, None, asname))
         return False
 
+    @override
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
         module = get_full_name_for_node(node.module) if node.module is not None else None
         if module is None or node.relative or isinstance(node.names, cst.ImportStar):
@@ -252,6 +255,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
                 self._binds_get_accelerator = True
         return False
 
+    @override
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
         if self.rewrites:
             if not self._binds_get_accelerator:
@@ -266,6 +270,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ marking contexts (one pass first)
 
+    @override
     def visit_Module(self, node: cst.Module) -> bool:
         """Mark every device and backend position of the module before anything is rewritten."""
         node.visit(self._contexts)
@@ -281,6 +286,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         index = match.group(1)
         return self._accel_call("device_name", [cst.Integer(index)] if index is not None else [])
 
+    @override
     def leave_SimpleString(
         self, original_node: cst.SimpleString, updated_node: cst.SimpleString
     ) -> cst.BaseExpression:
@@ -336,6 +342,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         self._report(node, kind, value=value, option=read.label, detail=detail)
         return False
 
+    @override
     def leave_FormattedString(
         self, original_node: cst.FormattedString, updated_node: cst.FormattedString
     ) -> cst.BaseExpression:
@@ -394,6 +401,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             return None
         return member if isinstance(self._parent(call), cst.WithItem) else None
 
+    @override
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if not self._is_outermost(original_node):
             return updated_node
@@ -402,6 +410,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             return updated_node
         return self._rewrite_cuda_reference(original_node, updated_node, suffix)
 
+    @override
     def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.BaseExpression:
         if not self._is_outermost(original_node):
             return updated_node
@@ -446,6 +455,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ device checks
 
+    @override
     def leave_Comparison(self, original_node: cst.Comparison, updated_node: cst.Comparison) -> cst.BaseExpression:
         """``device.type == "cuda"`` / ``"cuda" in device`` -> ``on_accelerator(<device>, exclude_cpu=True)``."""
         if id(original_node) not in self._contexts.device_checks or self._opted_out(original_node):
@@ -460,6 +470,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
 
     # ------------------------------------------------------------------ calls
 
+    @override
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         func = original_node.func
         suffix = self._cuda_suffix(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
@@ -589,6 +600,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         parent = self._parent(current) if current is not None else None
         return isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location"
 
+    @override
     def leave_Decorator(self, original_node: cst.Decorator, updated_node: cst.Decorator) -> cst.Decorator:
         expr = original_node.decorator
         if not isinstance(expr, (cst.Name, cst.Attribute)):
