@@ -77,6 +77,13 @@ class ContextMarker(cst.CSTVisitor):
         backend_nodes: ``id()`` of every expression in a backend position.
         device_attributes: ``x`` of every ``<name>.x`` in a device position (``args.device`` -> ``device``).
         backend_attributes: ``x`` of every ``<name>.x`` in a backend position.
+        device_checks: ``id()`` of every comparison that is a device check (``device.type == "cuda"``).
+        check_strings: ``id()`` of the ``"cuda"`` literal of each such check.
+        int_names, int_attributes: names and ``<name>.x`` attributes proven to hold an int (see :meth:`is_int`).
+        field_names: attribute names that are data fields somewhere: argparse destinations, class fields,
+            ``cuda=``/``is_cuda=`` keywords (``Config(cuda=True)``).
+        data_pairs: ``(name, attribute)`` of every assignment ``<name>.<attribute> = ...``.
+        namespaces: names assigned parsed command-line options (``args = parser.parse_args()``).
     """
 
     def __init__(self, qualified_names: Callable[[cst.CSTNode], Collection[str]]) -> None:
@@ -90,7 +97,8 @@ class ContextMarker(cst.CSTVisitor):
         self.check_strings: set[int] = set()
         self.int_names: set[str] = set()
         self.int_attributes: set[str] = set()
-        self.data_attributes: set[str] = set()
+        self.field_names: set[str] = set()
+        self.data_pairs: set[tuple[str, str]] = set()
         self.namespaces: set[str] = set()
         self._int_candidates: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
         self._functions: dict[str, cst.FunctionDef] = {}
@@ -177,8 +185,8 @@ class ContextMarker(cst.CSTVisitor):
             if keyword == "device_ids" and isinstance(arg.value, (cst.List, cst.Tuple)):
                 for element in arg.value.elements:
                     self._prove_int(element.value)
-            if keyword == rules.CUDA_METHOD:
-                self.data_attributes.add(keyword)
+            if keyword in rules.CUDA_ATTRIBUTES:
+                self.field_names.add(keyword)
         names = set(self._qualified_names(node.func))
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
         if positional and (names & rules.DEVICE_FIRST_ARG_CALLEES or method in rules.DEVICE_FIRST_ARG_METHODS):
@@ -230,14 +238,14 @@ class ContextMarker(cst.CSTVisitor):
         dest = read_option(node).dest
         if dest is None:
             return
-        self.data_attributes.add(dest)
+        self.field_names.add(dest)
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "type" and last_name(arg.value) == "int":
                 self.int_attributes.add(dest)
 
     def _record_target(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-        if isinstance(target, cst.Attribute):
-            self.data_attributes.add(target.attr.value)
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            self.data_pairs.add((target.value.value, target.attr.value))
         if value is not None:
             self._int_candidates.append((target, value))
         if (isinstance(target, cst.Name) and isinstance(value, cst.Call)
@@ -261,8 +269,8 @@ class ContextMarker(cst.CSTVisitor):
         self._record_target(node.target, node.value)
         if _is_int_annotation(node.annotation):
             self._prove_int(node.target)
-        if isinstance(node.target, cst.Name) and node.target.value == rules.CUDA_METHOD:
-            self.data_attributes.add(rules.CUDA_METHOD)  # a dataclass or config field named cuda
+        if isinstance(node.target, cst.Name) and node.target.value in rules.CUDA_ATTRIBUTES:
+            self.field_names.add(node.target.value)  # a dataclass or config field named cuda / is_cuda
 
     @override
     def visit_Param(self, node: cst.Param) -> None:

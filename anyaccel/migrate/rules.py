@@ -162,6 +162,15 @@ DEVICE_CHECK_KEYWORD = "exclude_cpu"
 #: read without a call they are not the ``.cuda`` method.
 CUDA_METHOD = "cuda"
 
+#: The attribute names of the CUDA tensor/module API that a config object or an options namespace also uses.
+CUDA_ATTRIBUTES: frozenset[str] = frozenset({"cuda", "is_cuda"})
+
+#: Names that conventionally hold options or configuration (never a tensor or module): ``args.is_cuda`` is not
+#: rewritten to ``on_accelerator(args)``, it is reported.
+NAMESPACE_NAME_HINTS: frozenset[str] = frozenset(
+    {"args", "opt", "opts", "options", "cfg", "config", "conf", "hparams", "params", "flags", "FLAGS", "settings"}
+)
+
 #: argparse's parsing methods: a name assigned their result is a namespace of options, not a tensor.
 PARSE_METHODS: frozenset[str] = frozenset({"parse_args", "parse_known_args", "parse_intermixed_args"})
 
@@ -280,6 +289,12 @@ REASONS: dict[str, Reason] = {
         "int(...), a range() loop, a rank= keyword, torch.cuda.set_device); an int device means CUDA device "
         "<index> to torch, and fails where there is no CUDA",
         "if it is an index, write get_accelerator().device_name({value}); if it is a device, leave it",
+    ),
+    "cuda-field": Reason(
+        "{value} is left as it is",
+        "{name} may be a data field here, not the tensor property: the receiver's name is one that usually holds "
+        "options or configuration, or this file declares an option, field or keyword named {name}",
+        "if it is a tensor, write get_accelerator().on_accelerator(<tensor>, exclude_cpu=True)",
     ),
     "cuda-only-setting": Reason(
         "{name} is left as it is",

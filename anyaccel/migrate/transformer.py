@@ -425,7 +425,13 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             return updated_node
         attr = original_node.attr.value
         if attr in rules.TENSOR_PROPERTIES and not isinstance(self._parent(original_node), cst.AssignTarget):
-            if self._opted_out(original_node):
+            if self._opted_out(original_node) or self._is_proven_data(original_node):
+                return updated_node
+            receiver = original_node.value
+            if (isinstance(receiver, cst.Name) and receiver.value in rules.NAMESPACE_NAME_HINTS) or (
+                attr in self._contexts.field_names
+            ):
+                self._report(original_node, "cuda-field", value=cst.Module([]).code_for_node(original_node), name=attr)
                 return updated_node
             return self._device_check(updated_node.value)
         if attr == rules.CUDA_METHOD and not self._is_called(original_node) and not self._is_data(original_node):
@@ -435,14 +441,15 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
     def _is_data(self, node: cst.Attribute) -> bool:
         """True when ``<x>.cuda`` (not called) is provably data, not the bound ``.cuda`` method.
 
-        Proofs: ``x`` holds parsed options (``args = parser.parse_args()``); some option's destination, some
-        assignment target (``cfg.cuda = ...``), a class field or a ``cuda=`` keyword has that name; or it is
-        read as a truth value (``if``, ``and``/``or``, ``not``, a comparison, an ``assert``), where a bound
-        method, always true, makes no sense.
+        Proofs: ``x`` holds parsed options (``args = parser.parse_args()``) or this file assigns ``x.cuda``; an
+        option's destination, a class field or a ``cuda=`` keyword is named ``cuda``; ``x`` has a name that holds
+        options or configuration (``args``, ``opt``, ``cfg``...: not reporting is the safe side, nothing is
+        rewritten); or it is read as a truth value (``if``, ``and``/``or``, ``not``, a comparison, an
+        ``assert``), where a bound method, always true, makes no sense.
         """
-        if isinstance(node.value, cst.Name) and node.value.value in self._contexts.namespaces:
+        if self._is_proven_data(node) or node.attr.value in self._contexts.field_names:
             return True
-        if node.attr.value in self._contexts.data_attributes:
+        if isinstance(node.value, cst.Name) and node.value.value in rules.NAMESPACE_NAME_HINTS:
             return True
         parent = self._parent(node)
         if isinstance(parent, cst.UnaryOperation):
@@ -452,6 +459,14 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         if isinstance(parent, cst.IfExp):
             return parent.test is node
         return isinstance(parent, (cst.BooleanOperation, cst.Comparison, cst.ComparisonTarget, cst.AssignTarget))
+
+    def _is_proven_data(self, node: cst.Attribute) -> bool:
+        """True for ``<name>.attr`` where ``name`` holds parsed options or this file assigns ``name.attr``."""
+        receiver = node.value
+        if not isinstance(receiver, cst.Name):
+            return False
+        return (receiver.value in self._contexts.namespaces
+                or (receiver.value, node.attr.value) in self._contexts.data_pairs)
 
     # ------------------------------------------------------------------ device checks
 
