@@ -101,6 +101,16 @@ AMP_DECORATORS: Mapping[str, str] = {
     "custom_bwd": "torch.amp.custom_bwd",
 }
 
+#: AMP entry points taking a device type: with ``"cuda"`` (or as ``torch.cuda.amp.*``) they are CUDA AMP, which
+#: turns itself off where there is no CUDA; migrated, ``enabled`` also says ``device_name() != "cpu"``, so the
+#: CPU accelerator keeps the original's full-precision run instead of switching CPU autocast on.
+#: Each one's positional parameters after the device, by which positional arguments are passed on by keyword.
+AMP_DEVICE_CALLEES: Mapping[str, tuple[str, ...]] = {
+    "torch.autocast": ("dtype", "enabled", "cache_enabled"),
+    "torch.amp.autocast": ("dtype", "enabled", "cache_enabled"),
+    "torch.amp.GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+}
+
 #: Keyword arguments whose value is a device (any callee): ``torch.zeros(..., device="cuda")``,
 #: ``torch.load(..., map_location="cuda")``, ``torch.autocast(device_type="cuda")``.
 DEVICE_KEYWORDS: frozenset[str] = frozenset({"device", "map_location", "device_type"})

@@ -493,6 +493,12 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             return self._rewrite_cuda_call(original_node, updated_node, suffix)
         if not (isinstance(func, cst.Attribute) and func.attr.value == rules.CUDA_METHOD):
             updated_node = self._rewrite_device_arguments(original_node, updated_node)
+        amp_callee = self._cuda_amp_callee(original_node)
+        if amp_callee is not None and not self._opted_out(original_node):
+            names = ("device", *rules.AMP_DEVICE_CALLEES[amp_callee])
+            keywordized = self._keywordize(original_node, updated_node, names, amp_callee, skip=1)
+            if keywordized is not None:
+                updated_node = updated_node.with_changes(args=self._off_on_cpu(keywordized))
         if not isinstance(func, cst.Attribute) or self._is_module_path(func) or _is_accelerator_member(func):
             return updated_node
         assert isinstance(updated_node.func, cst.Attribute)
@@ -505,6 +511,47 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
             elif not self._opted_out(original_node):
                 return self._accel_call(rules.TENSOR_METHODS[method], [updated_node.func.value])
         return updated_node
+
+    def _cuda_amp_callee(self, call: cst.Call) -> str | None:
+        """``"torch.autocast"`` for ``torch.autocast("cuda", ...)`` and the like (CUDA AMP), else None."""
+        callees = sorted({q.name for q in self._qualified(call.func)} & set(rules.AMP_DEVICE_CALLEES))
+        if not callees:
+            return None
+        for index, arg in enumerate(call.args):
+            keyword = arg.keyword.value if arg.keyword is not None else None
+            if keyword in ("device_type", "device") or (keyword is None and index == 0 and not arg.star):
+                return callees[0] if string_value(arg.value) == rules.CUDA_TYPE else None
+        return None
+
+    def _off_on_cpu(self, args: Sequence[cst.Arg]) -> Sequence[cst.Arg]:
+        """CUDA AMP's arguments with ``enabled`` also false on the CPU accelerator, as CUDA AMP is without CUDA.
+
+        ``enabled=E`` becomes ``enabled=E and get_accelerator().device_name() != "cpu"``; without ``enabled``,
+        ``enabled=get_accelerator().device_name() != "cpu"`` is added. Arguments passed positionally after the
+        device, or ``**kwargs``, may hold ``enabled``: then the arguments are returned as they are.
+        """
+        if any(arg.star or (arg.keyword is None and index > 0) for index, arg in enumerate(args)):
+            return args
+        not_cpu = cst.Comparison(
+            left=self._accel_call("device_name"),
+            comparisons=[cst.ComparisonTarget(cst.NotEqual(), cst.SimpleString(f'"{rules.HOST_DEVICE}"'))],
+        )
+        result = list(args)
+        for index, arg in enumerate(result):
+            if arg.keyword is not None and arg.keyword.value == "enabled":
+                value = arg.value
+                if isinstance(value, cst.Name) and value.value in ("True", "False"):
+                    return result if value.value == "False" else [
+                        *result[:index], arg.with_changes(value=not_cpu), *result[index + 1:]
+                    ]
+                if isinstance(value, (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)) and not value.lpar:
+                    value = value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                result[index] = arg.with_changes(value=cst.BooleanOperation(left=value, operator=cst.And(),
+                                                                            right=not_cpu))
+                return result
+        if result:
+            result[-1] = result[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return [*result, cst.Arg(keyword=cst.Name("enabled"), value=not_cpu, equal=_TIGHT_EQUAL)]
 
     def _rewrite_cuda_call(self, original: cst.Call, updated: cst.Call, suffix: str) -> cst.BaseExpression:
         """``torch.cuda.CUDAGraph()``, ``torch.cuda.amp.autocast(...)``, ``@torch.cuda.amp.custom_fwd(...)``."""
@@ -534,7 +581,7 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
                 return updated
             device = cst.Arg(value=self._accel_call("device_name"))
             self._needs_torch = True
-            return updated.with_changes(func=cst.parse_expression(target), args=[device, *args])
+            return updated.with_changes(func=cst.parse_expression(target), args=self._off_on_cpu([device, *args]))
         if amp_name in rules.AMP_DECORATORS:
             if self._opted_out(original):
                 return updated
@@ -549,11 +596,14 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         return updated
 
     def _keywordize(
-        self, original: cst.Call, updated: cst.Call, names: Sequence[str], label: str
+        self, original: cst.Call, updated: cst.Call, names: Sequence[str], label: str, skip: int = 0
     ) -> list[cst.Arg] | None:
-        """Return ``updated``'s arguments with positional ones passed by keyword, or None (and a finding)."""
-        result: list[cst.Arg] = []
-        for index, arg in enumerate(updated.args):
+        """Return ``updated``'s arguments with positional ones passed by keyword, or None (and a finding).
+
+        The first ``skip`` arguments stay positional (the device of ``torch.autocast``).
+        """
+        result: list[cst.Arg] = list(updated.args[:skip])
+        for index, arg in enumerate(updated.args[skip:], start=skip):
             if arg.star:
                 self._report(original, "amp-call-args", name=label, detail="*args or **kwargs")
                 return None

@@ -8,6 +8,8 @@ import pytest
 from anyaccel.migrate.engine import migrate_source
 
 IMPORT = "from anyaccel import get_accelerator\n"
+#: CUDA AMP turns itself off without CUDA; migrated, it is off on the CPU accelerator
+OFF_ON_CPU = 'enabled=get_accelerator().device_name() != "cpu"'
 
 # (id, code after "import torch\n", expected code after "import torch\n" + IMPORT + "\n")
 CASES: list[tuple[str, str, str]] = [
@@ -94,14 +96,15 @@ CASES: list[tuple[str, str, str]] = [
     ("device-type-compare", "if x.device.type == 'cuda':\n    pass\n",
      "if get_accelerator().on_accelerator(x.device.type, exclude_cpu=True):\n    pass\n"),
     ("autocast-device-type", "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n",
-     "with torch.autocast(device_type=get_accelerator().device_name(), dtype=torch.bfloat16):\n    pass\n"),
+     "with torch.autocast(device_type=get_accelerator().device_name(), dtype=torch.bfloat16, "
+     f"{OFF_ON_CPU}):\n    pass\n"),
     # torch.cuda.amp -> torch.amp / torch.autocast with the device
     ("amp-autocast", "with torch.cuda.amp.autocast():\n    pass\n",
-     "with torch.autocast(get_accelerator().device_name()):\n    pass\n"),
+     f"with torch.autocast(get_accelerator().device_name(), {OFF_ON_CPU}):\n    pass\n"),
     ("amp-autocast-positional", "with torch.cuda.amp.autocast(True, torch.float16):\n    pass\n",
-     "with torch.autocast(get_accelerator().device_name(), enabled=True, dtype=torch.float16):\n    pass\n"),
+     f"with torch.autocast(get_accelerator().device_name(), {OFF_ON_CPU}, dtype=torch.float16):\n    pass\n"),
     ("amp-grad-scaler", "scaler = torch.cuda.amp.GradScaler(init_scale=1024.0)\n",
-     "scaler = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=1024.0)\n"),
+     f"scaler = torch.amp.GradScaler(get_accelerator().device_name(), init_scale=1024.0, {OFF_ON_CPU})\n"),
     ("amp-custom-fwd", "@torch.cuda.amp.custom_fwd\ndef f(ctx, x):\n    return x\n",
      "@torch.amp.custom_fwd(device_type=get_accelerator().device_name())\ndef f(ctx, x):\n    return x\n"),
     ("amp-custom-fwd-args", "@torch.cuda.amp.custom_fwd(cast_inputs=torch.float32)\ndef f(ctx, x):\n    return x\n",
@@ -140,8 +143,8 @@ ALIAS_CASES: list[tuple[str, str, str]] = [
      IMPORT + "\nget_accelerator().synchronize()\nget_accelerator().manual_seed(3)\n"),
     ("from-amp-import",
      "from torch.cuda.amp import GradScaler, autocast\n\ns = GradScaler()\nwith autocast():\n    pass\n",
-     "import torch\n" + IMPORT + "\ns = torch.amp.GradScaler(get_accelerator().device_name())\n"
-     "with torch.autocast(get_accelerator().device_name()):\n    pass\n"),
+     "import torch\n" + IMPORT + f"\ns = torch.amp.GradScaler(get_accelerator().device_name(), {OFF_ON_CPU})\n"
+     f"with torch.autocast(get_accelerator().device_name(), {OFF_ON_CPU}):\n    pass\n"),
     # an alias still used for something unconvertible is kept
     ("alias-kept", "import torch.cuda as tc\n\ntc.synchronize()\nname = tc.get_device_name(0)\n",
      "import torch.cuda as tc\n" + IMPORT + "\nget_accelerator().synchronize()\nname = tc.get_device_name(0)\n"),

@@ -37,8 +37,8 @@ class Script:
     Attributes:
         name: the file name in ``corpus/``.
         findings: the kinds of the places the migration must report (the rest is rewritten).
-        original_runs_on_cpu: the original has a CPU fallback, so its ``check:`` lines can be compared on a
-            CPU-only machine.
+        original_runs_on_cpu: the original has a CPU fallback, so its ``check:`` lines and losses can be
+            compared on a CPU-only machine (CUDA AMP, off there in the original, is off in the migrated script).
         torchrun: start it with ``torch.distributed.run`` (one process per device) instead of ``python``.
     """
 
@@ -146,9 +146,10 @@ def test_migrated_script_trains_on_cpu(script: Script, tmp_path: Path) -> None:
     for name, value in migrated.checks.items():  # on a CPU-only machine, every device check is False
         assert value in ("False", "cpu"), (name, value, migrated.output)
     assert "resumed: False" not in migrated.output
-    if script.original_runs_on_cpu:
+    if script.original_runs_on_cpu:  # the same branches, so the same computation and the same losses
         original = _run(script, _original(script, tmp_path), CPU_ENV)
         assert migrated.checks == original.checks
+        assert migrated.losses == original.losses, (original.output, migrated.output)
 
 
 @pytest.mark.gpu

@@ -18,6 +18,7 @@ def main():
     print(f"avail: use_cuda={use_cuda}")
     pin = device.type == "cuda"
     print(f"check: pin_memory={pin}")
+    torch.manual_seed(0)
     dataset = TensorDataset(torch.randn(128, 12), torch.randint(0, 3, (128,)))
     loader = DataLoader(dataset, batch_size=16, shuffle=True, num_workers=1, pin_memory=pin)
     model = nn.Linear(12, 3)

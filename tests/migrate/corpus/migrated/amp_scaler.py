@@ -19,12 +19,12 @@ def main():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler(get_accelerator().device_name(), enabled=use_amp)
+    scaler = torch.amp.GradScaler(get_accelerator().device_name(), enabled=use_amp and get_accelerator().device_name() != "cpu")
     x = torch.randn(16, 32, device=device)
     y = torch.randint(0, 8, (16,), device=device)
     for _ in range(args.steps):
         optimizer.zero_grad()
-        with torch.autocast(device_type=get_accelerator().device_name(), dtype=torch.bfloat16, enabled=use_amp):
+        with torch.autocast(device_type=get_accelerator().device_name(), dtype=torch.bfloat16, enabled=use_amp and get_accelerator().device_name() != "cpu"):
             logits = model(x)
             loss = F.cross_entropy(logits, y)
         scaler.scale(loss).backward()
