@@ -558,11 +558,17 @@ class CudaToAccelerator(VisitorBasedCodemodCommand):
         amp_name = suffix[len("amp."):] if suffix.startswith("amp.") else ""
         context = self._torch_context(suffix, original)
         if context is not None:
-            if self._opted_out(original) or len(original.args) != 1 or original.args[0].keyword is not None:
+            if self._opted_out(original):
+                return updated
+            if len(original.args) != 1 or original.args[0].star or (
+                original.args[0].keyword is not None and original.args[0].keyword.value != "device"
+            ):
+                self._report(original, "amp-call-args", name=_CUDA_PREFIX + suffix,
+                             detail="arguments other than one device index")
                 return updated
             self.rewrites += 1
             self._needs_torch = True
-            index = self._unless_cpu(updated.args[0].value)
+            index = self._unless_cpu(updated.args[0].value)  # device=i is passed positionally
             return updated.with_changes(
                 func=cst.parse_expression(f"torch.accelerator.{context}"), args=[cst.Arg(value=index)]
             )

@@ -128,6 +128,11 @@ def test_device_context_targets_torch_accelerator_only_where_it_exists() -> None
     source = HEAD + "with torch.cuda.device(1):\n    pass\n"
     with_member = migrate_source(source, torch_accelerator=frozenset({"device_index"})).rewritten
     assert f"with torch.accelerator.device_index({NOT_CPU} 1):" in with_member
+    other_form = migrate_source(HEAD + "with torch.cuda.device(device=1):\n    pass\n").rewritten
+    assert f"with torch.accelerator.device_index({NOT_CPU} 1):" in other_form  # keyword passed positionally
+    starred = migrate_source(HEAD + "with torch.cuda.device(*where):\n    pass\n", "m.py")
+    assert starred.rewritten == HEAD + "with torch.cuda.device(*where):\n    pass\n"
+    assert [f.kind for f in starred.findings] == ["amp-call-args"]
     without = migrate_source(source, torch_accelerator=frozenset()).rewritten
     assert "with get_accelerator().device(1):" in without
     assert "torch.accelerator" not in without
