@@ -79,7 +79,9 @@ class ContextMarker(cst.CSTVisitor):
         backend_attributes: ``x`` of every ``<name>.x`` in a backend position.
         device_checks: ``id()`` of every comparison that is a device check (``device.type == "cuda"``).
         check_strings: ``id()`` of the ``"cuda"`` literal of each such check.
-        int_names, int_attributes: names and ``<name>.x`` attributes proven to hold an int (see :meth:`is_int`).
+        int_names: ``(scope, name)`` of the names proven to hold an int (see :meth:`is_int`); the scope is the
+            ``id()`` of the function or lambda binding the name, None at module level.
+        int_attributes: ``x`` of the ``<name>.x`` attributes proven to hold an int.
         field_names: attribute names that are data fields somewhere: argparse destinations, class fields,
             ``cuda=``/``is_cuda=`` keywords (``Config(cuda=True)``).
         data_pairs: ``(name, attribute)`` of every assignment ``<name>.<attribute> = ...``.
@@ -95,12 +97,14 @@ class ContextMarker(cst.CSTVisitor):
         self.backend_attributes: set[str] = set()
         self.device_checks: set[int] = set()
         self.check_strings: set[int] = set()
-        self.int_names: set[str] = set()
+        self.int_names: set[tuple[int | None, str]] = set()
         self.int_attributes: set[str] = set()
         self.field_names: set[str] = set()
         self.data_pairs: set[tuple[str, str]] = set()
         self.namespaces: set[str] = set()
-        self._int_candidates: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        self._int_candidates: list[tuple[int | None, cst.BaseExpression, cst.BaseExpression]] = []
+        self._scope_stack: list[int] = []
+        self._scopes_of: dict[int, tuple[int | None, ...]] = {}
         self._functions: dict[str, cst.FunctionDef] = {}
         self._spawned: set[str] = set()
 
@@ -125,14 +129,25 @@ class ContextMarker(cst.CSTVisitor):
                        rules.DEVICE_NAME_SUFFIXES):
             return False
         if isinstance(node, cst.Name):
-            return node.value in self.int_names
+            scopes = self._scopes_of.get(id(node), (None,))
+            return any((scope, node.value) in self.int_names for scope in scopes)
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
             return node.attr.value in self.int_attributes
         return False
 
+    @property
+    def _scope(self) -> int | None:
+        """The function or lambda being visited (its ``id()``), None at module level."""
+        return self._scope_stack[-1] if self._scope_stack else None
+
     def _prove_int(self, node: cst.BaseExpression | None) -> None:
+        """Record that ``node`` (a name, or ``<name>.x``) holds an int, in the scope being visited."""
+        self._prove_int_in(self._scope, node)
+
+    def _prove_int_in(self, scope: int | None, node: cst.BaseExpression | None) -> None:
+        """Record that ``node`` (a name bound in ``scope``, or ``<name>.x``) holds an int."""
         if isinstance(node, cst.Name):
-            self.int_names.add(node.value)
+            self.int_names.add((scope, node.value))
         elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
             self.int_attributes.add(node.attr.value)
 
@@ -141,13 +156,13 @@ class ContextMarker(cst.CSTVisitor):
         for name in self._spawned:
             function = self._functions.get(name)
             if function is not None and function.params.params:
-                self.int_names.add(function.params.params[0].name.value)
+                self.int_names.add((id(function), function.params.params[0].name.value))
         changed = True
         while changed:
             changed = False
-            for target, value in self._int_candidates:
+            for scope, target, value in self._int_candidates:
                 if not self.is_int(target) and self.is_int(value):
-                    self._prove_int(target)
+                    self._prove_int_in(scope, target)
                     changed = changed or self.is_int(target)
 
     @staticmethod
@@ -247,7 +262,7 @@ class ContextMarker(cst.CSTVisitor):
         if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
             self.data_pairs.add((target.value.value, target.attr.value))
         if value is not None:
-            self._int_candidates.append((target, value))
+            self._int_candidates.append((self._scope, target, value))
         if (isinstance(target, cst.Name) and isinstance(value, cst.Call)
                 and last_name(value.func) in rules.PARSE_METHODS):
             self.namespaces.add(target.value)
@@ -276,11 +291,29 @@ class ContextMarker(cst.CSTVisitor):
     def visit_Param(self, node: cst.Param) -> None:
         self._mark_by_name(node.name.value, node.default)
         if _is_int_annotation(node.annotation) or isinstance(node.default, cst.Integer):
-            self.int_names.add(node.name.value)
+            self.int_names.add((self._scope, node.name.value))
 
     @override
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions[node.name.value] = node
+        self._scope_stack.append(id(node))
+
+    @override
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._scope_stack.pop()
+
+    @override
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._scope_stack.append(id(node))
+
+    @override
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self._scope_stack.pop()
+
+    @override
+    def visit_Name(self, node: cst.Name) -> None:
+        # the scopes a use of this name can see, innermost first: its functions, then the module
+        self._scopes_of[id(node)] = (*reversed(self._scope_stack), None)
 
     @override
     def visit_For(self, node: cst.For) -> None:

@@ -31,6 +31,8 @@ CASES: list[tuple[str, str, str]] = [
      f"    def step(self, x):\n        return x.to({DN}(self.gpu_id), non_blocking=True)\n"),
     ("int-env", "local_rank = int(env['LOCAL_RANK'])\nx = torch.zeros(2, device=local_rank)\n",
      f"local_rank = int(env['LOCAL_RANK'])\nx = torch.zeros(2, device={DN}(local_rank))\n"),
+    ("module-int-seen-in-function", "gpu = 0\ndef f(m):\n    return m.to(gpu)\n",
+     f"gpu = 0\ndef f(m):\n    return m.to({DN}(gpu))\n"),
     ("range-loop", "for i in range(2):\n    d = torch.device(i)\n",
      f"for i in range(2):\n    d = torch.device({DN}(i))\n"),
     ("literal", "y = x.to(0)\n", f"y = x.to({DN}(0))\n"),
@@ -87,6 +89,8 @@ def test_rewrite(before: str, after: str) -> None:
 LEFT: list[tuple[str, str, list[tuple[int, str]]]] = [
     ("unproven-index", "def f(m, rank):\n    return m.to(rank)\n", [(3, "device-index")]),
     ("device-variable", "def f(m, device):\n    return m.to(device)\n", []),
+    ("other-scope", "def f(gpu: int):\n    return gpu\ndef g(m, gpu):\n    return m.to(gpu)\n",
+     [(5, "device-index")]),
     ("argparse-flag", "args = p.parse_args()\nuse_cuda = args.cuda and ok\n", []),
     ("config-field", "class C:\n    cuda: bool = True\nif c.cuda:\n    pass\n", []),
     ("not-flag", "if not opt.cuda:\n    pass\n", []),
