@@ -3,6 +3,11 @@
 ``torch.accelerator`` exists in every torch anyaccel supports, but its members arrived over several
 releases (``current_device_index``, ``set_device_index``, the ``device_index`` context manager...). A rewrite
 that targets one of them must only do so where it exists; everywhere else it targets ``get_accelerator()``.
+
+Only what ``get_accelerator()`` lacks is targeted: the current-device context (``device_index``). The other
+members (``current_device_index``, ``set_device_index``, ``device_count``) have accelerator equivalents that
+also work on the CPU accelerator, where ``torch.accelerator`` raises "Cannot access accelerator device when
+none is available", so they stay ``get_accelerator()`` calls.
 """
 
 from __future__ import annotations
