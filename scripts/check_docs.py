@@ -59,7 +59,7 @@ DOCUMENTED_MODULES: tuple[str, ...] = (
     "anyaccel.ops.aio",
     "anyaccel.ops.nn",
     "anyaccel.ops.optimizer",
-    "anyaccel.ops.spec",
+    "anyaccel.spec",
     "anyaccel.ops.dispatch",
     "anyaccel.ops.validation",
     "anyaccel.ops.cpu_threads",

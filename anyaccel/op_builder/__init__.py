@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
     Raises:
         AttributeError: neither a core name nor a known builder.
     """
-    from anyaccel.ops.spec import resolve
+    from anyaccel.spec import resolve
 
     if name in _CORE:
         return resolve(_CORE[name])

@@ -1,11 +1,11 @@
 """Which builder class serves an op on an accelerator, derived from the op specs (docs/architecture.md
 "Accelerator → op builder").
 
-Nothing here is a hand-edited table: every :class:`~anyaccel.ops.spec.NativeBuild` of every op spec
-(:func:`anyaccel.ops.spec.all_specs`) becomes a builder class, made on first use by :func:`builder_class`
+Nothing here is a hand-edited table: every :class:`~anyaccel.spec.NativeBuild` of every op spec
+(:func:`anyaccel.spec.all_op_specs`) becomes a builder class, made on first use by :func:`builder_class`
 from its backend's base (:data:`BACKEND_BASES`) and published under the build's DeepSpeed builder name
 (``"CPUAdamBuilder"``) for the accelerators it declares (``"*"``: every accelerator, for host ops), and
-under each of its :class:`~anyaccel.ops.spec.BuilderAlias` names for the accelerators the alias names (the
+under each of its :class:`~anyaccel.spec.BuilderAlias` names for the accelerators the alias names (the
 CPU Adam build is also ``FusedAdamBuilder`` on ``cpu``: one build, one cache entry, another class name). The
 build's ``NAME`` (``"cpu_adam"``) is accepted as an alias. :func:`register_builder` adds rows for builders
 written by hand (plug-ins, tests).
@@ -19,7 +19,7 @@ import functools
 import threading
 
 from anyaccel.op_builder.core.errors import UnknownOpError
-from anyaccel.ops.spec import NativeBuild, OpSpec, all_specs, resolve
+from anyaccel.spec import NativeBuild, OpSpec, all_op_specs, resolve
 
 ANY_ACCELERATOR = "*"
 
@@ -55,9 +55,9 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
     Raises:
         SpecError: no such family or build, or ``builder`` is not a name the build answers to.
     """
-    from anyaccel.ops.spec import SpecError, spec
+    from anyaccel.spec import SpecError, op_spec
 
-    s = spec(family)
+    s = op_spec(family)
     build = next((b for b in s.builds if b.name == build_name), None)
     if build is None:
         s.build(build_name)  # raises SpecError naming the builds
@@ -71,9 +71,9 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
 @functools.cache
 def _make_class(family: str, build_name: str, alias: str | None) -> type:
     """The class of :func:`builder_class`, made once per (family, build, alias)."""
-    from anyaccel.ops.spec import spec
+    from anyaccel.spec import op_spec
 
-    s = spec(family)
+    s = op_spec(family)
     build = s.build(build_name)
     if alias is not None:
         primary = _make_class(family, build_name, None)
@@ -101,10 +101,10 @@ def _spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
     Raises:
         SpecError: two specs claim the same (builder name, accelerator) row.
     """
-    from anyaccel.ops.spec import SpecError
+    from anyaccel.spec import SpecError
 
     rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
-    for s in all_specs():
+    for s in all_op_specs():
         for b in s.builds:
             for builder, acc in b.rows():
                 taken = rows.setdefault(builder, {}).get(acc)
@@ -116,7 +116,7 @@ def _spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
 
 
 def _aliases() -> dict[str, str]:
-    out = {b.name: b.builder for s in all_specs() for b in s.builds}
+    out = {b.name: b.builder for s in all_op_specs() for b in s.builds}
     out.update(_EXTRA_ALIASES)
     return out
 
@@ -207,4 +207,4 @@ def any_builder_class(name: str) -> type | None:
 
 def spec_builds() -> list[tuple[OpSpec, NativeBuild]]:
     """Every (spec, build) pair, in spec then build order (``anyaccel build`` and the report walk these)."""
-    return [(s, b) for s in all_specs() for b in s.builds]
+    return [(s, b) for s in all_op_specs() for b in s.builds]

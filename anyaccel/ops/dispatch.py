@@ -4,7 +4,7 @@ An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUD
 a SYCL kernel or torch_npu. Each is an :class:`Implementation`: a name, a priority, the device types it
 serves, a cheap availability probe (no compiler, no process, no device initialisation beyond asking whether
 one exists) and a loader. The built-in ones are derived from the op specs' ``implementations``
-(:mod:`anyaccel.ops.spec`); users add their own with :func:`register_implementation`. For a device type
+(:mod:`anyaccel.spec`); users add their own with :func:`register_implementation`. For a device type
 the loader picks:
 
 1. the implementation named by the caller (``name=``), else
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from anyaccel.ops import spec as spec_mod
+import anyaccel.spec as spec_mod
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ def _register_builtins() -> None:
         if _builtins_done:
             return
         _builtins_done = True
-    for s in spec_mod.all_specs():
+    for s in spec_mod.all_op_specs():
         for impl in s.implementations:
             if impl.name not in _registry.get(s.family, {}):
                 _add(_from_spec(s, impl), override=False)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from anyaccel.ops.spec import OpSpec
+from anyaccel.spec import OpSpec
 
 _LOCK = threading.Lock()
 _DEFINED: dict[str, Any] = {}

@@ -18,7 +18,7 @@ from anyaccel.op_builder.registry import (
     register_builder,
     spec_builds,
 )
-from anyaccel.ops.spec import SpecError, all_specs
+from anyaccel.spec import SpecError, all_op_specs
 
 
 def test_host_op_for_every_accelerator():
@@ -30,7 +30,7 @@ def test_host_op_for_every_accelerator():
 
 
 def test_every_spec_build_becomes_one_class_made_once():
-    assert spec_builds() == [(s, b) for s in all_specs() for b in s.builds]
+    assert spec_builds() == [(s, b) for s in all_op_specs() for b in s.builds]
     for s, b in spec_builds():
         cls = builder_class(s.family, b.name)
         assert cls is builder_class(s.family, b.name)  # made once

@@ -16,7 +16,7 @@ from anyaccel.ops.adam import npu as npu_adam
 from anyaccel.ops.adam.spec import SPEC as ADAM
 from anyaccel.ops.lion import npu as npu_lion
 from anyaccel.ops.lion.spec import SPEC as LION
-from anyaccel.ops.spec import SpecError
+from anyaccel.spec import SpecError
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Everything derived from the op specs agrees with them, and every host build honours its spec.
 
-Parametrised by the specs themselves (``all_specs()``), so a new op family is checked by adding its spec:
+Parametrised by the specs themselves (``all_op_specs()``), so a new op family is checked by adding its spec:
 its schema header carries every function, the registry and the implementation loader are derived from it,
 and each host (CPU) build runs every tensor function through ``torch.library.opcheck`` for every accepted
 dtype combination, under ``torch.compile(fullgraph=True)``, and against its validating fake with the same
@@ -18,11 +18,11 @@ import torch
 from anyaccel.op_builder import registry
 from anyaccel.op_builder.toolchains import schema
 from anyaccel.ops import dispatch
-from anyaccel.ops.spec import OpSpec, all_specs
+from anyaccel.spec import OpSpec, all_op_specs
 from anyaccel.testing.op_samples import sample_args
 
 PACKAGE = Path(__import__("anyaccel").__file__).parent
-SPECS = all_specs()
+SPECS = all_op_specs()
 HOST_BUILDS = [(s, b) for s in SPECS for b in s.builds if b.backend == "cpu"]
 #: The host builds of element-wise optimizer families (those with dtype combinations), whose calls
 #: ``sample_args`` can make; the others (``aio``: files and handles) run opcheck and the fake-versus-kernel

@@ -21,7 +21,7 @@ valid names. The DeepSpeed behaviour lives only here, applied through the DeepSp
 
 DeepSpeed's optimizers call functions on the module ``load()`` returns (``create_adam``, ``adam_update``,
 ``multi_tensor_adam``...). anyaccel's op modules offer them: each op spec declares DeepSpeed's module ABI
-(:class:`anyaccel.ops.spec.DeepSpeedABI`), and :data:`DEEPSPEED_MODULE_ABI` (builder name -> the functions
+(:class:`anyaccel.spec.DeepSpeedABI`), and :data:`DEEPSPEED_MODULE_ABI` (builder name -> the functions
 DeepSpeed's callers use) is read from the specs. The adapter checks a loaded module against it and raises
 :class:`DeepSpeedABIMissingError` for a builder whose module lacks them (a plug-in op family published under
 a DeepSpeed builder name without declaring the ABI). There is no fallback to DeepSpeed's own builders:
@@ -50,14 +50,14 @@ __all__ = [
 
 class _SpecModuleABI(Mapping[str, tuple[str, ...]]):
     """DeepSpeed builder name -> the functions DeepSpeed's callers use on the module ``load()`` returns, read
-    from the op specs' :class:`~anyaccel.ops.spec.DeepSpeedABI` on first use (every platform's functions;
+    from the op specs' :class:`~anyaccel.spec.DeepSpeedABI` on first use (every platform's functions;
     the check of a loaded module uses this platform's, :func:`required_functions`)."""
 
     def _table(self) -> dict[str, tuple[str, ...]]:
-        from anyaccel.ops.spec import all_specs
+        from anyaccel.spec import all_op_specs
 
         table: dict[str, list[str]] = {}
-        for spec in all_specs():
+        for spec in all_op_specs():
             if spec.deepspeed is None:
                 continue
             for builder, functions in spec.deepspeed.builders:
@@ -90,10 +90,10 @@ def required_functions(builder: str) -> tuple[str, ...]:
     Returns:
         The names; empty for a builder no spec declares the ABI of.
     """
-    from anyaccel.ops.spec import all_specs
+    from anyaccel.spec import all_op_specs
 
     out: list[str] = []
-    for spec in all_specs():
+    for spec in all_op_specs():
         if spec.deepspeed is not None:
             out.extend(f for f in spec.deepspeed.functions_for([builder]) if f not in out)
     return tuple(out)

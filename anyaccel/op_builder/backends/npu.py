@@ -35,7 +35,7 @@ from typing_extensions import override
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
 from anyaccel.op_builder.core.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
-from anyaccel.ops.spec import resolve
+from anyaccel.spec import resolve
 
 logger = logging.getLogger(__name__)
 

@@ -66,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _accelerator_names() -> list[str]:
     """Every known accelerator name (built-ins, plug-ins, registrations), sorted."""
-    from anyaccel.accelerator.registry import all_specs
+    from anyaccel.accelerator.registry import all_accelerator_specs
 
-    return sorted(spec.name for spec in all_specs())
+    return sorted(spec.name for spec in all_accelerator_specs())

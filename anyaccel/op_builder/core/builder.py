@@ -16,7 +16,7 @@ entry that fails either check is quarantined (moved aside in one rename, logged 
 rebuilt (issue 12).
 
 Steps 1-3 spawn no process and import nothing heavy: the key uses the compiler's path, size and mtime,
-never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.ops.spec.NativeBuild`:
+never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.spec.NativeBuild`:
 sources, functions, flags) plus its backend base (``backends/``: ``TorchCPUOpBuilder``, ``CUDAOpBuilder``,
 ``SYCLOpBuilder``, ``NPUOpBuilder``), which overrides the hooks :meth:`preflight` (tools of the build),
 :meth:`compile_steps`/:meth:`link_command` (the commands) and :meth:`extra_key_inputs`.
@@ -71,7 +71,7 @@ from anyaccel.op_builder.toolchains.host import (
     require_cxx,
     require_ninja,
 )
-from anyaccel.ops.spec import NativeBuild, OpSpec
+from anyaccel.spec import NativeBuild, OpSpec
 from anyaccel.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -494,7 +494,7 @@ class OpBuilder:
     def _module_extras(self) -> dict[str, Any]:
         """What the loaded module offers besides its torch ops: ``{"deepspeed_abi": (adapter, functions)}``,
         the spec's DeepSpeed ABI functions for the builder names this build answers to (its ``builder`` and
-        aliases; :meth:`anyaccel.ops.spec.DeepSpeedABI.functions_for`), or ``{}``. Imports nothing."""
+        aliases; :meth:`anyaccel.spec.DeepSpeedABI.functions_for`), or ``{}``. Imports nothing."""
         abi = self.SPEC.deepspeed if self.SPEC is not None else None
         if abi is None or self.BUILD is None:
             return {}

@@ -13,7 +13,7 @@ __all__ = ["OpModule", "DeepSpeedFunctions", "with_deepspeed_abi"]
 class DeepSpeedFunctions:
     """DeepSpeed's module-ABI functions of one loaded op module, made on first use.
 
-    The op spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names an adapter factory (``"module:factory"``)
+    The op spec's :class:`~anyaccel.spec.DeepSpeedABI` names an adapter factory (``"module:factory"``)
     and the functions a module of this build offers (``create_adam``, ``adam_update``, ...). The factory is
     imported and called only when one of those names is first asked for, so loading an op imports no
     adapter code.
@@ -40,7 +40,7 @@ class DeepSpeedFunctions:
             return None
         with self._lock:
             if self._adapter is None:
-                from anyaccel.ops.spec import resolve
+                from anyaccel.spec import resolve
 
                 assert self._target is not None
                 self._adapter = resolve(self._target)(self._owner, self.functions)

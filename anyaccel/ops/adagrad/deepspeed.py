@@ -127,5 +127,5 @@ class AdagradABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdagradABI:
-    """The factory the adagrad spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory the adagrad spec's :class:`~anyaccel.spec.DeepSpeedABI` names."""
     return AdagradABI(module, functions)

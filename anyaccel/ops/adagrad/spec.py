@@ -1,4 +1,4 @@
-"""The Adagrad op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Adagrad op family, described once (see :mod:`anyaccel.spec`).
 
 Adagrad: Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and Stochastic
 Optimization", JMLR 2011. The update and its order of operations are torch's ``torch.optim.Adagrad``
@@ -16,7 +16,7 @@ module ABI (``create_adagrad``, ``adagrad_update``, ``destroy_adagrad``) is
 """
 
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.spec import REGISTRATION_CXX_ARGS, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.spec import REGISTRATION_CXX_ARGS, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
     family="adagrad",

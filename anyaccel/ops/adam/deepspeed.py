@@ -92,7 +92,7 @@ class AdamABI:
     Args:
         module: the loaded op module; its ``adam_step`` (and, for rollback, ``adam_rollback_step``) run the
             math, on the device its build serves.
-        functions: the function names the module offers (the spec's :class:`~anyaccel.ops.spec.DeepSpeedABI`
+        functions: the function names the module offers (the spec's :class:`~anyaccel.spec.DeepSpeedABI`
             for the builder names of its build); the others are not offered on it.
     """
 
@@ -324,6 +324,6 @@ class AdamABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdamABI:
-    """The factory the adam spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names: DeepSpeed's functions over
+    """The factory the adam spec's :class:`~anyaccel.spec.DeepSpeedABI` names: DeepSpeed's functions over
     ``module`` (called once per loaded module, on the first use of one of them)."""
     return AdamABI(module, functions)

@@ -1,4 +1,4 @@
-"""The Adam / AdamW op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Adam / AdamW op family, described once (see :mod:`anyaccel.spec`).
 
 Adam: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015; AdamW (decoupled weight decay):
 Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch's
@@ -20,7 +20,7 @@ in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_
 """
 
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
     DeepSpeedABI,
@@ -147,4 +147,4 @@ SPEC = OpSpec(
 
 
 #: The fake of ``adam_plan`` (validates like ``adam_step``, returns an int64 tensor of the plan's size).
-adam_plan_fake = make_plan_fake("adam_plan", ("exp_avgs", "exp_avg_sqs"))
+adam_plan_fake = make_plan_fake("adam_plan", ("exp_avgs", "exp_avg_sqs"), SPEC.dtypes)

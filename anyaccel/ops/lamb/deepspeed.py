@@ -90,5 +90,5 @@ class LambABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LambABI:
-    """The factory the lamb spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory the lamb spec's :class:`~anyaccel.spec.DeepSpeedABI` names."""
     return LambABI(module, functions)

@@ -1,4 +1,4 @@
-"""The LAMB op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The LAMB op family, described once (see :mod:`anyaccel.spec`).
 
 LAMB (You et al., ICLR 2020, https://arxiv.org/abs/1904.00962) as DeepSpeed's ``FusedLamb`` computes it
 (``csrc/lamb/fused_lamb_cuda_kernel.cu``), per tensor, in fp32::
@@ -27,7 +27,7 @@ from typing import Any
 from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
     DeepSpeedABI,
@@ -157,4 +157,4 @@ def check_lamb_coeffs(lamb_coeffs: Any, n: int, device: Any) -> None:
 
 
 #: The fake of ``lamb_plan`` (validates like ``lamb_step``, returns an int64 tensor of the plan's size).
-lamb_plan_fake = make_plan_fake("lamb_plan", ("exp_avgs", "exp_avg_sqs"))
+lamb_plan_fake = make_plan_fake("lamb_plan", ("exp_avgs", "exp_avg_sqs"), SPEC.dtypes)

@@ -170,5 +170,5 @@ class LionABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LionABI:
-    """The factory the lion spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory the lion spec's :class:`~anyaccel.spec.DeepSpeedABI` names."""
     return LionABI(module, functions)

@@ -1,4 +1,4 @@
-"""The Lion op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Lion op family, described once (see :mod:`anyaccel.spec`).
 
 Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algorithm 2
 (https://arxiv.org/abs/2302.06675). Per element, in fp32::
@@ -16,7 +16,7 @@ Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CP
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
     DeepSpeedABI,
@@ -103,4 +103,4 @@ SPEC = OpSpec(
 
 
 #: The fake of ``lion_plan`` (validates like ``lion_step``, returns an int64 tensor of the plan's size).
-lion_plan_fake = make_plan_fake("lion_plan", ("exp_avgs",))
+lion_plan_fake = make_plan_fake("lion_plan", ("exp_avgs",), SPEC.dtypes)

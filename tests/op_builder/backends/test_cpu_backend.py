@@ -123,7 +123,7 @@ def test_builder_returns_a_setuptools_extension_with_the_same_flags():
 def test_per_source_flags_reach_only_their_translation_unit_and_the_key(tmp_path: Path):
     """The spec's ``source_cxx_args`` (``-O1`` for the registration unit) come after ``-O3`` in that unit's
     command only, and are part of the cache key (a change rebuilds)."""
-    from anyaccel.ops.spec import REGISTRATION_CXX_ARGS
+    from anyaccel.spec import REGISTRATION_CXX_ARGS
 
     b = CPUAdamBuilder()
     glue, kernel = b.sources()

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
+import anyaccel.spec as spec_mod
 from anyaccel.op_builder import registry
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
-from anyaccel.ops import spec as spec_mod
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     BACKENDS,
     CXX_TYPES,
     SCALAR_TYPES,
@@ -28,10 +28,10 @@ from anyaccel.ops.spec import (
     NativeBuild,
     OpSpec,
     SpecError,
-    all_specs,
+    all_op_specs,
 )
 
-SPECS = all_specs()
+SPECS = all_op_specs()
 FAMILIES = [s.family for s in SPECS]
 
 #: The nine storage combinations of the element-wise optimizers: (param, grad, state, model copy).
@@ -52,17 +52,17 @@ def test_the_built_in_families_are_found_sorted_with_their_source() -> None:
     assert FAMILIES == sorted(FAMILIES) and {"adam", "lion"} <= set(FAMILIES)
     for s in SPECS:  # anyaccel/ops/<family>/spec.py, or deeper in a group (anyaccel/ops/nn/families/<family>)
         assert s.source.startswith("anyaccel.ops.") and s.source.endswith(f".{s.family}.spec")
-        assert spec_mod.spec(s.family) is s
-    assert all_specs() is SPECS  # cached
+        assert spec_mod.op_spec(s.family) is s
+    assert all_op_specs() is SPECS  # cached
 
 
 def test_unknown_family_lists_the_known_ones() -> None:
     with pytest.raises(SpecError, match=r"unknown op family 'nope'; known: \[.*'adam'.*'lion'.*\]"):
-        spec_mod.spec("nope")
+        spec_mod.op_spec("nope")
 
 
 def test_reading_the_specs_imports_neither_torch_nor_a_builder() -> None:
-    code = ("import sys, anyaccel.ops.spec as s; s.all_specs(); "
+    code = ("import sys, anyaccel.spec as s; s.all_op_specs(); "
             "print(sorted(m for m in ('torch', 'anyaccel.op_builder', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -70,7 +70,7 @@ def test_reading_the_specs_imports_neither_torch_nor_a_builder() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_spec_validates_and_its_parts_resolve(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     s.validate()
     assert s.summary and s.functions and s.implementations
     # families without native builds (the model ops) have Python-level implementations only
@@ -107,7 +107,7 @@ def test_every_spec_validates_and_its_parts_resolve(family: str) -> None:
 
 @pytest.mark.parametrize("family", ["adam", "lion"])
 def test_optimizer_families_share_the_storage_combinations(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     assert [c.as_tuple() for c in s.dtypes] == OPTIMIZER_COMBOS
     assert s.accepted_dtypes_text() == ", ".join("(" + ", ".join(c) + ")" for c in OPTIMIZER_COMBOS)
     assert all(d in SCALAR_TYPES for c in s.dtypes for d in c.as_tuple())
@@ -115,7 +115,7 @@ def test_optimizer_families_share_the_storage_combinations(family: str) -> None:
 
 @pytest.mark.parametrize("family", ["adam", "lion"])
 def test_implementations_and_builds_per_family(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     impls = {i.name: (i.priority, i.device_types) for i in s.implementations}
     assert impls == {"cpu": (10, ("cpu",)), "cuda": (20, ("cuda",)), "sycl": (20, ("xpu",)),
                      "npu": (20, ("npu",)), "triton": (10, ("cuda", "xpu"))}
@@ -138,7 +138,7 @@ def test_implementations_and_builds_per_family(family: str) -> None:
 
 
 def test_adam_step_schema_parses() -> None:
-    fn = spec_mod.spec("adam").function("adam_step")
+    fn = spec_mod.op_spec("adam").function("adam_step")
     args = [(a.name, a.type, a.mutable) for a in fn.arguments]
     assert args == [("params", "Tensor[]", True), ("grads", "Tensor[]", False), ("exp_avgs", "Tensor[]", True),
                     ("exp_avg_sqs", "Tensor[]", True), ("model_copies", "Tensor[]", True), ("step", "int", False),
@@ -154,12 +154,12 @@ def test_adam_step_schema_parses() -> None:
 
 
 def test_lion_step_schema_parses() -> None:
-    fn = spec_mod.spec("lion").function("lion_step")
+    fn = spec_mod.op_spec("lion").function("lion_step")
     assert [a.name for a in fn.arguments] == ["params", "grads", "exp_avgs", "model_copies", "lr", "beta1", "beta2",
                                               "weight_decay"]
     assert fn.mutated == ("params", "exp_avgs", "model_copies")
     assert dict(fn.ranges) == {"lr": "[0, inf)", "beta1": "[0, 1]", "beta2": "[0, 1]", "weight_decay": "[0, inf)"}
-    isa = spec_mod.spec("lion").function("isa")
+    isa = spec_mod.op_spec("lion").function("isa")
     assert isa.arguments == () and isa.returns == "str" and isa.cxx_signature() == "std::string()"
     assert isa.load_fake() is None and isa.mutated == ()
 
@@ -328,9 +328,9 @@ def test_loaded_modules_offer_the_abi_functions_of_their_builder_names():
 
 
 def test_every_declared_abi_function_exists_on_its_adapter():
-    from anyaccel.ops.spec import all_specs, resolve
+    from anyaccel.spec import all_op_specs, resolve
 
-    for s in all_specs():
+    for s in all_op_specs():
         if s.deepspeed is None:
             continue
         adapter = resolve(s.deepspeed.adapter)(object(), ())
@@ -340,6 +340,6 @@ def test_every_declared_abi_function_exists_on_its_adapter():
 
 
 def test_adagrad_spec_is_a_host_family_under_deepspeeds_builder_name():
-    s = spec_mod.spec("adagrad")
+    s = spec_mod.op_spec("adagrad")
     assert [b.builder for b in s.builds] == ["CPUAdagradBuilder"]
     assert registry.get_builder_class("CPUAdagradBuilder", "cuda").NAME == "cpu_adagrad"  # type: ignore[union-attr]
