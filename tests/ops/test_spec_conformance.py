@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.op_builder import registry
+from anyaccel.op_builder import classes
 from anyaccel.op_builder.toolchains import schema
-from anyaccel.ops import dispatch
+from anyaccel.ops import registry
 from anyaccel.spec import OpSpec, all_op_specs
 from anyaccel.testing.op_samples import sample_args
 
@@ -65,7 +65,7 @@ def test_registry_and_loader_are_derived_from_the_spec(s: OpSpec) -> None:
         for builder, acc in b.rows():  # the build's own rows and its aliases'
             cls = registry.get_builder_class(builder, "cuda" if acc == "*" else acc)
             assert cls is not None and cls.NAME == b.name and cls.BUILD == b and cls.__name__ == builder
-    assert {i.name for i in dispatch.implementations(s.family)} == {i.name for i in s.implementations}
+    assert {i.name for i in registry.implementations(s.family)} == {i.name for i in s.implementations}
 
 
 @pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
@@ -73,7 +73,7 @@ def test_deepspeed_abi_is_offered_by_the_builds_that_answer_to_its_builders(s: O
     if s.deepspeed is None:
         pytest.skip(f"{s.family} declares no DeepSpeed module ABI")
     for b in s.builds:
-        extras = registry.builder_class(s.family, b.name)()._module_extras()
+        extras = classes.builder_class(s.family, b.name)()._module_extras()
         expected = s.deepspeed.functions_for(b.builder_names)
         assert extras.get("deepspeed_abi", (None, ()))[1] == expected
     served = {name for b in s.builds for name in b.builder_names}
@@ -87,7 +87,7 @@ def host_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root.chmod(0o700)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ANYACCEL_CACHE_DIR", str(root))
-        return {b.name: registry.builder_class(s.family, b.name)().load() for s, b in HOST_BUILDS}
+        return {b.name: classes.builder_class(s.family, b.name)().load() for s, b in HOST_BUILDS}
 
 
 def _tensor_functions(s: OpSpec, b: Any) -> list[Any]:

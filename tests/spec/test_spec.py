@@ -13,9 +13,10 @@ import sys
 import pytest
 
 import anyaccel.spec as spec_mod
-from anyaccel.op_builder import registry
+from anyaccel.op_builder import classes
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
+from anyaccel.ops import registry
 from anyaccel.spec import (
     BACKENDS,
     CXX_TYPES,
@@ -305,25 +306,25 @@ def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     assert alias.__name__ == "FusedAdamBuilder" and issubclass(alias, primary)
     assert alias.NAME == primary.NAME == "cpu_adam" and alias.BUILD is primary.BUILD
     assert registry.get_builder_class("FusedAdamBuilder", "cpu") is alias  # made once
-    assert registry.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
+    assert classes.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
     cuda = registry.get_builder_class("FusedAdamBuilder", "cuda")
     assert cuda is not None and cuda.NAME == "fused_adam"
     assert registry.get_builder_class("FusedLionBuilder", "cpu").NAME == "cpu_lion"  # type: ignore[union-attr]
     assert registry.get_builder_class("FusedLambBuilder", "cpu").NAME == "cpu_lamb"  # type: ignore[union-attr]
     assert registry.get_builder_class("FusedAdamBuilder", "mps") is None  # the alias names cpu only
     with pytest.raises(SpecError, match="answers to"):
-        registry.builder_class("adam", "cpu_adam", "FusedLionBuilder")
+        classes.builder_class("adam", "cpu_adam", "FusedLionBuilder")
 
 
 def test_loaded_modules_offer_the_abi_functions_of_their_builder_names():
-    cpu_adam = registry.builder_class("adam", "cpu_adam")()
+    cpu_adam = classes.builder_class("adam", "cpu_adam")()
     adapter, functions = cpu_adam._module_extras()["deepspeed_abi"]
     assert adapter == "anyaccel.ops.adam.deepspeed:adapter"
     assert functions[:4] == ("create_adam", "adam_update", "adam_rollback", "destroy_adam")
     assert "multi_tensor_adam" in functions  # the CPU build is FusedAdamBuilder on the cpu accelerator
-    _, fused = registry.builder_class("adam", "fused_adam")()._module_extras()["deepspeed_abi"]
+    _, fused = classes.builder_class("adam", "fused_adam")()._module_extras()["deepspeed_abi"]
     assert fused == ("multi_tensor_adam",)  # no create_adam on the CUDA module
-    _, lamb = registry.builder_class("lamb", "cpu_lamb")()._module_extras()["deepspeed_abi"]
+    _, lamb = classes.builder_class("lamb", "cpu_lamb")()._module_extras()["deepspeed_abi"]
     assert lamb == ("lamb",)
 
 

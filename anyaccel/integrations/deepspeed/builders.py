@@ -113,7 +113,7 @@ def implemented_builders(accelerator_name: str) -> list[str]:
     Side effects: imports the builder classes through the registry. Returns ``[]`` when the registry offers
     no listing (it is only required to offer ``get_builder_class``).
     """
-    from anyaccel.op_builder import registry
+    from anyaccel.ops import registry
 
     names = getattr(registry, "all_builder_names", None)
     if names is None:
@@ -225,7 +225,7 @@ def adapter_class(builder_class: type, name: str, accelerator_name: str) -> type
     """The DeepSpeed-facing subclass of anyaccel's ``builder_class`` (cached).
 
     Args:
-        builder_class: the class ``anyaccel.op_builder.registry.get_builder_class`` returned.
+        builder_class: the class ``anyaccel.ops.registry.get_builder_class`` returned.
         name: the DeepSpeed builder name it answers for.
         accelerator_name: the accelerator's name.
 

@@ -47,7 +47,11 @@ from anyaccel.op_builder.core import integrity
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import Cache, cache_os_error, check_secure
 from anyaccel.op_builder.core.environ import scoped_environ
-from anyaccel.op_builder.core.errors import (
+from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
+from anyaccel.op_builder.core.module import OpModule
+from anyaccel.op_builder.core.progress import BuildProgress
+from anyaccel.op_builder.errors import (
     DIAGNOSES,
     ArtifactError,
     BuildError,
@@ -57,10 +61,6 @@ from anyaccel.op_builder.core.errors import (
     diagnose,
     first_error_lines,
 )
-from anyaccel.op_builder.core.lock import BuildLock
-from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
-from anyaccel.op_builder.core.module import OpModule
-from anyaccel.op_builder.core.progress import BuildProgress
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains.host import (
@@ -117,7 +117,7 @@ def _ninja_command(log_text: str) -> str:
 class OpBuilder:
     """Base of every op builder (DeepSpeed's ``OpBuilder`` vocabulary).
 
-    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.registry.builder_class`),
+    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.classes.builder_class`),
     which set :attr:`SPEC` and :attr:`BUILD`; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
     :meth:`sources` and :meth:`functions` instead.
 

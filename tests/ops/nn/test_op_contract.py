@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import anyaccel.ops.nn as nn
-from anyaccel.ops import dispatch
+from anyaccel.ops import dispatch, registry
 from anyaccel.spec import all_op_specs
 from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params, interpreter
 
@@ -73,7 +73,7 @@ def test_every_nn_function_has_a_sample_and_three_implementations() -> None:
     assert names == set(_samples("cpu")), "add a sample call for each new spec function"
     assert {s.family for s in NN_SPECS} == {"rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"}
     for s in NN_SPECS:
-        assert {i.name for i in dispatch.implementations(s.family)} == {"triton", "torch", "triton_interpreter"}
+        assert {i.name for i in registry.implementations(s.family)} == {"triton", "torch", "triton_interpreter"}
 
 
 def _opcheck_all(device: str, impl: str, test_utils: tuple[str, ...] | None = None) -> None:
