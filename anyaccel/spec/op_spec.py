@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from anyaccel.spec.builds import BACKENDS, DeepSpeedABI, NativeBuild
+from anyaccel.spec.builds import BACKENDS, NativeBuild
 from anyaccel.spec.errors import SpecError
 from anyaccel.spec.implementations import Implementation
 from anyaccel.spec.intervals import Interval
@@ -22,8 +22,6 @@ class OpSpec:
         dtypes: the dtype combinations the kernels accept (empty for ops without tensor-list dtypes).
         builds: the native builds.
         implementations: the implementations the loader chooses among, per device type.
-        deepspeed: DeepSpeed's module ABI over the family (:class:`DeepSpeedABI`), attached to the modules
-            its builds load, or None.
         benchmarks: benchmark scripts (``benchmarks/<file>``) that measure the family.
         source: the module that defined the spec (set by :func:`all_op_specs`).
     """
@@ -34,7 +32,6 @@ class OpSpec:
     dtypes: tuple[DtypeCombo, ...] = ()
     builds: tuple[NativeBuild, ...] = ()
     implementations: tuple[Implementation, ...] = ()
-    deepspeed: DeepSpeedABI | None = None
     benchmarks: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
 
@@ -120,17 +117,6 @@ class OpSpec:
         if repeated:
             raise SpecError(f"op {self.family!r}: (builder, accelerator) rows {repeated} are served by more than "
                             "one build; give each row to exactly one build")
-        if self.deepspeed is not None:
-            served = {name for b in self.builds for name in b.builder_names}
-            unknown_builders = [name for name, _ in self.deepspeed.builders if name not in served]
-            if unknown_builders:
-                raise SpecError(f"op {self.family!r}: deepspeed ABI names builders {unknown_builders} that no build "
-                                f"answers to; builds answer to {sorted(served)}")
-            clash = [fn for _, fns in self.deepspeed.builders for fn in fns if fn in names]
-            if clash:
-                raise SpecError(f"op {self.family!r}: deepspeed ABI functions {clash} have the names of spec "
-                                "functions (torch ops), which would hide them on the loaded module; rename the spec "
-                                "function")
         builds = {b.name for b in self.builds}
         impl_names = [i.name for i in self.implementations]
         if len(set(impl_names)) != len(impl_names):

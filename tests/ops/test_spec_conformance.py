@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from anyaccel.op_builder import classes
+from anyaccel.op_builder.core import module_functions
 from anyaccel.op_builder.toolchains import schema
 from anyaccel.ops import registry
 from anyaccel.spec import OpSpec, all_op_specs
@@ -69,15 +70,11 @@ def test_registry_and_loader_are_derived_from_the_spec(s: OpSpec) -> None:
 
 
 @pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
-def test_deepspeed_abi_is_offered_by_the_builds_that_answer_to_its_builders(s: OpSpec) -> None:
-    if s.deepspeed is None:
-        pytest.skip(f"{s.family} declares no DeepSpeed module ABI")
+def test_integration_functions_are_offered_by_the_builds_they_name(s: OpSpec) -> None:
     for b in s.builds:
         extras = classes.builder_class(s.family, b.name)()._module_extras()
-        expected = s.deepspeed.functions_for(b.builder_names)
-        assert extras.get("deepspeed_abi", (None, ()))[1] == expected
-    served = {name for b in s.builds for name in b.builder_names}
-    assert {name for name, _ in s.deepspeed.builders} <= served
+        expected = module_functions.for_build(s.family, b.builder_names)
+        assert extras.get("functions") == expected
 
 
 @pytest.fixture(scope="module")
@@ -106,10 +103,10 @@ def test_host_build_passes_opcheck_for_every_dtype_combination(s: OpSpec, b: Any
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("s", "b"), HOST_BUILDS_WITH_DTYPES, ids=HOST_IDS)
-def test_host_build_offers_its_deepspeed_functions(s: OpSpec, b: Any, host_modules: dict) -> None:
+def test_host_build_offers_the_integrations_functions(s: OpSpec, b: Any, host_modules: dict) -> None:
     module = host_modules[b.name]
-    expected = s.deepspeed.functions_for(b.builder_names) if s.deepspeed else ()
-    assert module.deepspeed_functions == expected
+    expected = (module_functions.for_build(s.family, b.builder_names) or (None, ()))[1]
+    assert module.adapted_functions == expected
     for name in expected:
         assert callable(getattr(module, name))
 

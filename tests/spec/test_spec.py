@@ -1,4 +1,4 @@
-"""The op specs (anyaccel/ops/spec.py, anyaccel/ops/<family>/spec.py): every spec is walked and checked
+"""The op specs (anyaccel/spec/, anyaccel/ops/<family>/spec.py): every spec is walked and checked
 against what the rest of the package derives from it; malformed specs are refused with a SpecError that
 names the field."""
 
@@ -22,7 +22,6 @@ from anyaccel.spec import (
     CXX_TYPES,
     SCALAR_TYPES,
     BuilderAlias,
-    DeepSpeedABI,
     DtypeCombo,
     Function,
     Implementation,
@@ -236,7 +235,7 @@ def test_spec_error_is_a_value_error() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Builder aliases and DeepSpeed's module ABI
+# Builder aliases
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -249,9 +248,6 @@ def _toy_with_aliases(**changes: object) -> OpSpec:
                             accelerators=("*",), aliases=(BuilderAlias("FusedToyBuilder", ("cpu",)),)),
                 NativeBuild("FusedToyBuilder", "fused_toy", "cuda", sources=("x.cu",), functions=("toy_step",),
                             accelerators=("cuda",))),
-        deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("create_toy", "toy_update")),
-                                                      ("FusedToyBuilder", ("multi_tensor_toy",))),
-                               platform_functions=(("toy_update", "linux"),)),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -261,16 +257,6 @@ def test_build_rows_include_aliases_and_builder_names_list_them():
     assert cpu.rows() == (("CPUToyBuilder", "*"), ("FusedToyBuilder", "cpu"))
     assert cpu.builder_names == ("CPUToyBuilder", "FusedToyBuilder") and cuda.builder_names == ("FusedToyBuilder",)
     _toy_with_aliases().validate()
-
-
-def test_abi_functions_follow_the_builder_names_and_the_platform():
-    abi = _toy_with_aliases().deepspeed
-    assert abi is not None
-    assert abi.functions_for(("CPUToyBuilder", "FusedToyBuilder"), "linux") == ("create_toy", "toy_update",
-                                                                               "multi_tensor_toy")
-    assert abi.functions_for(("CPUToyBuilder",), "darwin") == ("create_toy",)
-    assert abi.functions_for(("FusedToyBuilder",), "linux") == ("multi_tensor_toy",)
-    assert abi.functions_for(("OtherBuilder",)) == ()
 
 
 @pytest.mark.parametrize("bad,words", [
@@ -291,14 +277,6 @@ def test_a_row_served_twice_is_refused():
         _toy_with_aliases(builds=(cpu, clash)).validate()
 
 
-def test_abi_must_name_served_builders_and_not_hide_torch_ops():
-    with pytest.raises(SpecError, match="no build answers to"):
-        abi = DeepSpeedABI("toy.module:adapter", (("CPUAdamBuilder", ("create_adam",)),))
-        _toy_with_aliases(deepspeed=abi).validate()
-    with pytest.raises(SpecError, match="hide them"):
-        _toy_with_aliases(deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("toy_step",)),))).validate()
-
-
 def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     primary = registry.get_builder_class("CPUAdamBuilder", "cpu")
     alias = registry.get_builder_class("FusedAdamBuilder", "cpu")
@@ -314,30 +292,6 @@ def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     assert registry.get_builder_class("FusedAdamBuilder", "mps") is None  # the alias names cpu only
     with pytest.raises(SpecError, match="answers to"):
         classes.builder_class("adam", "cpu_adam", "FusedLionBuilder")
-
-
-def test_loaded_modules_offer_the_abi_functions_of_their_builder_names():
-    cpu_adam = classes.builder_class("adam", "cpu_adam")()
-    adapter, functions = cpu_adam._module_extras()["deepspeed_abi"]
-    assert adapter == "anyaccel.ops.adam.deepspeed:adapter"
-    assert functions[:4] == ("create_adam", "adam_update", "adam_rollback", "destroy_adam")
-    assert "multi_tensor_adam" in functions  # the CPU build is FusedAdamBuilder on the cpu accelerator
-    _, fused = classes.builder_class("adam", "fused_adam")()._module_extras()["deepspeed_abi"]
-    assert fused == ("multi_tensor_adam",)  # no create_adam on the CUDA module
-    _, lamb = classes.builder_class("lamb", "cpu_lamb")()._module_extras()["deepspeed_abi"]
-    assert lamb == ("lamb",)
-
-
-def test_every_declared_abi_function_exists_on_its_adapter():
-    from anyaccel.spec import all_op_specs, resolve
-
-    for s in all_op_specs():
-        if s.deepspeed is None:
-            continue
-        adapter = resolve(s.deepspeed.adapter)(object(), ())
-        for _, functions in s.deepspeed.builders:
-            for fn in functions:
-                assert callable(getattr(adapter, fn)), f"{s.family}: {fn}"
 
 
 def test_adagrad_spec_is_a_host_family_under_deepspeeds_builder_name():

@@ -291,9 +291,9 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         # torch knows the "npu" device type only after torch_npu renamed PrivateUse1; the ops are registered
         # for it below, so the vendor package is imported first (an installed package: compatibility() said so).
         importlib.import_module(VENDOR_PACKAGE)
-        from anyaccel.op_builder.core.module import with_deepspeed_abi
+        from anyaccel.op_builder.core.module import with_adapted_functions
 
-        return with_deepspeed_abi(resolve(self.BUILD.module)(), self._module_extras())
+        return with_adapted_functions(resolve(self.BUILD.module)(), self._module_extras())
 
     @override
     def jit_load(self, verbose: bool = False) -> Any:

@@ -492,14 +492,15 @@ class OpBuilder:
         return module
 
     def _module_extras(self) -> dict[str, Any]:
-        """What the loaded module offers besides its torch ops: ``{"deepspeed_abi": (adapter, functions)}``,
-        the spec's DeepSpeed ABI functions for the builder names this build answers to (its ``builder`` and
-        aliases; :meth:`anyaccel.spec.DeepSpeedABI.functions_for`), or ``{}``. Imports nothing."""
-        abi = self.SPEC.deepspeed if self.SPEC is not None else None
-        if abi is None or self.BUILD is None:
+        """What the loaded module offers besides its torch ops: ``{"functions": (adapter, names)}``, the
+        integrations' functions for the builder names this build answers to (its ``builder`` and aliases;
+        :mod:`anyaccel.op_builder.core.module_functions`), or ``{}``. Imports no adapter code."""
+        if self.SPEC is None or self.BUILD is None:
             return {}
-        functions = abi.functions_for(self.BUILD.builder_names)
-        return {"deepspeed_abi": (abi.adapter, functions)} if functions else {}
+        from anyaccel.op_builder.core import module_functions
+
+        answer = module_functions.for_build(self.SPEC.family, self.BUILD.builder_names)
+        return {"functions": answer} if answer else {}
 
     def _matches(self, recorded: dict[str, Any], inputs: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
         """The fields that keep a recorded build from serving ``inputs`` (empty: it serves them)."""

@@ -16,7 +16,7 @@ written into ``lamb_coeffs`` (one fp32 entry per parameter, on the parameters' d
 ``get_lamb_coeffs()`` reports. With ``model_copies``, ``params`` are fp32 masters and the updated value is
 also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); the CPU build also
 answers to ``FusedLambBuilder`` on the CPU accelerator. DeepSpeed's module function ``lamb(...)`` is
-:mod:`anyaccel.ops.lamb.deepspeed`.
+:mod:`anyaccel.integrations.deepspeed.abi.lamb`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from anyaccel.ops.plans import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
-    DeepSpeedABI,
     Function,
     Implementation,
     NativeBuild,
@@ -101,10 +100,6 @@ SPEC = OpSpec(
                        description="CUDA multi-tensor kernels: update and norms, trust ratios, apply"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lamb.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernels (anyaccel/ops/lamb/triton.py)"),
-    ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.lamb.deepspeed:adapter",
-        builders=(("FusedLambBuilder", ("lamb",)),),  # deepspeed/ops/lamb/fused_lamb.py
     ),
     benchmarks=("benchmarks/gpu_optimizers.py",),
 )

@@ -10,7 +10,8 @@ Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algori
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy.
 Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CPU build also answers to
 ``FusedLionBuilder`` on the CPU accelerator, which DeepSpeed itself lacks there. DeepSpeed's module ABI
-(``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is :mod:`anyaccel.ops.lion.deepspeed`.
+(``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is the DeepSpeed integration's
+(:mod:`anyaccel.integrations.deepspeed.abi.lion`).
 """
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
@@ -19,7 +20,6 @@ from anyaccel.ops.plans import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
-    DeepSpeedABI,
     Function,
     Implementation,
     NativeBuild,
@@ -90,13 +90,6 @@ SPEC = OpSpec(
                        description="torch _foreach_* ops (torch_npu multi-tensor kernels)"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lion.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernel (anyaccel/ops/lion/triton.py)"),
-    ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.lion.deepspeed:adapter",
-        builders=(
-            ("CPULionBuilder", ("create_lion", "lion_update", "destroy_lion")),  # deepspeed/ops/lion/cpu_lion.py
-            ("FusedLionBuilder", ("multi_tensor_lion",)),  # deepspeed/ops/lion/fused_lion.py
-        ),
     ),
     benchmarks=("benchmarks/cpu_lion.py", "benchmarks/gpu_optimizers.py"),
 )
