@@ -35,7 +35,8 @@ def python_impls(monkeypatch: pytest.MonkeyPatch) -> None:
         ns = f"anyaccel_test_fused_opt_{spec.family}"
         registry.register(registry.RegisteredImplementation(
             spec.family, "pycpu", 0, ("cpu",), lambda: (True, ""),
-            lambda spec=spec, ns=ns, fn=fn, name=name: python_ops.define(spec, ns, {name: fn}, ("cpu",), "cpu")))
+            lambda spec=spec, ns=ns, fn=fn, name=name: python_ops.define_custom_ops(spec, ns, {name: fn}, ("cpu",),
+                                                                                    "cpu")))
 
 
 def _pair(shapes, dtype=torch.float32, seed=0):
