@@ -105,17 +105,14 @@ _placeholders: dict[tuple[str, str], type] = {}
 
 
 def implemented_builders(accelerator_name: str) -> list[str]:
-    """Builder names anyaccel implements for ``accelerator_name`` (for error messages).
+    """Builder names anyaccel implements for ``accelerator_name``, from the op registry (for error messages and
+    DeepSpeed's op table, :mod:`anyaccel.integrations.deepspeed.op_table`).
 
-    Side effects: imports the builder classes through the registry. Returns ``[]`` when the registry offers
-    no listing (it is only required to offer ``get_builder_class``).
+    Side effects: makes the builder classes through the registry.
     """
     from anyaccel.ops import registry
 
-    names = getattr(registry, "all_builder_names", None)
-    if names is None:
-        return []
-    return [n for n in names() if registry.get_builder_class(n, accelerator_name) is not None]
+    return [n for n in registry.all_builder_names() if registry.get_builder_class(n, accelerator_name) is not None]
 
 
 def _not_implemented_base() -> type:
