@@ -1,11 +1,11 @@
 """Several implementations of one op family, chosen by availability and priority.
 
-An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel,
-a SYCL kernel or torch_npu. Each is an :class:`Implementation`: a name, a priority, the device types it
-serves, a cheap availability probe (no compiler, no process, no device initialisation beyond asking whether
-one exists) and a loader. They are the implementation view of the op registry (:mod:`anyaccel.ops.registry`:
-the specs' implementations plus those added with :func:`anyaccel.ops.registry.register`). For a device type
-the loader picks:
+An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel, a
+SYCL kernel or torch_npu. Each is a :class:`~anyaccel.ops.registry.RegisteredImplementation`: a name, a
+priority, the device types it serves, a cheap availability probe (no compiler, no process, no device
+initialisation beyond asking whether one exists) and a loader. They are the implementation view of the op
+registry (:mod:`anyaccel.ops.registry`: the specs' implementations plus those added with
+:func:`anyaccel.ops.registry.register`). For a device type the loader picks:
 
 1. the implementation named by the caller (``name=``), else
 2. the one named by ``ANYACCEL_IMPL_<FAMILY>`` (e.g. ``ANYACCEL_IMPL_ADAM=triton``), else

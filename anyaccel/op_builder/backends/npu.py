@@ -275,8 +275,8 @@ class NPUDelegatingBuilder(NPUOpBuilder):
             ImportError: torch_npu is not installed (the message names it).
 
         Returns:
-            The op's torch ops, plus DeepSpeed's module functions the spec declares for the build
-            (``multi_tensor_adam``...).
+            The op's torch ops, plus the functions integrations add for the build (DeepSpeed's
+            ``multi_tensor_adam``...; :mod:`anyaccel.op_builder.core.module_functions`).
 
         Side effects: imports torch_npu (which registers the ``npu`` device type), then registers the
         Python-level ops.

@@ -494,7 +494,7 @@ class OpBuilder:
     def _module_extras(self) -> dict[str, Any]:
         """What the loaded module offers besides its torch ops: ``{"functions": (adapter, names)}``, the
         integrations' functions for the builder names this build answers to (its ``builder`` and aliases;
-        :mod:`anyaccel.op_builder.core.module_functions`), or ``{}``. Imports no adapter code."""
+        :mod:`anyaccel.op_builder.core.module_functions`), or ``{}``. Makes no adapter object."""
         if self.SPEC is None or self.BUILD is None:
             return {}
         from anyaccel.op_builder.core import module_functions
