@@ -26,9 +26,9 @@ from __future__ import annotations
 from anyaccel.spec.builds import BACKENDS, REGISTRATION_CXX_ARGS, BuilderAlias, NativeBuild
 from anyaccel.spec.discovery import ENTRY_POINT_GROUP, all_op_specs, op_spec
 from anyaccel.spec.errors import SpecError
+from anyaccel.spec.family import OpSpec
 from anyaccel.spec.implementations import Implementation
 from anyaccel.spec.intervals import Interval
-from anyaccel.spec.op_spec import OpSpec
 from anyaccel.spec.schema import (
     CXX_RETURNS,
     CXX_TYPES,

@@ -13,7 +13,7 @@ import pkgutil
 from pathlib import Path
 
 from anyaccel.spec.errors import SpecError
-from anyaccel.spec.op_spec import OpSpec
+from anyaccel.spec.family import OpSpec
 
 logger = logging.getLogger(__name__)
 
