@@ -17,7 +17,7 @@ from collections.abc import Sequence
 # subcommand -> (module, one-line help). Adding a command is one row here.
 SUBCOMMANDS = {
     "report": ("anyaccel.report", "show the chosen accelerator, toolchain, SIMD level, cache and ops"),
-    "build": ("anyaccel.op_builder.cli.build", "build ops into the cache ahead of time"),
+    "build": ("anyaccel.build_command", "build ops into the cache ahead of time"),
     "cache": ("anyaccel.op_builder.cli.cache", "list or clean the op cache"),
     "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
     "tune": ("anyaccel.ops.tune", "measure the aten-override mode's per-shape policy on this device"),

@@ -47,8 +47,8 @@ def _accelerator_section() -> dict[str, Any]:
 
 def _op_rows(build: bool) -> list[dict[str, Any]]:
     from anyaccel.accelerator import get_accelerator
-    from anyaccel.op_builder.core.errors import BuildError, OpBuilderError
-    from anyaccel.op_builder.registry import all_builder_names
+    from anyaccel.op_builder.errors import BuildError, OpBuilderError
+    from anyaccel.ops.registry import all_builder_names
 
     acc = get_accelerator()
     rows = []
@@ -96,7 +96,7 @@ def _error_entry(exc: BaseException) -> dict[str, Any]:
 def _section(name: str, gather: Callable[[], Any], errors: list[dict[str, Any]], failed: Any) -> Any:
     """``gather()``, or ``failed`` when it raises one of the library's typed errors (recorded in ``errors``)."""
     from anyaccel.accelerator.errors import AcceleratorError
-    from anyaccel.op_builder.core.errors import OpBuilderError
+    from anyaccel.op_builder.errors import OpBuilderError
 
     try:
         return gather()

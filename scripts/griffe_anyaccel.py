@@ -65,7 +65,7 @@ class NamespaceSubpackages(griffe.Extension):
 class GeneratedBuilders(griffe.Extension):
     """Add the builder classes that ``anyaccel.op_builder`` makes from the op specs on first access.
 
-    ``anyaccel.op_builder.CPUAdamBuilder`` & co. are created by :func:`anyaccel.op_builder.registry.builder_class`
+    ``anyaccel.op_builder.CPUAdamBuilder`` & co. are created by :func:`anyaccel.op_builder.classes.builder_class`
     (one per build of every op spec), so no source defines them. This imports the registry (torch included),
     asks it for every builder name and each accelerator's class, and adds one class per name to the module
     with the generated docstring, the per-accelerator builds, ``NAME`` and ``BUILD_VAR``.
@@ -77,10 +77,11 @@ class GeneratedBuilders(griffe.Extension):
         """For ``anyaccel.op_builder``, add a class per builder name."""
         if mod.path != "anyaccel.op_builder":
             return
-        from anyaccel.op_builder.registry import all_builder_names, any_builder_class, get_builder_class
+        from anyaccel.op_builder.classes import spec_builder_class
+        from anyaccel.ops.registry import all_builder_names, get_builder_class
 
         for name in all_builder_names():
-            cls = any_builder_class(name)
+            cls = spec_builder_class(name)
             if cls is None or name in mod.members:
                 continue
             rows = []

@@ -36,7 +36,7 @@ print(json.dumps({"events": events, "new_modules": sorted(set(sys.modules) - bas
 FORBIDDEN_PREFIXES = (
     "torch.utils.cpp_extension", "torch._dynamo", "torch._inductor", "setuptools", "distutils",
     "torch_npu", "intel_extension_for_pytorch", "oneccl_bindings_for_pytorch", "deepspeed",
-    "anyaccel.op_builder", "cpuinfo", "triton",
+    "anyaccel.op_builder", "anyaccel.ops", "anyaccel.spec", "cpuinfo", "triton",
 )
 
 

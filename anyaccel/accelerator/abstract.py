@@ -764,13 +764,13 @@ class DeepSpeedAccelerator(abc.ABC):
     def get_op_builder(self, class_name: str) -> type | None:
         """The op-builder class ``class_name`` for this accelerator, or None if this accelerator lacks it.
 
-        Delegates to ``anyaccel.op_builder.registry.get_builder_class(class_name, self._name)`` (imported
+        Delegates to ``anyaccel.ops.registry.get_builder_class(class_name, self._name)`` (imported
         here, so the accelerator layer never imports the build layer before it is needed).
 
         Raises:
             ValueError: (``UnknownOpError``) no accelerator knows ``class_name``.
         """
-        from anyaccel.op_builder.registry import get_builder_class
+        from anyaccel.ops.registry import get_builder_class
 
         return get_builder_class(class_name, str(self._name))
 

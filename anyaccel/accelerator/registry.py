@@ -27,7 +27,7 @@ __all__ = [
     "unregister_accelerator",
     "builtin_specs",
     "entry_point_specs",
-    "all_specs",
+    "all_accelerator_specs",
 ]
 
 #: Entry-point group third-party accelerators register under (``[project.entry-points."anyaccel.accelerators"]``).
@@ -218,7 +218,7 @@ def _entry_point_spec(entry_point: Any) -> AcceleratorSpec:
     return AcceleratorSpec(entry_point.name, load, priority, "entry-point", description, None)
 
 
-def all_specs(include_entry_points: bool = True) -> list[AcceleratorSpec]:
+def all_accelerator_specs(include_entry_points: bool = True) -> list[AcceleratorSpec]:
     """Every known spec, highest priority first; later sources replace earlier ones of the same name.
 
     Order of precedence for a name: built-in < entry point < programmatic registration.

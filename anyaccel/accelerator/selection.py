@@ -31,7 +31,7 @@ from anyaccel.accelerator.errors import (
     InvalidAcceleratorError,
     UnknownAcceleratorError,
 )
-from anyaccel.accelerator.registry import AcceleratorSpec, ProbeResult, all_specs
+from anyaccel.accelerator.registry import AcceleratorSpec, ProbeResult, all_accelerator_specs
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def _select(probe_all: bool, build: bool = True) -> tuple[DeepSpeedAccelerator |
         (accelerator instance, report); the instance is None when ``probe_all`` and nothing was built.
     """
     strict = _strict()
-    specs = all_specs()
+    specs = all_accelerator_specs()
     env, requested = _override()
     if requested is not None:
         by_name = {spec.name: spec for spec in specs}

@@ -7,7 +7,8 @@ Grouped by the question a reader asks:
   schema header generated from the op specs;
 - ``backends/``: one base per backend (CPU, CUDA, SYCL, NPU), mostly data;
 - ``cli/``: ``anyaccel build`` / ``anyaccel cache`` and the AOT (install-time) builds;
-- ``registry``: builder names -> classes, derived from the op specs.
+- ``classes``: the builder classes made from the op specs' native builds (which class answers a builder name
+  on an accelerator is the op registry's view, :mod:`anyaccel.ops.registry`).
 
 Importing this package is cheap: builder classes are made on first attribute access, DeepSpeed-style
 (``from anyaccel.op_builder import CPUAdamBuilder``), from the op specs. See docs/op_builders.md.
@@ -24,11 +25,9 @@ _CORE = {
     "CUDAOpBuilder": "anyaccel.op_builder.backends.cuda:CUDAOpBuilder",
     "SYCLOpBuilder": "anyaccel.op_builder.backends.sycl:SYCLOpBuilder",
     "NPUOpBuilder": "anyaccel.op_builder.backends.npu:NPUOpBuilder",
-    "get_builder_class": "anyaccel.op_builder.registry:get_builder_class",
-    "register_builder": "anyaccel.op_builder.registry:register_builder",
-    "all_builder_names": "anyaccel.op_builder.registry:all_builder_names",
-    "BuildError": "anyaccel.op_builder.core.errors:BuildError",
-    "OpBuilderError": "anyaccel.op_builder.core.errors:OpBuilderError",
+    "builder_class": "anyaccel.op_builder.classes:builder_class",
+    "BuildError": "anyaccel.op_builder.errors:BuildError",
+    "OpBuilderError": "anyaccel.op_builder.errors:OpBuilderError",
 }
 
 
@@ -38,19 +37,20 @@ def __getattr__(name: str) -> Any:
     Raises:
         AttributeError: neither a core name nor a known builder.
     """
-    from anyaccel.ops.spec import resolve
+    from anyaccel.spec import resolve
 
     if name in _CORE:
         return resolve(_CORE[name])
     if name.endswith("Builder"):
-        from anyaccel.op_builder.registry import all_builder_names, any_builder_class
+        from anyaccel.op_builder.classes import spec_builder_class
 
-        if name in all_builder_names():
-            return any_builder_class(name)
+        cls = spec_builder_class(name)
+        if cls is not None:
+            return cls
     raise AttributeError(f"module 'anyaccel.op_builder' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    from anyaccel.op_builder.registry import all_builder_names
+    from anyaccel.op_builder.classes import spec_rows
 
-    return sorted(set(_CORE) | set(all_builder_names()))
+    return sorted(set(_CORE) | set(spec_rows()))

@@ -1,12 +1,14 @@
 """anyaccel's op library: one package per op family (spec + front ends), plus the shared machinery.
 
-- ``spec.py``: the op-spec vocabulary; ``<family>/spec.py``: each family described once;
+- ``<family>/spec.py``: each family described once, in the vocabulary of :mod:`anyaccel.spec`;
 - ``validation.py``: the checks shared by kernels, fakes and front ends;
 - ``dispatch.py``: the implementation loader (priority, availability, forcing by name);
 - ``adam/``, ``lion/``, ``lamb/``, ``adagrad/``: the optimizer families (``CPUAdam``, ``FusedAdam``, ``CPULion``,
   ``FusedLion``, ``FusedLamb``, ``CPUAdagrad``);
-- ``deepspeed_abi.py`` and ``<family>/deepspeed.py``: DeepSpeed's op-module ABI (``create_adam``,
-  ``multi_tensor_adam``...) over the families' ops, declared by each spec.
+- ``registry.py``: the op registry (family -> builds and implementations) and its one hook, ``register``.
+
+DeepSpeed's op-module ABI (``create_adam``, ``multi_tensor_adam``...) over these ops is the DeepSpeed
+integration's (:mod:`anyaccel.integrations.deepspeed.abi`).
 
 Importing this package builds nothing and loads no native library; the optimizers are imported on first
 attribute access and load their op on first use.
@@ -33,7 +35,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        from anyaccel.ops.spec import resolve
+        from anyaccel.spec import resolve
 
         return resolve(_EXPORTS[name])
     raise AttributeError(f"module 'anyaccel.ops' has no attribute {name!r}")

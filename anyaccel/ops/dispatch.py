@@ -1,11 +1,11 @@
 """Several implementations of one op family, chosen by availability and priority.
 
-An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel,
-a SYCL kernel or torch_npu. Each is an :class:`Implementation`: a name, a priority, the device types it
-serves, a cheap availability probe (no compiler, no process, no device initialisation beyond asking whether
-one exists) and a loader. The built-in ones are derived from the op specs' ``implementations``
-(:mod:`anyaccel.ops.spec`); users add their own with :func:`register_implementation`. For a device type
-the loader picks:
+An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel, a
+SYCL kernel or torch_npu. Each is a :class:`~anyaccel.ops.registry.RegisteredImplementation`: a name, a
+priority, the device types it serves, a cheap availability probe (no compiler, no process, no device
+initialisation beyond asking whether one exists) and a loader. They are the implementation view of the op
+registry (:mod:`anyaccel.ops.registry`: the specs' implementations plus those added with
+:func:`anyaccel.ops.registry.register`). For a device type the loader picks:
 
 1. the implementation named by the caller (``name=``), else
 2. the one named by ``ANYACCEL_IMPL_<FAMILY>`` (e.g. ``ANYACCEL_IMPL_ADAM=triton``), else
@@ -22,57 +22,23 @@ front ends call ``impl.adam_step(...)`` whichever was chosen.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from anyaccel.ops import spec as spec_mod
+from anyaccel.ops import registry
+from anyaccel.ops.registry import ImplementationError, RegisteredImplementation, UnknownImplementationError
 
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "ANYACCEL_IMPL_"
 
 
-class ImplementationError(RuntimeError):
-    """Base of the loader's errors."""
-
-
-class UnknownImplementationError(ImplementationError, ValueError):
-    """An op or implementation name that is not registered; the message lists the registered ones."""
-
-
 class NoImplementationError(ImplementationError):
     """No registered implementation of the op is available on the device type; the message says why
     for each one."""
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """One implementation of an op family, ready to probe and load.
-
-    Attributes:
-        op: the family's name (``"adam"``).
-        name: the implementation's name (``"cuda"``, ``"triton"``), unique per op.
-        priority: higher wins among available implementations.
-        device_types: torch device types it runs on (``("cuda",)``; ``("*",)`` for every one).
-        probe: cheap availability check returning ``(available, reason)``; it must not compile, start a
-            process or initialise a device.
-        loader: returns an object whose attributes are the op's functions; may compile (called once per
-            process, the result cached).
-        description: one line for ``anyaccel report``.
-    """
-
-    op: str
-    name: str
-    priority: int
-    device_types: tuple[str, ...]
-    probe: Callable[[], tuple[bool, str]]
-    loader: Callable[[], Any]
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,62 +52,29 @@ class Candidate:
     chosen: bool
 
 
-_registry: dict[str, dict[str, Implementation]] = {}
 _loaded: dict[tuple[str, str], Any] = {}
 #: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
-#: probes run once); cleared when an implementation is registered.
+#: probes run once); cleared when the registry changes.
 _chosen: dict[tuple[str, str, str | None], Any] = {}
 _lock = threading.Lock()
-_builtins_done = False
 
 
-def register_implementation(impl: Implementation, override: bool = False) -> None:
-    """Adds an implementation.
-
-    Args:
-        impl: the implementation.
-        override: replace an existing one of the same op and name.
-
-    Raises:
-        ValueError: one of that op and name exists and ``override`` is False.
-    """
-    _register_builtins()
-    _add(impl, override)
-
-
-def _add(impl: Implementation, override: bool) -> None:
+def _forget() -> None:
+    """Drop every cached choice and load (the registry changed: an implementation or a builder row)."""
     with _lock:
-        per_op = _registry.setdefault(impl.op, {})
-        if impl.name in per_op and not override:
-            raise ValueError(
-                f"implementation {impl.name!r} of op {impl.op!r} is already registered; pass override=True to "
-                "replace it"
-            )
-        per_op[impl.name] = impl
-        _loaded.pop((impl.op, impl.name), None)
+        _loaded.clear()
         _chosen.clear()
 
 
-def implementations(op: str) -> list[Implementation]:
-    """The registered implementations of ``op``, highest priority first.
-
-    Raises:
-        UnknownImplementationError: no implementation of ``op`` is registered.
-    """
-    _register_builtins()
-    per_op = _registry.get(op)
-    if not per_op:
-        raise UnknownImplementationError(f"no implementation of op {op!r} is registered; known ops: "
-                                         f"{sorted(_registry)}")
-    return sorted(per_op.values(), key=lambda i: (-i.priority, i.name))
+registry.on_change(_forget)
 
 
-def _serves(impl: Implementation, device_type: str) -> bool:
+def _serves(impl: RegisteredImplementation, device_type: str) -> bool:
     """Whether ``impl`` runs on ``device_type`` (``"*"``: every device type)."""
     return device_type in impl.device_types or "*" in impl.device_types
 
 
-def _probe(impl: Implementation, device_type: str) -> tuple[bool, str]:
+def _probe(impl: RegisteredImplementation, device_type: str) -> tuple[bool, str]:
     if not _serves(impl, device_type):
         return False, f"serves {', '.join(impl.device_types)}, not {device_type}"
     try:
@@ -166,13 +99,13 @@ def explain(op: str, device_type: str, name: str | None = None) -> list[Candidat
     except ImplementationError:
         chosen = None
     out = []
-    for impl in implementations(op):
+    for impl in registry.implementations(op):
         ok, reason = _probe(impl, device_type)
         out.append(Candidate(impl.name, impl.priority, ok, reason, impl.name == chosen))
     return out
 
 
-def choose(op: str, device_type: str, name: str | None = None) -> Implementation:
+def choose(op: str, device_type: str, name: str | None = None) -> RegisteredImplementation:
     """The implementation of ``op`` to use on ``device_type`` (see the module docstring for the order).
 
     Args:
@@ -185,7 +118,7 @@ def choose(op: str, device_type: str, name: str | None = None) -> Implementation
         UnknownImplementationError: the forced name is not registered for ``op`` (lists those that are).
         NoImplementationError: the forced one is unavailable, or none is available (says why for each).
     """
-    impls = implementations(op)
+    impls = registry.implementations(op)
     forced = forced_name(op, name)
     named = [i for i in impls if i.name == forced]
     if forced and not name and named and not any(_serves(i, device_type) for i in named):
@@ -253,60 +186,3 @@ class _Bound:
         if attr.startswith("__"):
             raise AttributeError(attr)
         return getattr(self._target, attr)
-
-
-# ---- implementations derived from the op specs ---------------------------------------------------------
-
-
-def _requires_probe(packages: tuple[str, ...], extra: str | None = None) -> Callable[[], tuple[bool, str]]:
-    def probe() -> tuple[bool, str]:
-        missing = [p for p in packages if importlib.util.find_spec(p) is None]
-        if missing:
-            return False, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
-        if extra is not None:
-            ok, reason = spec_mod.resolve(extra)()
-            if not ok:
-                return False, reason
-        return True, f"{', '.join(packages)} installed" if packages else ""
-
-    return probe
-
-
-def _builder_probe(family: str, build: str) -> Callable[[], tuple[bool, str]]:
-    def probe() -> tuple[bool, str]:
-        from anyaccel.op_builder.registry import builder_class
-
-        return builder_class(family, build)().compatibility()
-
-    return probe
-
-
-def _builder_loader(family: str, build: str) -> Callable[[], Any]:
-    def loader() -> Any:
-        from anyaccel.op_builder.registry import builder_class
-
-        return builder_class(family, build)().load()
-
-    return loader
-
-
-def _from_spec(s: spec_mod.OpSpec, impl: spec_mod.Implementation) -> Implementation:
-    if impl.build is not None:
-        probe, loader = _builder_probe(s.family, impl.build), _builder_loader(s.family, impl.build)
-    else:
-        assert impl.module is not None  # OpSpec.validate: exactly one of build and module
-        target = impl.module
-        probe, loader = _requires_probe(impl.requires, impl.probe), (lambda: spec_mod.resolve(target)())
-    return Implementation(s.family, impl.name, impl.priority, impl.device_types, probe, loader, impl.description)
-
-
-def _register_builtins() -> None:
-    global _builtins_done
-    with _lock:
-        if _builtins_done:
-            return
-        _builtins_done = True
-    for s in spec_mod.all_specs():
-        for impl in s.implementations:
-            if impl.name not in _registry.get(s.family, {}):
-                _add(_from_spec(s, impl), override=False)

@@ -54,8 +54,8 @@ import torch
 import torch.optim.optimizer as _torch_optim
 
 from anyaccel.ops import cpu_threads, dispatch, validation
-from anyaccel.ops.spec import Function
-from anyaccel.ops.spec import spec as family_spec
+from anyaccel.spec import Function
+from anyaccel.spec import op_spec as family_spec
 
 __all__ = ["LOW_PRECISION", "PARAM_DTYPES", "Hyper", "ListOptimizer", "step_entry"]
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anyaccel.spec.schema import DtypeCombo
+
 #: Words of a plan's header and of one tensor's row (plus its index), as in multi_tensor_apply.cuh.
 PLAN_HEADER = 4
 ROW_WORDS = 8
@@ -23,26 +25,31 @@ def plan_size(count: int) -> int:
     return PLAN_HEADER + count * (ROW_WORDS + 1)
 
 
-def make_plan_fake(op: str, state_names: Sequence[str]) -> Callable[..., Any]:
+def make_plan_fake(op: str, state_names: Sequence[str], dtypes: Sequence[DtypeCombo]) -> Callable[..., Any]:
     """The fake of ``<family>_plan`` (``op``) for a family with the given state lists.
 
     The fake validates like the step's kernels and returns an int64 tensor of the plan's size; it raises
     ``RuntimeError`` for a bad list entry (:func:`anyaccel.ops.validation.check_optimizer_lists`) or tensors of
     more than one dtype combination, with the kernels' words.
+
+    Args:
+        op: the plan function's name (``"adam_plan"``).
+        state_names: the names of the family's optimizer-state lists, in schema order.
+        dtypes: the family's accepted dtype combinations (its spec's ``dtypes``).
     """
+    accepted = [c.as_tuple() for c in dtypes]
 
     def plan_fake(device_type: str | Sequence[str], params: Sequence[Any], grads: Sequence[Any],
                   *states_and_copies: Sequence[Any]) -> Any:
         import torch
 
         from anyaccel.ops import validation
-        from anyaccel.ops.adam.spec import SPEC
 
         *states, copies = states_and_copies
         if not params:
             raise RuntimeError(f"{op}: params is empty; pass at least one tensor")
         validation.check_optimizer_lists(op, params, grads, dict(zip(state_names, states, strict=True)), copies,
-                                         [c.as_tuple() for c in SPEC.dtypes], device_type)
+                                         accepted, device_type)
         combos = {(p.dtype, g.dtype, states[0][i].dtype, copies[i].dtype if copies else None)
                   for i, (p, g) in enumerate(zip(params, grads, strict=True)) if p.numel() > 0}
         if len(combos) != 1:

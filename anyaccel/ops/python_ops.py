@@ -19,14 +19,15 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from anyaccel.ops.spec import OpSpec
+from anyaccel.spec import OpSpec
 
 _LOCK = threading.Lock()
-_DEFINED: dict[str, Any] = {}
+#: namespace -> the ops defined there (a process defines each implementation once).
+_NAMESPACES: dict[str, Any] = {}
 
 
-def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], device_types: Sequence[str],
-           fake_device_type: str | Sequence[str]) -> SimpleNamespace:
+def define_custom_ops(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]],
+                      device_types: Sequence[str], fake_device_type: str | Sequence[str]) -> SimpleNamespace:
     """Register ``impls`` (function name -> Python implementation) as ``<namespace>::<name>`` torch ops.
 
     Each op gets the spec function's schema, ``mutates_args`` from its ``(a!)`` annotations, a kernel for
@@ -51,8 +52,8 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], d
     import torch
 
     with _LOCK:
-        if namespace in _DEFINED:
-            return _DEFINED[namespace]
+        if namespace in _NAMESPACES:
+            return _NAMESPACES[namespace]
         ops: dict[str, Any] = {"namespace": namespace}
         for name, impl in impls.items():
             fn = spec.function(name)
@@ -63,5 +64,5 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], d
                 op.register_fake(functools.partial(fake, fake_device_type))
             ops[name] = getattr(getattr(torch.ops, namespace), name)
         result = SimpleNamespace(**ops)
-        _DEFINED[namespace] = result
+        _NAMESPACES[namespace] = result
         return result

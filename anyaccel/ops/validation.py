@@ -16,63 +16,13 @@ Messages follow one form: ``"<owner>: <what> is invalid; accepted: <rule>"`` for
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from anyaccel.spec.intervals import Interval
 
 #: The largest finite float32 (``torch.finfo(torch.float32).max``).
 FLOAT32_MAX = 3.4028234663852886e38
-
-_INTERVAL = re.compile(r"^\s*([\[(])\s*(-?inf|[-+0-9.eE]+)\s*,\s*(-?inf|[-+0-9.eE]+)\s*([\])])\s*$")
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A closed, open or half-open interval of accepted scalar values.
-
-    Attributes:
-        low, high: the bounds (``-inf``/``inf`` allowed).
-        low_closed, high_closed: whether each bound is included.
-    """
-
-    low: float
-    high: float
-    low_closed: bool
-    high_closed: bool
-
-    @classmethod
-    def parse(cls, text: str) -> Interval:
-        """Parse ``"[0, 1)"``-style text.
-
-        Raises:
-            ValueError: the text is not an interval.
-        """
-        m = _INTERVAL.match(text)
-        if m is None:
-            raise ValueError(f"{text!r} is not an interval such as '[0, 1)' or '(0, inf)'")
-        return cls(float(m[2]), float(m[3]), m[1] == "[", m[4] == "]")
-
-    def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the interval (NaN never does)."""
-        lo_ok = value >= self.low if self.low_closed else value > self.low
-        hi_ok = value <= self.high if self.high_closed else value < self.high
-        return lo_ok and hi_ok
-
-    def describe(self, name: str) -> str:
-        """The rule in words: ``"0 <= beta1 < 1"``, ``"eps > 0"``, ``"step >= 1"``."""
-        if not math.isfinite(self.high):
-            return f"{name} {'>=' if self.low_closed else '>'} {_num(self.low)}" if math.isfinite(self.low) else name
-        parts = []
-        if math.isfinite(self.low):
-            parts.append(f"{_num(self.low)} {'<=' if self.low_closed else '<'} ")
-        parts.append(name)
-        parts.append(f" {'<=' if self.high_closed else '<'} {_num(self.high)}")
-        return "".join(parts)
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if x == int(x) else repr(x)
 
 
 def scalar_problem(name: str, value: Any, interval: Interval, kind: str = "float") -> str | None:
@@ -130,7 +80,7 @@ def check_beta_pair(owner: str, betas: Any) -> None:
 
 
 def check_scalars(function: Any, values: Mapping[str, Any], error: type[Exception] = RuntimeError) -> None:
-    """Check every ranged scalar of a spec function (:class:`anyaccel.ops.spec.Function`).
+    """Check every ranged scalar of a spec function (:class:`anyaccel.spec.Function`).
 
     Args:
         function: the spec function (its ``ranges`` and ``arguments``).

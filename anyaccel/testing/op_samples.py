@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from anyaccel.ops.spec import DtypeCombo, Function
-from anyaccel.ops.validation import Interval
+from anyaccel.spec import DtypeCombo, Function
+from anyaccel.spec.intervals import Interval
 
 #: Element counts of the sample tensors: odd sizes, a SIMD-width tail and one empty tensor.
 SIZES: tuple[int, ...] = (37, 1, 0, 1029)

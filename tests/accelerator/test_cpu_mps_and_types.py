@@ -150,11 +150,11 @@ def test_op_builder_lookup_delegates_to_registry(monkeypatch):
         calls.append((name, accelerator_name))
         return FakeBuilder if name == "CPUAdamBuilder" else None
 
-    fake = types.ModuleType("anyaccel.op_builder.registry")
+    fake = types.ModuleType("anyaccel.ops.registry")
     fake.get_builder_class = get_builder_class
-    monkeypatch.setitem(sys.modules, "anyaccel.op_builder.registry", fake)
-    if "anyaccel.op_builder" not in sys.modules:
-        monkeypatch.setitem(sys.modules, "anyaccel.op_builder", types.ModuleType("anyaccel.op_builder"))
+    monkeypatch.setitem(sys.modules, "anyaccel.ops.registry", fake)
+    if "anyaccel.ops" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "anyaccel.ops", types.ModuleType("anyaccel.ops"))
     acc = CPU_Accelerator()
     assert acc.get_op_builder("CPUAdamBuilder") is FakeBuilder
     assert isinstance(acc.create_op_builder("CPUAdamBuilder"), FakeBuilder)

@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
         facts["placeholder_load"] = [type(exc).__name__, isinstance(exc, ValueError), str(exc)]
     if facts["anyaccel_imported"]:
         import anyaccel
-        from anyaccel.op_builder.core.errors import UnknownOpError
+        from anyaccel.op_builder.errors import UnknownOpError
 
         facts["shares_state_with_anyaccel"] = anyaccel.get_accelerator().__dict__ is acc.__dict__
         try:

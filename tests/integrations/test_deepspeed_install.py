@@ -47,10 +47,12 @@ def _assert_wired(facts: dict) -> None:
     assert error == "DeepSpeedBuilderNotImplementedError" and is_value_error
     assert "'ShareMemCommBuilder'" in message and "CPUAdamBuilder" in message and "ANYACCEL_DEEPSPEED" in message
     # ds_report's table and DeepSpeed's compatibility probe, with builder .name
-    # (DeepSpeed's CPU FusedAdamBuilder is anyaccel's cpu_adam build: one entry)
-    assert facts["all_ops"] == ["async_io", "cpu_adagrad", "cpu_adam", "cpu_lion", "deepspeed_not_implemented"]
+    # (DeepSpeed's CPU FusedAdamBuilder is anyaccel's cpu_adam build: one entry; cpu_lamb, which DeepSpeed's CPU
+    # package lacks, is there because anyaccel answers FusedLambBuilder on the CPU)
+    assert facts["all_ops"] == ["async_io", "cpu_adagrad", "cpu_adam", "cpu_lamb", "cpu_lion",
+                                "deepspeed_not_implemented"]
     assert facts["compatible_ops"] == {"deepspeed_not_implemented": False, "cpu_adam": True, "cpu_lion": True,
-                                       "cpu_adagrad": True, "async_io": True}
+                                       "cpu_adagrad": True, "async_io": True, "cpu_lamb": True}
     assert facts["cpu_adam_name"] == ["cpu_adam", "cpu_adam"]
     # DeepSpeed's return values where its code depends on them
     assert facts["visible_devices_envs"] == ["CUDA_VISIBLE_DEVICES"] and facts["fp64"] is True

@@ -67,13 +67,13 @@ def test_missing_abi_raises_and_never_falls_back_to_deepspeeds_builder():
         adapter().load()
     assert info.value.op == "cpu_adam" and info.value.missing[:4] == ("create_adam", "adam_update", "adam_rollback",
                                                                         "destroy_adam")
-    assert "DeepSpeedABI" in str(info.value) and not hasattr(builders, "ABI_FALLBACK_ENV")
+    assert "anyaccel.deepspeed_abi" in str(info.value) and not hasattr(builders, "ABI_FALLBACK_ENV")
 
 
-def test_module_abi_table_is_read_from_the_specs():
-    from anyaccel.ops.spec import all_specs
+def test_module_abi_table_is_read_from_the_declarations():
+    from anyaccel.integrations.deepspeed.abi import all_abis
 
-    declared = {b: fns for s in all_specs() if s.deepspeed for b, fns in s.deepspeed.builders}
+    declared = {b: fns for abi in all_abis() for b, fns in abi.builders}
     assert dict(builders.DEEPSPEED_MODULE_ABI) == declared
     assert builders.DEEPSPEED_MODULE_ABI["FusedAdamBuilder"] == ("multi_tensor_adam",)
     assert set(builders.DEEPSPEED_MODULE_ABI) == {"CPUAdamBuilder", "FusedAdamBuilder", "CPULionBuilder",

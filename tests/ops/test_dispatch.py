@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.op_builder.registry import builder_class
-from anyaccel.ops import dispatch
+from anyaccel.op_builder.classes import builder_class
+from anyaccel.ops import dispatch, registry
 
 
 def _impl(name: str, priority: int, available: bool, device_types: tuple[str, ...] = ("cuda",),
-          op: str = "toy_op") -> dispatch.Implementation:
-    return dispatch.Implementation(
+          op: str = "toy_op") -> registry.RegisteredImplementation:
+    return registry.RegisteredImplementation(
         op=op, name=name, priority=priority, device_types=device_types,
         probe=lambda: (available, "ok" if available else "missing"),
         loader=lambda: type("M", (), {"which": name})(),
@@ -26,22 +26,23 @@ def _impl(name: str, priority: int, available: bool, device_types: tuple[str, ..
 @pytest.fixture
 def toy_op(monkeypatch: pytest.MonkeyPatch) -> str:
     """A registry holding only the toy op's implementations (the built-ins are not registered)."""
-    monkeypatch.setattr(dispatch, "_registry", {})
+    monkeypatch.setattr(registry, "_implementations", {})
     monkeypatch.setattr(dispatch, "_loaded", {})
     monkeypatch.setattr(dispatch, "_chosen", {})
-    monkeypatch.setattr(dispatch, "_builtins_done", True)
+    monkeypatch.setattr(registry, "_builtins_done", True)
     monkeypatch.delenv("ANYACCEL_IMPL_TOY_OP", raising=False)
     for impl in (_impl("fast", 20, False), _impl("mid", 10, True), _impl("slow", 1, True),
                  _impl("xpu_only", 30, True, ("xpu",))):
-        dispatch.register_implementation(impl)
+        registry.register(impl)
     return "toy_op"
 
 
 @pytest.fixture
 def fresh_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
     """The built-in rows, in a registry of this test's own (rows replaced here do not leak)."""
-    dispatch.implementations("adam")  # registers the built-ins
-    monkeypatch.setattr(dispatch, "_registry", {op: dict(rows) for op, rows in dispatch._registry.items()})
+    registry.implementations("adam")  # registers the built-ins
+    monkeypatch.setattr(registry, "_implementations",
+                        {op: dict(rows) for op, rows in registry._implementations.items()})
     monkeypatch.setattr(dispatch, "_loaded", {})
     monkeypatch.setattr(dispatch, "_chosen", {})
     for family in ("ADAM", "LION", "FUSED_ADAM"):
@@ -49,8 +50,8 @@ def fresh_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _available(op: str, name: str, monkeypatch: pytest.MonkeyPatch, ok: bool = True, reason: str = "") -> None:
-    row = dispatch._registry[op][name]
-    monkeypatch.setitem(dispatch._registry[op], name, dataclasses.replace(row, probe=lambda: (ok, reason)))
+    row = registry._implementations[op][name]
+    monkeypatch.setitem(registry._implementations[op], name, dataclasses.replace(row, probe=lambda: (ok, reason)))
     dispatch._chosen.clear()
 
 
@@ -60,7 +61,7 @@ def _available(op: str, name: str, monkeypatch: pytest.MonkeyPatch, ok: bool = T
 def test_priority_picks_highest_available(toy_op: str) -> None:
     assert dispatch.choose(toy_op, "cuda").name == "mid"
     assert dispatch.choose(toy_op, "xpu").name == "xpu_only"
-    assert [i.name for i in dispatch.implementations(toy_op)] == ["xpu_only", "fast", "mid", "slow"]
+    assert [i.name for i in registry.implementations(toy_op)] == ["xpu_only", "fast", "mid", "slow"]
     loaded = dispatch.load(toy_op, "cuda")
     assert loaded.which == "mid" and loaded.impl_name == "mid"
 
@@ -91,14 +92,14 @@ def test_forcing_unknown_or_unavailable_raises_never_falls_back(toy_op: str, mon
 
 
 def test_register_user_implementation_and_explain(toy_op: str) -> None:
-    dispatch.register_implementation(_impl("mine", 99, True))
+    registry.register(_impl("mine", 99, True))
     with pytest.raises(ValueError, match="already registered; pass override=True"):
-        dispatch.register_implementation(_impl("mine", 5, True))
+        registry.register(_impl("mine", 5, True))
     assert dispatch.choose(toy_op, "cuda").name == "mine"
     lines = {c.name: c for c in dispatch.explain(toy_op, "cuda")}
     assert lines["mine"].chosen and not lines["mid"].chosen and lines["mine"].priority == 99
     assert not lines["fast"].available and lines["fast"].reason == "missing"
-    dispatch.register_implementation(_impl("mine", 0, True), override=True)
+    registry.register(_impl("mine", 0, True), override=True)
     assert dispatch.choose(toy_op, "cuda").name == "mid"
     assert not any(c.chosen for c in dispatch.explain(toy_op, "mps"))  # nothing available: nothing chosen
 
@@ -109,14 +110,14 @@ def test_no_available_implementation_lists_reasons(toy_op: str) -> None:
                              r"fast: serves cuda, not mps"):
         dispatch.choose(toy_op, "mps")
     with pytest.raises(dispatch.UnknownImplementationError, match=r"no implementation of op 'other' is registered"):
-        dispatch.implementations("other")
+        registry.implementations("other")
 
 
 def test_a_probe_that_raises_makes_its_implementation_unavailable(toy_op: str) -> None:
     def broken() -> tuple[bool, str]:
         raise RuntimeError("driver says no")
 
-    dispatch.register_implementation(dataclasses.replace(_impl("flaky", 50, True), probe=broken))
+    registry.register(dataclasses.replace(_impl("flaky", 50, True), probe=broken))
     assert dispatch.choose(toy_op, "cuda").name == "mid"
     flaky = {c.name: c for c in dispatch.explain(toy_op, "cuda")}["flaky"]
     assert not flaky.available and flaky.reason == "probe failed: driver says no"
@@ -126,7 +127,7 @@ def test_load_probes_once_and_caches_the_choice(toy_op: str, monkeypatch: pytest
     calls: list[int] = []
     loads: list[int] = []
     impl = _impl("counted", 50, True)
-    dispatch.register_implementation(dataclasses.replace(
+    registry.register(dataclasses.replace(
         impl, probe=lambda: calls.append(1) or (True, ""), loader=lambda: loads.append(1) or impl.loader()))
     first = dispatch.load(toy_op, "cuda")
     assert first.which == "counted" and dispatch.load(toy_op, "cuda") is first
@@ -142,7 +143,7 @@ def test_load_probes_once_and_caches_the_choice(toy_op: str, monkeypatch: pytest
 
 def test_registering_clears_the_cached_choice(toy_op: str) -> None:
     assert dispatch.load(toy_op, "cuda").which == "mid"
-    dispatch.register_implementation(_impl("newer", 15, True))
+    registry.register(_impl("newer", 15, True))
     assert dispatch.load(toy_op, "cuda").which == "newer"
 
 
@@ -152,21 +153,21 @@ def test_registering_clears_the_cached_choice(toy_op: str) -> None:
 @pytest.mark.parametrize("family", ["adam", "lion"])
 def test_builtin_rows_per_device_type(family: str) -> None:
     def on(device: str) -> list[str]:
-        return [i.name for i in dispatch.implementations(family) if device in i.device_types]
+        return [i.name for i in registry.implementations(family) if device in i.device_types]
 
     assert on("cuda") == ["cuda", "triton"]  # the CUDA C++ kernel (20) above Triton (10)
     assert on("xpu") == ["sycl", "triton"]  # SYCL (20) above Triton (10) on Intel GPUs
     assert on("npu") == ["npu"] and on("cpu") == ["cpu"] and on("mps") == []
-    rows = {i.name: (i.priority, i.device_types) for i in dispatch.implementations(family)}
+    rows = {i.name: (i.priority, i.device_types) for i in registry.implementations(family)}
     assert rows == {"cpu": (10, ("cpu",)), "cuda": (20, ("cuda",)), "sycl": (20, ("xpu",)), "npu": (20, ("npu",)),
                     "triton": (10, ("cuda", "xpu"))}
-    assert all(i.op == family and i.description for i in dispatch.implementations(family))
+    assert all(i.op == family and i.description for i in registry.implementations(family))
 
 
 def test_the_old_op_names_are_gone() -> None:
     for old in ("fused_adam", "fused_lion"):
         with pytest.raises(dispatch.UnknownImplementationError, match=r"known ops: .*'adam'.*'lion'"):
-            dispatch.implementations(old)
+            registry.implementations(old)
 
 
 def test_the_family_variable_forces_and_the_old_one_is_ignored(fresh_builtins: None,
@@ -238,7 +239,7 @@ def test_builder_probe_and_loader_use_the_class_at_call_time(fresh_builtins: Non
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The rows make their builder at each probe/load, so a patched builder class is seen."""
     cls = builder_class("lion", "cpu_lion")
-    row = dispatch._registry["lion"]["cpu"]
+    row = registry._implementations["lion"]["cpu"]
     monkeypatch.setattr(cls, "compatibility", lambda self: (False, "patched away"))
     assert row.probe() == (False, "patched away")
     with pytest.raises(dispatch.NoImplementationError, match="cpu: patched away"):

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from anyaccel.ops import dispatch, python_ops
+from anyaccel.ops import dispatch, python_ops, registry
 from anyaccel.ops.adam import FusedAdam
 from anyaccel.ops.adam import npu as npu_adam
 from anyaccel.ops.adam.spec import SPEC as ADAM
@@ -25,16 +25,18 @@ from anyaccel.ops.lion.spec import SPEC as LION
 @pytest.fixture
 def python_impls(monkeypatch: pytest.MonkeyPatch) -> None:
     """A "pycpu" implementation of both families for the CPU (the NPU code on torch's foreach ops)."""
-    dispatch.implementations("adam")  # built-ins registered
-    monkeypatch.setattr(dispatch, "_registry", {op: dict(rows) for op, rows in dispatch._registry.items()})
+    registry.implementations("adam")  # built-ins registered
+    monkeypatch.setattr(registry, "_implementations",
+                        {op: dict(rows) for op, rows in registry._implementations.items()})
     monkeypatch.setattr(dispatch, "_loaded", {})
     monkeypatch.setattr(dispatch, "_chosen", {})
     monkeypatch.setattr(npu_adam, "ascend_kernel", lambda: None)
     for spec, fn, name in ((ADAM, npu_adam.adam_step, "adam_step"), (LION, npu_lion.lion_step, "lion_step")):
         ns = f"anyaccel_test_fused_opt_{spec.family}"
-        dispatch.register_implementation(dispatch.Implementation(
+        registry.register(registry.RegisteredImplementation(
             spec.family, "pycpu", 0, ("cpu",), lambda: (True, ""),
-            lambda spec=spec, ns=ns, fn=fn, name=name: python_ops.define(spec, ns, {name: fn}, ("cpu",), "cpu")))
+            lambda spec=spec, ns=ns, fn=fn, name=name: python_ops.define_custom_ops(spec, ns, {name: fn}, ("cpu",),
+                                                                                    "cpu")))
 
 
 def _pair(shapes, dtype=torch.float32, seed=0):
@@ -181,7 +183,7 @@ def test_forcing_an_unknown_implementation_names_the_registered_ones(python_impl
 
 def test_the_forced_implementation_is_the_one_that_runs(python_impls, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
-    row = dispatch._registry["lion"]["pycpu"]
+    row = registry._implementations["lion"]["pycpu"]
     loaded = row.loader()
 
     class Spy:
@@ -189,7 +191,7 @@ def test_the_forced_implementation_is_the_one_that_runs(python_impls, monkeypatc
             seen.append(len(args[0]))
             return loaded.lion_step(*args)
 
-    monkeypatch.setitem(dispatch._registry["lion"], "pycpu", dataclasses.replace(row, loader=Spy))
+    monkeypatch.setitem(registry._implementations["lion"], "pycpu", dataclasses.replace(row, loader=Spy))
     dispatch._chosen.clear()
     ps = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
     for p in ps:

@@ -1,6 +1,6 @@
 """Python-level implementations as torch ops with the spec's schema (anyaccel/ops/python_ops.py).
 
-The Triton and NPU implementations register through :func:`python_ops.define`; on this CPU-only machine the
+The Triton and NPU implementations register through :func:`python_ops.define_custom_ops`; on this CPU-only machine the
 NPU implementations (torch ``_foreach_*`` ops, device-agnostic) are registered for the CPU instead, which
 exercises the same path: the spec's schema and ``mutates_args``, the kernel for the named device types, the
 validating fake bound to a device type, and ``torch.library.opcheck``.
@@ -16,14 +16,16 @@ from anyaccel.ops.adam import npu as npu_adam
 from anyaccel.ops.adam.spec import SPEC as ADAM
 from anyaccel.ops.lion import npu as npu_lion
 from anyaccel.ops.lion.spec import SPEC as LION
-from anyaccel.ops.spec import SpecError
+from anyaccel.spec import SpecError
 
 
 @pytest.fixture(scope="module")
 def cpu_python_ops():
     """The NPU implementations of both families, defined as torch ops for the CPU."""
-    adam = python_ops.define(ADAM, "anyaccel_test_pyops_adam", {"adam_step": npu_adam.adam_step}, ("cpu",), "cpu")
-    lion = python_ops.define(LION, "anyaccel_test_pyops_lion", {"lion_step": npu_lion.lion_step}, ("cpu",), "cpu")
+    adam = python_ops.define_custom_ops(ADAM, "anyaccel_test_pyops_adam", {"adam_step": npu_adam.adam_step},
+                                        ("cpu",), "cpu")
+    lion = python_ops.define_custom_ops(LION, "anyaccel_test_pyops_lion", {"lion_step": npu_lion.lion_step},
+                                        ("cpu",), "cpu")
     return adam, lion
 
 
@@ -33,13 +35,15 @@ def test_define_registers_the_specs_schema_once(cpu_python_ops) -> None:
     assert adam.adam_step is torch.ops.anyaccel_test_pyops_adam.adam_step
     assert str(adam.adam_step.default._schema) == f"anyaccel_test_pyops_adam::{ADAM.function('adam_step').full_schema}"
     assert str(lion.lion_step.default._schema) == f"anyaccel_test_pyops_lion::{LION.function('lion_step').full_schema}"
-    again = python_ops.define(LION, "anyaccel_test_pyops_lion", {"lion_step": npu_lion.lion_step}, ("cpu",), "cpu")
+    again = python_ops.define_custom_ops(LION, "anyaccel_test_pyops_lion", {"lion_step": npu_lion.lion_step},
+                                         ("cpu",), "cpu")
     assert again is lion  # a namespace is defined once per process
 
 
 def test_an_unknown_function_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match=r"op 'lion' has no function 'adam_step'"):
-        python_ops.define(LION, "anyaccel_test_pyops_bad", {"adam_step": npu_adam.adam_step}, ("cpu",), "cpu")
+        python_ops.define_custom_ops(LION, "anyaccel_test_pyops_bad", {"adam_step": npu_adam.adam_step},
+                                     ("cpu",), "cpu")
 
 
 @pytest.mark.parametrize("combo", LION.dtypes, ids=lambda c: "-".join(c.as_tuple()))

@@ -1,6 +1,6 @@
 """Everything derived from the op specs agrees with them, and every host build honours its spec.
 
-Parametrised by the specs themselves (``all_specs()``), so a new op family is checked by adding its spec:
+Parametrised by the specs themselves (``all_op_specs()``), so a new op family is checked by adding its spec:
 its schema header carries every function, the registry and the implementation loader are derived from it,
 and each host (CPU) build runs every tensor function through ``torch.library.opcheck`` for every accepted
 dtype combination, under ``torch.compile(fullgraph=True)``, and against its validating fake with the same
@@ -15,14 +15,15 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.op_builder import registry
+from anyaccel.op_builder import classes
+from anyaccel.op_builder.core import module_functions
 from anyaccel.op_builder.toolchains import schema
-from anyaccel.ops import dispatch
-from anyaccel.ops.spec import OpSpec, all_specs
+from anyaccel.ops import registry
+from anyaccel.spec import OpSpec, all_op_specs
 from anyaccel.testing.op_samples import sample_args
 
 PACKAGE = Path(__import__("anyaccel").__file__).parent
-SPECS = all_specs()
+SPECS = all_op_specs()
 HOST_BUILDS = [(s, b) for s in SPECS for b in s.builds if b.backend == "cpu"]
 #: The host builds of element-wise optimizer families (those with dtype combinations), whose calls
 #: ``sample_args`` can make; the others (``aio``: files and handles) run opcheck and the fake-versus-kernel
@@ -65,19 +66,15 @@ def test_registry_and_loader_are_derived_from_the_spec(s: OpSpec) -> None:
         for builder, acc in b.rows():  # the build's own rows and its aliases'
             cls = registry.get_builder_class(builder, "cuda" if acc == "*" else acc)
             assert cls is not None and cls.NAME == b.name and cls.BUILD == b and cls.__name__ == builder
-    assert {i.name for i in dispatch.implementations(s.family)} == {i.name for i in s.implementations}
+    assert {i.name for i in registry.implementations(s.family)} == {i.name for i in s.implementations}
 
 
 @pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
-def test_deepspeed_abi_is_offered_by_the_builds_that_answer_to_its_builders(s: OpSpec) -> None:
-    if s.deepspeed is None:
-        pytest.skip(f"{s.family} declares no DeepSpeed module ABI")
+def test_integration_functions_are_offered_by_the_builds_they_name(s: OpSpec) -> None:
     for b in s.builds:
-        extras = registry.builder_class(s.family, b.name)()._module_extras()
-        expected = s.deepspeed.functions_for(b.builder_names)
-        assert extras.get("deepspeed_abi", (None, ()))[1] == expected
-    served = {name for b in s.builds for name in b.builder_names}
-    assert {name for name, _ in s.deepspeed.builders} <= served
+        extras = classes.builder_class(s.family, b.name)()._module_extras()
+        expected = module_functions.for_build(s.family, b.builder_names)
+        assert extras.get("functions") == expected
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +84,7 @@ def host_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root.chmod(0o700)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ANYACCEL_CACHE_DIR", str(root))
-        return {b.name: registry.builder_class(s.family, b.name)().load() for s, b in HOST_BUILDS}
+        return {b.name: classes.builder_class(s.family, b.name)().load() for s, b in HOST_BUILDS}
 
 
 def _tensor_functions(s: OpSpec, b: Any) -> list[Any]:
@@ -106,10 +103,10 @@ def test_host_build_passes_opcheck_for_every_dtype_combination(s: OpSpec, b: Any
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("s", "b"), HOST_BUILDS_WITH_DTYPES, ids=HOST_IDS)
-def test_host_build_offers_its_deepspeed_functions(s: OpSpec, b: Any, host_modules: dict) -> None:
+def test_host_build_offers_the_integrations_functions(s: OpSpec, b: Any, host_modules: dict) -> None:
     module = host_modules[b.name]
-    expected = s.deepspeed.functions_for(b.builder_names) if s.deepspeed else ()
-    assert module.deepspeed_functions == expected
+    expected = (module_functions.for_build(s.family, b.builder_names) or (None, ()))[1]
+    assert module.adapted_functions == expected
     for name in expected:
         assert callable(getattr(module, name))
 

@@ -20,12 +20,12 @@ valid names. The DeepSpeed behaviour lives only here, applied through the DeepSp
 (:mod:`anyaccel.integrations.deepspeed.view`).
 
 DeepSpeed's optimizers call functions on the module ``load()`` returns (``create_adam``, ``adam_update``,
-``multi_tensor_adam``...). anyaccel's op modules offer them: each op spec declares DeepSpeed's module ABI
-(:class:`anyaccel.ops.spec.DeepSpeedABI`), and :data:`DEEPSPEED_MODULE_ABI` (builder name -> the functions
-DeepSpeed's callers use) is read from the specs. The adapter checks a loaded module against it and raises
-:class:`DeepSpeedABIMissingError` for a builder whose module lacks them (a plug-in op family published under
-a DeepSpeed builder name without declaring the ABI). There is no fallback to DeepSpeed's own builders:
-with anyaccel installed, DeepSpeed builds nothing itself.
+``multi_tensor_adam``...). anyaccel's op modules offer them: the integration declares DeepSpeed's module ABI
+per op family (:mod:`anyaccel.integrations.deepspeed.abi`), and :data:`DEEPSPEED_MODULE_ABI` (builder name ->
+the functions DeepSpeed's callers use) is read from those declarations. The adapter checks a loaded module
+against it and raises :class:`DeepSpeedABIMissingError` for a builder whose module lacks them (a plug-in op
+family published under a DeepSpeed builder name without declaring the ABI). There is no fallback to
+DeepSpeed's own builders: with anyaccel installed, DeepSpeed builds nothing itself.
 """
 
 from __future__ import annotations
@@ -50,17 +50,15 @@ __all__ = [
 
 class _SpecModuleABI(Mapping[str, tuple[str, ...]]):
     """DeepSpeed builder name -> the functions DeepSpeed's callers use on the module ``load()`` returns, read
-    from the op specs' :class:`~anyaccel.ops.spec.DeepSpeedABI` on first use (every platform's functions;
-    the check of a loaded module uses this platform's, :func:`required_functions`)."""
+    from the declarations (:func:`anyaccel.integrations.deepspeed.abi.all_abis`) on first use (every platform's
+    functions; the check of a loaded module uses this platform's, :func:`required_functions`)."""
 
     def _table(self) -> dict[str, tuple[str, ...]]:
-        from anyaccel.ops.spec import all_specs
+        from anyaccel.integrations.deepspeed.abi import all_abis
 
         table: dict[str, list[str]] = {}
-        for spec in all_specs():
-            if spec.deepspeed is None:
-                continue
-            for builder, functions in spec.deepspeed.builders:
+        for abi in all_abis():
+            for builder, functions in abi.builders:
                 names = table.setdefault(builder, [])
                 names.extend(f for f in functions if f not in names)
         return {k: tuple(v) for k, v in table.items()}
@@ -79,23 +77,22 @@ class _SpecModuleABI(Mapping[str, tuple[str, ...]]):
 
 
 #: DeepSpeed builder name -> functions DeepSpeed's callers use on the module ``load()`` returns, from the op
-#: specs (``CPUAdamBuilder``: ``create_adam``, ``adam_update``, ``adam_rollback``, ``destroy_adam``, ZenFlow's
-#: ``zenflow_adam_*``; ``FusedAdamBuilder``: ``multi_tensor_adam``; ...; sources in each spec).
+#: declarations (``CPUAdamBuilder``: ``create_adam``, ``adam_update``, ``adam_rollback``, ``destroy_adam``, ZenFlow's
+#: ``zenflow_adam_*``; ``FusedAdamBuilder``: ``multi_tensor_adam``; ...; sources in each declaration).
 DEEPSPEED_MODULE_ABI: Mapping[str, tuple[str, ...]] = _SpecModuleABI()
 
 
 def required_functions(builder: str) -> tuple[str, ...]:
-    """The functions DeepSpeed's callers use on a ``builder`` module on this platform (from the specs).
+    """The functions DeepSpeed's callers use on a ``builder`` module on this platform (from the declarations).
 
     Returns:
-        The names; empty for a builder no spec declares the ABI of.
+        The names; empty for a builder no declaration names.
     """
-    from anyaccel.ops.spec import all_specs
+    from anyaccel.integrations.deepspeed.abi import all_abis
 
     out: list[str] = []
-    for spec in all_specs():
-        if spec.deepspeed is not None:
-            out.extend(f for f in spec.deepspeed.functions_for([builder]) if f not in out)
+    for abi in all_abis():
+        out.extend(f for f in abi.functions_for([builder]) if f not in out)
     return tuple(out)
 
 #: DeepSpeed's placeholder class name; asking for it returns DeepSpeed's class itself, so that
@@ -108,17 +105,14 @@ _placeholders: dict[tuple[str, str], type] = {}
 
 
 def implemented_builders(accelerator_name: str) -> list[str]:
-    """Builder names anyaccel implements for ``accelerator_name`` (for error messages).
+    """Builder names anyaccel implements for ``accelerator_name``, from the op registry (for error messages and
+    DeepSpeed's op table, :mod:`anyaccel.integrations.deepspeed.op_table`).
 
-    Side effects: imports the builder classes through the registry. Returns ``[]`` when the registry offers
-    no listing (it is only required to offer ``get_builder_class``).
+    Side effects: makes the builder classes through the registry.
     """
-    from anyaccel.op_builder import registry
+    from anyaccel.ops import registry
 
-    names = getattr(registry, "all_builder_names", None)
-    if names is None:
-        return []
-    return [n for n in names() if registry.get_builder_class(n, accelerator_name) is not None]
+    return [n for n in registry.all_builder_names() if registry.get_builder_class(n, accelerator_name) is not None]
 
 
 def _not_implemented_base() -> type:
@@ -225,7 +219,7 @@ def adapter_class(builder_class: type, name: str, accelerator_name: str) -> type
     """The DeepSpeed-facing subclass of anyaccel's ``builder_class`` (cached).
 
     Args:
-        builder_class: the class ``anyaccel.op_builder.registry.get_builder_class`` returned.
+        builder_class: the class ``anyaccel.ops.registry.get_builder_class`` returned.
         name: the DeepSpeed builder name it answers for.
         accelerator_name: the accelerator's name.
 

@@ -94,7 +94,8 @@ class DeepSpeedABIMissingError(DeepSpeedIntegrationError, AttributeError):
         self.missing = tuple(missing)
         super().__init__(
             f"anyaccel's {op!r} op (DeepSpeed's {builder}) does not offer DeepSpeed's module functions "
-            f"{', '.join(self.missing)}. Declare them in the op spec's `deepspeed` field (anyaccel.ops.spec."
-            f"DeepSpeedABI, see docs/adding_an_op.md), or run without anyaccel.integrations.deepspeed.install() "
+            f"{', '.join(self.missing)}. Declare them for the op family (an ABI in "
+            f"anyaccel/integrations/deepspeed/abi/<family>.py, or the anyaccel.deepspeed_abi entry point of a "
+            f"plug-in; see docs/adding_an_op.md), or run without anyaccel.integrations.deepspeed.install() "
             f"(unset ANYACCEL_DEEPSPEED) to use DeepSpeed's own {builder}."
         )

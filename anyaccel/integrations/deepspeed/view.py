@@ -9,7 +9,7 @@ answered DeepSpeed's way:
 - ``get_op_builder``/``create_op_builder``: DeepSpeed's placeholder instead of ``UnknownOpError`` for a
   builder anyaccel does not implement, and anyaccel's builders adapted to DeepSpeed's builder contract
   (:mod:`anyaccel.integrations.deepspeed.builders`); they still call anyaccel's own lookup first, which is
-  ``anyaccel.op_builder.registry.get_builder_class(name, accelerator_name)``;
+  ``anyaccel.ops.registry.get_builder_class(name, accelerator_name)``;
 - ``op_builder_dir``: DeepSpeed's package for the device (``ds_report``'s ``all_ops`` iterates it);
 - pinned memory: DeepSpeed's native backend (``DS_PIN_MEMORY_BACKEND=native``,
   ``deepspeed/utils/pin_memory.py``) and pinned-byte tracker (``utils/pin_memory_tracker.py``).
@@ -60,7 +60,7 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
         Never raises for an unknown name and never returns None (see
         :func:`anyaccel.integrations.deepspeed.builders.deepspeed_builder_class`).
         """
-        from anyaccel.op_builder.core.errors import UnknownOpError
+        from anyaccel.op_builder.errors import UnknownOpError
 
         try:
             anyaccel_class = super().get_op_builder(class_name)

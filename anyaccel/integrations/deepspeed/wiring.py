@@ -13,7 +13,9 @@ instances of its abstract class (``_validate_accelerator``: ``isinstance`` again
    (``deepspeed.ops.op_builder.<Name>Builder`` and the same objects imported by name into other
    ``deepspeed.*`` modules, e.g. ``deepspeed.ops.adam.cpu_adam.CPUAdamBuilder``), accelerator methods bound
    at import (``deepspeed.runtime.utils.torch_memory_reserved``), and refreshes ``all_ops.ALL_OPS`` (in
-   place) and the lazily cached ``deepspeed.ops.__compatible_ops__``.
+   place) and the lazily cached ``deepspeed.ops.__compatible_ops__``;
+4. completes ``ALL_OPS`` with every op anyaccel answers on the accelerator
+   (:mod:`~anyaccel.integrations.deepspeed.op_table`), now or when DeepSpeed first imports ``all_ops``.
 
 Before ``import deepspeed``, a meta-path finder waits for ``deepspeed.accelerator.real_accelerator`` and wires
 right after that module executes, before DeepSpeed asks for its accelerator the first time; DeepSpeed then
@@ -30,16 +32,18 @@ import logging
 import sys
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anyaccel.integrations.deepspeed import op_table
 from anyaccel.integrations.deepspeed.version import check_version
 from anyaccel.integrations.deepspeed.view import deepspeed_view, viewed_accelerator_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REAL_ACCELERATOR_MODULE", "install", "uninstall", "is_installed", "is_wired", "RealAcceleratorFinder"]
+__all__ = ["REAL_ACCELERATOR_MODULE", "install", "uninstall", "is_installed", "is_wired", "RealAcceleratorFinder",
+           "OpTableFinder"]
 
 #: The DeepSpeed module holding its accelerator and validation.
 REAL_ACCELERATOR_MODULE = "deepspeed.accelerator.real_accelerator"
@@ -63,6 +67,7 @@ class _State:
     registered: list[type] = field(default_factory=list)
     rebound: dict[tuple[str, str], Any] = field(default_factory=dict)
     finder: RealAcceleratorFinder | None = None
+    op_table_finder: OpTableFinder | None = None
 
 
 _state = _State()
@@ -70,19 +75,18 @@ _lock = threading.RLock()
 
 
 class _WiringLoader(importlib.abc.Loader):
-    """Wraps DeepSpeed's loader of ``real_accelerator``: runs it, then wires (other attributes delegate)."""
+    """Wraps DeepSpeed's loader of a module: runs it, then the finder's step (other attributes delegate)."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, after: Callable[[types.ModuleType], None]) -> None:
         self._loader = loader
+        self._after = after
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
         self._loader.exec_module(module)
-        with _lock:
-            if _state.requested:
-                _wire(module)
+        self._after(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_code, is_package, ... for tracebacks
         return getattr(self._loader, name)
@@ -95,9 +99,18 @@ class RealAcceleratorFinder(importlib.abc.MetaPathFinder):
     so that :func:`install`'s wiring runs right after the module body. It removes itself once used.
     """
 
+    #: The module it waits for.
+    MODULE = REAL_ACCELERATOR_MODULE
+
+    def after(self, module: types.ModuleType) -> None:
+        """Run right after :attr:`MODULE`'s body: wire DeepSpeed to anyaccel (when still requested)."""
+        with _lock:
+            if _state.requested:
+                _wire(module)
+
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != REAL_ACCELERATOR_MODULE:
+        if fullname != self.MODULE:
             return None
         others = [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]
         for finder in others:
@@ -109,7 +122,7 @@ class RealAcceleratorFinder(importlib.abc.MetaPathFinder):
         self.remove()
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _WiringLoader(spec.loader)
+        spec.loader = _WiringLoader(spec.loader, self.after)
         return spec
 
     def insert(self) -> None:
@@ -121,6 +134,19 @@ class RealAcceleratorFinder(importlib.abc.MetaPathFinder):
         """Take this finder off ``sys.meta_path`` (no error if absent)."""
         while self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+class OpTableFinder(RealAcceleratorFinder):
+    """Meta-path finder that completes DeepSpeed's op table when ``deepspeed.ops.op_builder.all_ops`` is
+    imported after the wiring (:func:`anyaccel.integrations.deepspeed.op_table.complete`)."""
+
+    MODULE = op_table.ALL_OPS_MODULE
+
+    def after(self, module: types.ModuleType) -> None:
+        """Run right after ``all_ops``' body: add every op anyaccel answers to ``ALL_OPS``."""
+        with _lock:
+            if _state.requested and _state.view is not None:
+                op_table.complete(module, _state.view)
 
 
 def _register_virtual_subclass(real_accelerator: types.ModuleType) -> None:
@@ -180,12 +206,13 @@ def _rebind_after_import(view: Any, previous: Any) -> int:
                 if inspect.ismethod(value) and value.__self__ is previous:
                     _rebind(module_name, namespace, attribute, getattr(view, value.__name__))
                     changed += 1
-    _refresh_op_caches()
+    _refresh_op_caches(view)
     return changed
 
 
-def _refresh_op_caches() -> None:
-    """Recompute DeepSpeed's op tables that were computed with the previous accelerator."""
+def _refresh_op_caches(view: Any) -> None:
+    """Recompute DeepSpeed's op tables that were computed with the previous accelerator; with anyaccel's
+    ``view``, complete them with every op anyaccel answers (None: after :func:`uninstall`)."""
     ops = sys.modules.get("deepspeed.ops")
     if ops is not None:
         vars(ops).pop("__compatible_ops__", None)  # recomputed on next access (deepspeed/ops/__init__.py)
@@ -197,6 +224,8 @@ def _refresh_op_caches() -> None:
         table.update(all_ops.ALL_OPS)
         builders[:] = all_ops.__op_builders__
         all_ops.ALL_OPS, all_ops.__op_builders__ = table, builders  # holders of the old objects see the new
+        if view is not None:
+            op_table.complete(all_ops, view)
 
 
 def _wire(real_accelerator: types.ModuleType) -> Any:
@@ -215,6 +244,10 @@ def _wire(real_accelerator: types.ModuleType) -> Any:
     real_accelerator.set_accelerator(view)  # DeepSpeed's API: runs its _validate_accelerator
     _state.view = view
     changed = _rebind_after_import(view, current)
+    if op_table.ALL_OPS_MODULE not in sys.modules:  # DeepSpeed builds its op table later: complete it then
+        if _state.op_table_finder is None:
+            _state.op_table_finder = OpTableFinder()
+        _state.op_table_finder.insert()
     logger.info("DeepSpeed now uses anyaccel's %r accelerator (%d import-time bindings updated)",
                 view._name, changed)
     return view
@@ -258,8 +291,9 @@ def uninstall() -> None:
     accelerators pass DeepSpeed's validation. Does nothing when :func:`install` was not called.
     """
     with _lock:
-        if _state.finder is not None:
-            _state.finder.remove()
+        for finder in (_state.finder, _state.op_table_finder):
+            if finder is not None:
+                finder.remove()
         module: Any = sys.modules.get(REAL_ACCELERATOR_MODULE)
         if module is not None and _state.view is not None:
             module.ds_accelerator = _state.previous_accelerator  # may be None: DeepSpeed selects again
@@ -267,7 +301,7 @@ def uninstall() -> None:
                 target = sys.modules.get(module_name)
                 if target is not None:
                     vars(target)[attribute] = value
-            _refresh_op_caches()
+            _refresh_op_caches(None)
         registered = _state.registered
         _state.__init__()  # type: ignore[misc]
         _state.registered = registered

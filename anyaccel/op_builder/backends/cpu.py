@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from typing_extensions import override
 
 from anyaccel.op_builder.core.builder import OpBuilder
-from anyaccel.op_builder.core.errors import ISAError
+from anyaccel.op_builder.errors import ISAError
 from anyaccel.op_builder.toolchains.cpu_isa import ISALevel, resolve_isa
 
 

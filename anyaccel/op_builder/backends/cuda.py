@@ -2,7 +2,7 @@
 
 A CUDA build is data (its spec's ``.cu`` sources and flags); this base plugs it into the core
 :class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
-publish, typed :class:`~anyaccel.op_builder.core.errors.BuildError`) through its hooks:
+publish, typed :class:`~anyaccel.op_builder.errors.BuildError`) through its hooks:
 
 - :meth:`extra_key_inputs`: the GPU arch list, the toolkit flavour, the CUDA major version the binary's
   runtime is (``cudart``'s soname), and the device compiler's identity (path, size, mtime; no process; a
@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from typing_extensions import override
 
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
-from anyaccel.op_builder.core.errors import OpBuilderError, ToolchainError
+from anyaccel.op_builder.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
 from anyaccel.op_builder.toolchains import cuda_flags
 from anyaccel.op_builder.toolchains import ninja as nj

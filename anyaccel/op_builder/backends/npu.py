@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 from typing_extensions import override
 
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
-from anyaccel.op_builder.core.errors import OpBuilderError, ToolchainError
+from anyaccel.op_builder.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
-from anyaccel.ops.spec import resolve
+from anyaccel.spec import resolve
 
 logger = logging.getLogger(__name__)
 
@@ -275,8 +275,8 @@ class NPUDelegatingBuilder(NPUOpBuilder):
             ImportError: torch_npu is not installed (the message names it).
 
         Returns:
-            The op's torch ops, plus DeepSpeed's module functions the spec declares for the build
-            (``multi_tensor_adam``...).
+            The op's torch ops, plus the functions integrations add for the build (DeepSpeed's
+            ``multi_tensor_adam``...; :mod:`anyaccel.op_builder.core.module_functions`).
 
         Side effects: imports torch_npu (which registers the ``npu`` device type), then registers the
         Python-level ops.
@@ -291,9 +291,9 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         # torch knows the "npu" device type only after torch_npu renamed PrivateUse1; the ops are registered
         # for it below, so the vendor package is imported first (an installed package: compatibility() said so).
         importlib.import_module(VENDOR_PACKAGE)
-        from anyaccel.op_builder.core.module import with_deepspeed_abi
+        from anyaccel.op_builder.core.module import with_adapted_functions
 
-        return with_deepspeed_abi(resolve(self.BUILD.module)(), self._module_extras())
+        return with_adapted_functions(resolve(self.BUILD.module)(), self._module_extras())
 
     @override
     def jit_load(self, verbose: bool = False) -> Any:

@@ -2,7 +2,7 @@
 
 A SYCL builder is data (its ``.sycl`` sources and flags); this base plugs it into the core
 :class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
-publish, typed :class:`~anyaccel.op_builder.core.errors.BuildError`) through its hooks:
+publish, typed :class:`~anyaccel.op_builder.errors.BuildError`) through its hooks:
 
 - :meth:`extra_key_inputs`: the XPU arch list (``TORCH_XPU_ARCH_LIST``, else torch's own list), torch's
   XPU runtime version and the SYCL compiler's identity (path, size, mtime; no process) join the key;
@@ -33,7 +33,7 @@ from typing_extensions import override
 
 from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
 from anyaccel.op_builder.core.environ import scoped_environ
-from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx

@@ -3,7 +3,7 @@
 Shared by ``setup.py`` (``ANYACCEL_BUILD_OPS=1`` / ``ANYACCEL_BUILD_<NAME>=1``, into the package's
 ``_prebuilt`` directory, for wheels) and ``anyaccel build`` (into the cache): every build ends as built,
 skipped or failed, and one failure never stops the others. The builds are the op specs' builds
-(:func:`anyaccel.op_builder.registry.spec_builds`); a CPU build is built once per SIMD level this machine's
+(:func:`anyaccel.op_builder.classes.spec_builds`); a CPU build is built once per SIMD level this machine's
 compiler can target (x86-64: AVX-512, AVX2, portable; aarch64: NEON, portable), so one wheel serves every
 CPU and the loader picks the level the CPU reports.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.errors import OpBuilderError
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def selected_builds(env: Mapping[str, str]) -> list[Any]:
     Returns:
         Builder classes, in spec order.
     """
-    from anyaccel.op_builder.registry import builder_class, spec_builds
+    from anyaccel.op_builder.classes import builder_class, spec_builds
 
     everything = env.get(ALL_OPS_ENV, "0") == "1"
     chosen = []

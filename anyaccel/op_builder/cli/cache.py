@@ -122,8 +122,8 @@ def scan(cache: Any, runtime: dict[str, Any]) -> list[Item]:
     Side effects: hashes every entry's library (as the loader would before loading it); follows no link.
     """
     from anyaccel.op_builder.core.cache import check_secure
-    from anyaccel.op_builder.core.errors import CacheSecurityError
     from anyaccel.op_builder.core.integrity import inspect_entry
+    from anyaccel.op_builder.errors import CacheSecurityError
 
     items: list[Item] = []
     for op_dir in _children(cache.root / "ops"):
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         ``clean``, when something could not be removed.
     """
     from anyaccel.op_builder.core.cache import Cache
-    from anyaccel.op_builder.core.errors import OpBuilderError
+    from anyaccel.op_builder.errors import OpBuilderError
 
     try:
         cache = Cache.open()
@@ -224,8 +224,8 @@ def _remove(path: Path) -> str:
 
 
 def _clean(cache: Any, runtime: dict[str, Any], everything: bool, out: TextIO) -> int:
-    from anyaccel.op_builder.core.errors import OpBuilderError
     from anyaccel.op_builder.core.lock import BuildLock
+    from anyaccel.op_builder.errors import OpBuilderError
 
     removed, failures = 0, []
 
@@ -281,8 +281,8 @@ def _clean(cache: Any, runtime: dict[str, Any], everything: bool, out: TextIO) -
 
 
 def _build_running(cache: Any, name: str, key_prefix: str) -> bool:
-    from anyaccel.op_builder.core.errors import OpBuilderError
     from anyaccel.op_builder.core.lock import BuildLock
+    from anyaccel.op_builder.errors import OpBuilderError
 
     for lock_path in (cache.root / "locks").glob(f"{name}-{key_prefix}*.lock"):
         if _kind(lock_path) != "file":

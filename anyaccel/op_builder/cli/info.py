@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from anyaccel.op_builder.core.cache import default_cache_root
-from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import cpu_isa
 from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
 from anyaccel.op_builder.toolchains import host as toolchain

@@ -16,7 +16,7 @@ entry that fails either check is quarantined (moved aside in one rename, logged 
 rebuilt: a damaged cache costs a rebuild, never a crash.
 
 Steps 1-3 spawn no process and import nothing heavy: the key uses the compiler's path, size and mtime,
-never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.ops.spec.NativeBuild`:
+never its ``--version``. A builder is data: the op spec's build (:class:`anyaccel.spec.NativeBuild`:
 sources, functions, flags) plus its backend base (``backends/``: ``TorchCPUOpBuilder``, ``CUDAOpBuilder``,
 ``SYCLOpBuilder``, ``NPUOpBuilder``), which overrides the hooks :meth:`preflight` (tools of the build),
 :meth:`compile_steps`/:meth:`link_command` (the commands) and :meth:`extra_key_inputs`.
@@ -47,7 +47,11 @@ from anyaccel.op_builder.core import integrity
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import Cache, cache_os_error, check_secure
 from anyaccel.op_builder.core.environ import scoped_environ
-from anyaccel.op_builder.core.errors import (
+from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
+from anyaccel.op_builder.core.module import OpModule
+from anyaccel.op_builder.core.progress import BuildProgress
+from anyaccel.op_builder.errors import (
     DIAGNOSES,
     ArtifactError,
     BuildError,
@@ -57,10 +61,6 @@ from anyaccel.op_builder.core.errors import (
     diagnose,
     first_error_lines,
 )
-from anyaccel.op_builder.core.lock import BuildLock
-from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
-from anyaccel.op_builder.core.module import OpModule
-from anyaccel.op_builder.core.progress import BuildProgress
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains.host import (
@@ -71,7 +71,7 @@ from anyaccel.op_builder.toolchains.host import (
     require_cxx,
     require_ninja,
 )
-from anyaccel.ops.spec import NativeBuild, OpSpec
+from anyaccel.spec import NativeBuild, OpSpec
 from anyaccel.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def _ninja_command(log_text: str) -> str:
 class OpBuilder:
     """Base of every op builder (DeepSpeed's ``OpBuilder`` vocabulary).
 
-    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.registry.builder_class`),
+    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.classes.builder_class`),
     which set :attr:`SPEC` and :attr:`BUILD`; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
     :meth:`sources` and :meth:`functions` instead.
 
@@ -492,14 +492,15 @@ class OpBuilder:
         return module
 
     def _module_extras(self) -> dict[str, Any]:
-        """What the loaded module offers besides its torch ops: ``{"deepspeed_abi": (adapter, functions)}``,
-        the spec's DeepSpeed ABI functions for the builder names this build answers to (its ``builder`` and
-        aliases; :meth:`anyaccel.ops.spec.DeepSpeedABI.functions_for`), or ``{}``. Imports nothing."""
-        abi = self.SPEC.deepspeed if self.SPEC is not None else None
-        if abi is None or self.BUILD is None:
+        """What the loaded module offers besides its torch ops: ``{"functions": (adapter, names)}``, the
+        integrations' functions for the builder names this build answers to (its ``builder`` and aliases;
+        :mod:`anyaccel.op_builder.core.module_functions`), or ``{}``. Makes no adapter object."""
+        if self.SPEC is None or self.BUILD is None:
             return {}
-        functions = abi.functions_for(self.BUILD.builder_names)
-        return {"deepspeed_abi": (abi.adapter, functions)} if functions else {}
+        from anyaccel.op_builder.core import module_functions
+
+        answer = module_functions.for_build(self.SPEC.family, self.BUILD.builder_names)
+        return {"functions": answer} if answer else {}
 
     def _matches(self, recorded: dict[str, Any], inputs: dict[str, Any], ignore: tuple[str, ...]) -> list[str]:
         """The fields that keep a recorded build from serving ``inputs`` (empty: it serves them)."""

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import CacheSecurityError, CacheUnusableError, OpBuilderError
+from anyaccel.op_builder.errors import CacheSecurityError, CacheUnusableError, OpBuilderError
 
 logger = logging.getLogger(__name__)
 

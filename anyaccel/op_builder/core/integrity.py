@@ -32,7 +32,7 @@ from typing import Any
 
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import check_secure
-from anyaccel.op_builder.core.errors import CacheSecurityError
+from anyaccel.op_builder.errors import CacheSecurityError
 
 #: The library's file name inside an entry.
 LIBRARY_NAME = "op.so"

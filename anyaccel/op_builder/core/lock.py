@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from anyaccel.op_builder.core.cache import FILE_MODE, cache_os_error
-from anyaccel.op_builder.core.errors import CacheSecurityError, LockTimeoutError
+from anyaccel.op_builder.errors import CacheSecurityError, LockTimeoutError
 
 logger = logging.getLogger(__name__)
 

@@ -7,16 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OpModule", "DeepSpeedFunctions", "with_deepspeed_abi"]
+__all__ = ["OpModule", "AdaptedFunctions", "with_adapted_functions"]
 
 
-class DeepSpeedFunctions:
-    """DeepSpeed's module-ABI functions of one loaded op module, made on first use.
+class AdaptedFunctions:
+    """The functions an integration adds to one loaded op module, made on first use.
 
-    The op spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names an adapter factory (``"module:factory"``)
-    and the functions a module of this build offers (``create_adam``, ``adam_update``, ...). The factory is
-    imported and called only when one of those names is first asked for, so loading an op imports no
-    adapter code.
+    An integration (:mod:`anyaccel.op_builder.core.module_functions`; DeepSpeed's module ABI) names an adapter
+    factory (``"module:factory"``) and the functions a module of this build offers (``create_adam``,
+    ``adam_update``, ...). The factory is called only when one of those names is first asked for, so loading
+    an op makes no adapter object.
 
     Args:
         owner: the loaded module the functions work on (passed to the factory).
@@ -40,7 +40,7 @@ class DeepSpeedFunctions:
             return None
         with self._lock:
             if self._adapter is None:
-                from anyaccel.ops.spec import resolve
+                from anyaccel.spec import resolve
 
                 assert self._target is not None
                 self._adapter = resolve(self._target)(self._owner, self.functions)
@@ -53,8 +53,8 @@ class OpModule:
 
     ``module.adam_step(...)`` is ``torch.ops.<namespace>.adam_step(...)``: attribute access forwards to the
     op namespace the library registered with ``STABLE_TORCH_LIBRARY`` (docs/architecture.md "Op builders").
-    Names that are not torch ops of the library are DeepSpeed's module-ABI functions the op spec declares
-    for this build (``create_adam``, ``adam_update``, ``multi_tensor_adam``...; :attr:`deepspeed_functions`).
+    Names that are not torch ops of the library are the functions integrations add for this build
+    (DeepSpeed's ``create_adam``, ``adam_update``, ``multi_tensor_adam``...; :attr:`adapted_functions`).
 
     Attributes:
         op: the builder's ``NAME``.
@@ -63,8 +63,8 @@ class OpModule:
         isa: the CPU ISA level compiled in (None for non-CPU builds).
         key: the full cache key (64 hex digits) of the build.
         source: where it was found: "prebuilt", "cache" or "built".
-        deepspeed_functions: DeepSpeed's functions this module offers besides its torch ops (empty when the
-            spec declares none for the build).
+        adapted_functions: the integrations' functions this module offers besides its torch ops (empty when
+            none offers any for the build).
     """
 
     def __init__(self, op: str, namespace: str, path: Path, isa: str | None, key: str, source: str,
@@ -75,9 +75,9 @@ class OpModule:
         self.isa = isa
         self.key = key
         self.source = source
-        target, functions = (extras or {}).get("deepspeed_abi", (None, ()))
-        self._abi = DeepSpeedFunctions(self, target, tuple(functions))
-        self.deepspeed_functions: tuple[str, ...] = self._abi.functions
+        target, functions = (extras or {}).get("functions", (None, ()))
+        self._abi = AdaptedFunctions(self, target, tuple(functions))
+        self.adapted_functions: tuple[str, ...] = self._abi.functions
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -103,14 +103,14 @@ class OpModule:
         return f"OpModule(op={self.op!r}, namespace={self.namespace!r}, isa={self.isa!r}, path='{self.path}')"
 
 
-class _WithDeepSpeedFunctions:
-    """A Python-level op module (a namespace of torch ops) plus DeepSpeed's functions (see
-    :func:`with_deepspeed_abi`)."""
+class _WithAdaptedFunctions:
+    """A Python-level op module (a namespace of torch ops) plus the integrations' functions (see
+    :func:`with_adapted_functions`)."""
 
     def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
         self._module = module
-        self._abi = DeepSpeedFunctions(self, target, functions)
-        self.deepspeed_functions = self._abi.functions
+        self._abi = AdaptedFunctions(self, target, functions)
+        self.adapted_functions = self._abi.functions
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -125,21 +125,21 @@ class _WithDeepSpeedFunctions:
         raise AttributeError(f"op module {module!r} has no function {name!r}")
 
     def __repr__(self) -> str:
-        return f"{self._module!r} + DeepSpeed functions {list(self.deepspeed_functions)}"
+        return f"{self._module!r} + functions {list(self.adapted_functions)}"
 
 
-def with_deepspeed_abi(module: Any, extras: dict[str, Any]) -> Any:
-    """``module`` (a Python-level op module: builds that compile nothing) with DeepSpeed's functions added.
+def with_adapted_functions(module: Any, extras: dict[str, Any]) -> Any:
+    """``module`` (a Python-level op module: builds that compile nothing) with the integrations' functions added.
 
     Args:
         module: the object whose attributes are the op's torch ops.
         extras: :meth:`~anyaccel.op_builder.core.builder.OpBuilder._module_extras` of its builder.
 
     Returns:
-        A forwarding wrapper offering ``module``'s attributes and the declared DeepSpeed functions, or
-        ``module`` itself when the spec declares none for the build.
+        A forwarding wrapper offering ``module``'s attributes and the added functions, or ``module`` itself
+        when no integration adds any for the build.
     """
-    target, functions = extras.get("deepspeed_abi", (None, ()))
+    target, functions = extras.get("functions", (None, ()))
     if not target or not functions:
         return module
-    return _WithDeepSpeedFunctions(module, target, tuple(functions))
+    return _WithAdaptedFunctions(module, target, tuple(functions))

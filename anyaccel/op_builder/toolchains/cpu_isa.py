@@ -19,7 +19,7 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from anyaccel.op_builder.core.errors import ISAError
+from anyaccel.op_builder.errors import ISAError
 
 logger = logging.getLogger(__name__)
 

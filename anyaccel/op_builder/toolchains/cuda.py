@@ -22,7 +22,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.errors import ToolchainError
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import SettingError, ToolchainError
+from anyaccel.op_builder.errors import SettingError, ToolchainError
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import OpBuilderError, SettingError
+from anyaccel.op_builder.errors import OpBuilderError, SettingError
 
 TIMEOUT_ENV = "ANYACCEL_BUILD_TIMEOUT"
 #: Default wall-time bound of one build, in seconds: far above any build of ours (CUDA ops take 20-30 s

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.errors import ToolchainError
 from anyaccel.op_builder.toolchains.host import find_tool
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.errors import OpBuilderError
 
 #: The oldest torch the kernels support, as (major, minor).
 DEFAULT_TARGET: tuple[int, int] = (2, 10)

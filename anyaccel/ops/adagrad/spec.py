@@ -1,4 +1,4 @@
-"""The Adagrad op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Adagrad op family, described once (see :mod:`anyaccel.spec`).
 
 Adagrad: Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and Stochastic
 Optimization", JMLR 2011. The update and its order of operations are torch's ``torch.optim.Adagrad``
@@ -12,11 +12,11 @@ Optimization", JMLR 2011. The update and its order of operations are torch's ``t
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy. The
 builder name is DeepSpeed's (``CPUAdagradBuilder``, a host op served on every accelerator). DeepSpeed's
 module ABI (``create_adagrad``, ``adagrad_update``, ``destroy_adagrad``) is
-:mod:`anyaccel.ops.adagrad.deepspeed`; the optimizer is :class:`anyaccel.ops.adagrad.CPUAdagrad`.
+:mod:`anyaccel.integrations.deepspeed.abi.adagrad`; the optimizer is :class:`anyaccel.ops.adagrad.CPUAdagrad`.
 """
 
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.spec import REGISTRATION_CXX_ARGS, DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.spec import REGISTRATION_CXX_ARGS, Function, Implementation, NativeBuild, OpSpec
 
 SPEC = OpSpec(
     family="adagrad",
@@ -43,10 +43,5 @@ SPEC = OpSpec(
     implementations=(
         Implementation("cpu", 10, ("cpu",), build="cpu_adagrad",
                        description="SIMD kernel on torch's CPU thread pool (csrc/adagrad/cpu_adagrad.cpp)"),
-    ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.adagrad.deepspeed:adapter",
-        # deepspeed/ops/adagrad/cpu_adagrad.py (DeepSpeedCPUAdagrad)
-        builders=(("CPUAdagradBuilder", ("create_adagrad", "adagrad_update", "destroy_adagrad")),),
     ),
 )

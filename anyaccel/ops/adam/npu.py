@@ -142,4 +142,4 @@ def load() -> Any:
     from anyaccel.ops import python_ops
     from anyaccel.ops.adam.spec import SPEC
 
-    return python_ops.define(SPEC, "anyaccel_npu_adam", {"adam_step": adam_step}, ("npu",), "npu")
+    return python_ops.define_custom_ops(SPEC, "anyaccel_npu_adam", {"adam_step": adam_step}, ("npu",), "npu")

@@ -1,4 +1,4 @@
-"""The Adam / AdamW op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Adam / AdamW op family, described once (see :mod:`anyaccel.spec`).
 
 Adam: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015; AdamW (decoupled weight decay):
 Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch's
@@ -16,14 +16,14 @@ also answers to ``FusedAdamBuilder`` on the CPU accelerator (DeepSpeed's ``Fused
 
 ``adam_rollback_step`` undoes one step given its gradients and arguments (DeepSpeed's ``adam_rollback``; rules
 in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_update``, ``adam_rollback``,
-``destroy_adam``, ``multi_tensor_adam``, ZenFlow's ``zenflow_adam_*``) is :mod:`anyaccel.ops.adam.deepspeed`.
+``destroy_adam``, ``multi_tensor_adam``, ZenFlow's ``zenflow_adam_*``) is the DeepSpeed integration's
+(:mod:`anyaccel.integrations.deepspeed.abi.adam`).
 """
 
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
-    DeepSpeedABI,
     DtypeCombo,
     Function,
     Implementation,
@@ -125,26 +125,9 @@ SPEC = OpSpec(
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.adam.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernel (anyaccel/ops/adam/triton.py)"),
     ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.adam.deepspeed:adapter",
-        builders=(
-            # deepspeed/ops/adam/cpu_adam.py (DeepSpeedCPUAdam), runtime/zenflow/zenflow_utils.py,
-            # runtime/zenflow/zenflow_stage_1_and_2.py, runtime/zenflow/engine_stage3.py
-            ("CPUAdamBuilder", ("create_adam", "adam_update", "adam_rollback", "destroy_adam",
-                                "zenflow_adam_create", "zenflow_adam_register_group", "zenflow_adam_destroy",
-                                "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker",
-                                "zenflow_adam_submit", "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
-            # deepspeed/ops/adam/fused_adam.py (FusedAdam)
-            ("FusedAdamBuilder", ("multi_tensor_adam",)),
-        ),
-        # DeepSpeed defines the cross-process ZenFlow control on Linux only (cpu_adam.cpp, #if __linux__)
-        platform_functions=tuple((fn, "linux") for fn in (
-            "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker", "zenflow_adam_submit",
-            "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
-    ),
     benchmarks=("benchmarks/cpu_adam.py", "benchmarks/gpu_optimizers.py"),
 )
 
 
 #: The fake of ``adam_plan`` (validates like ``adam_step``, returns an int64 tensor of the plan's size).
-adam_plan_fake = make_plan_fake("adam_plan", ("exp_avgs", "exp_avg_sqs"))
+adam_plan_fake = make_plan_fake("adam_plan", ("exp_avgs", "exp_avg_sqs"), SPEC.dtypes)

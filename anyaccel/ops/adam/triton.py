@@ -229,4 +229,4 @@ def load() -> Any:
 
     impls: dict[str, Callable[..., Any]] = {
         "adam_step": adam_step, "adam_plan": adam_plan, "adam_step_planned": adam_step_planned}
-    return python_ops.define(SPEC, "anyaccel_triton_adam", impls, ("cuda", "xpu"), ("cuda", "xpu"))
+    return python_ops.define_custom_ops(SPEC, "anyaccel_triton_adam", impls, ("cuda", "xpu"), ("cuda", "xpu"))

@@ -32,7 +32,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        from anyaccel.ops.spec import resolve
+        from anyaccel.spec import resolve
 
         return resolve(_EXPORTS[name])
     raise AttributeError(f"module 'anyaccel.ops.aio' has no attribute {name!r}")

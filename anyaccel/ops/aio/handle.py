@@ -1,10 +1,11 @@
 """DeepSpeed's ``aio_handle`` API over the async I/O op's torch ops (``anyaccel.ops.aio.spec``).
 
-``get_accelerator().create_op_builder("AsyncIOBuilder").load()`` returns an op module whose
-``aio_handle(...)`` makes an :class:`AsyncIOHandle` (through :class:`AsyncIOModule`, the spec's DeepSpeed
-ABI adapter), with the constructor arguments, methods and return values ZeRO-Infinity's swappers and
-DeepSpeed's fast checkpoint writer use (``deepspeed/runtime/swap_tensor/*.py``, ``deepspeed/io/*.py``;
-DeepSpeed 0.19.8, ``csrc/aio/py_lib/py_ds_aio.cpp``):
+``get_accelerator().create_op_builder("AsyncIOBuilder").load()`` returns an op module whose ``aio_handle(...)``
+makes an :class:`AsyncIOHandle` (through :class:`AsyncIOModule`, the adapter the DeepSpeed integration's ABI
+declaration names, ``anyaccel/integrations/deepspeed/abi/aio.py``), with the constructor arguments, methods and
+return values ZeRO-Infinity's swappers and DeepSpeed's fast checkpoint writer use
+(``deepspeed/runtime/swap_tensor/*.py``, ``deepspeed/io/*.py``; DeepSpeed 0.19.8,
+``csrc/aio/py_lib/py_ds_aio.cpp``):
 
 - ``sync_pread`` / ``sync_pwrite`` / ``async_pread`` / ``async_pwrite`` / ``pread`` / ``pwrite`` / ``read`` /
   ``write`` and ``wait``; a sync call waits for every pending transfer of the handle and returns how many

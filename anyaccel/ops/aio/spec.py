@@ -1,4 +1,4 @@
-"""The async I/O op family, described once (see :mod:`anyaccel.ops.spec`): DeepSpeed's ``AsyncIOBuilder``.
+"""The async I/O op family, described once (see :mod:`anyaccel.spec`): DeepSpeed's ``AsyncIOBuilder``.
 
 File reads and writes between host tensors and files, queued on a pool of worker threads and waited for
 later, for ZeRO-Infinity's NVMe offload and fast checkpointing. The torch ops are the low-level surface
@@ -8,7 +8,7 @@ offers as ``module.aio_handle(...)``. Mechanism (``O_DIRECT`` ``pread``/``pwrite
 by measurement), guarantees and errors: ``docs/aio.md``; the engine: ``csrc/aio/aio_engine.h``.
 """
 
-from anyaccel.ops.spec import DeepSpeedABI, Function, Implementation, NativeBuild, OpSpec
+from anyaccel.spec import Function, Implementation, NativeBuild, OpSpec
 
 _HANDLE = ("handle", "[1, inf)")
 _TRANSFER = "(int handle, Tensor{mut} buffer, str path, int fd, int file_offset) -> ()"
@@ -50,8 +50,5 @@ SPEC = OpSpec(
                        description="O_DIRECT pread/pwrite on a worker-thread pool per handle "
                                    "(csrc/aio/aio_engine.cpp); no system library needed"),
     ),
-    # DeepSpeed's callers (deepspeed/runtime/swap_tensor/*.py, deepspeed/io/*.py) use only aio_handle.
-    deepspeed=DeepSpeedABI(adapter="anyaccel.ops.aio.handle:AsyncIOModule",
-                           builders=(("AsyncIOBuilder", ("aio_handle",)),)),
     benchmarks=("benchmarks/aio.py",),
 )

@@ -1,4 +1,4 @@
-"""The LAMB op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The LAMB op family, described once (see :mod:`anyaccel.spec`).
 
 LAMB (You et al., ICLR 2020, https://arxiv.org/abs/1904.00962) as DeepSpeed's ``FusedLamb`` computes it
 (``csrc/lamb/fused_lamb_cuda_kernel.cu``), per tensor, in fp32::
@@ -16,7 +16,7 @@ written into ``lamb_coeffs`` (one fp32 entry per parameter, on the parameters' d
 ``get_lamb_coeffs()`` reports. With ``model_copies``, ``params`` are fp32 masters and the updated value is
 also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); the CPU build also
 answers to ``FusedLambBuilder`` on the CPU accelerator. DeepSpeed's module function ``lamb(...)`` is
-:mod:`anyaccel.ops.lamb.deepspeed`.
+:mod:`anyaccel.integrations.deepspeed.abi.lamb`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from typing import Any
 from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
-    DeepSpeedABI,
     Function,
     Implementation,
     NativeBuild,
@@ -102,10 +101,6 @@ SPEC = OpSpec(
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lamb.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernels (anyaccel/ops/lamb/triton.py)"),
     ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.lamb.deepspeed:adapter",
-        builders=(("FusedLambBuilder", ("lamb",)),),  # deepspeed/ops/lamb/fused_lamb.py
-    ),
     benchmarks=("benchmarks/gpu_optimizers.py",),
 )
 
@@ -157,4 +152,4 @@ def check_lamb_coeffs(lamb_coeffs: Any, n: int, device: Any) -> None:
 
 
 #: The fake of ``lamb_plan`` (validates like ``lamb_step``, returns an int64 tensor of the plan's size).
-lamb_plan_fake = make_plan_fake("lamb_plan", ("exp_avgs", "exp_avg_sqs"))
+lamb_plan_fake = make_plan_fake("lamb_plan", ("exp_avgs", "exp_avg_sqs"), SPEC.dtypes)

@@ -244,4 +244,4 @@ def load() -> Any:
 
     impls: dict[str, Callable[..., Any]] = {
         "lamb_step": lamb_step, "lamb_plan": lamb_plan, "lamb_step_planned": lamb_step_planned}
-    return python_ops.define(SPEC, "anyaccel_triton_lamb", impls, ("cuda", "xpu"), ("cuda", "xpu"))
+    return python_ops.define_custom_ops(SPEC, "anyaccel_triton_lamb", impls, ("cuda", "xpu"), ("cuda", "xpu"))

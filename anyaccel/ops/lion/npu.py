@@ -71,4 +71,4 @@ def load() -> Any:
     from anyaccel.ops import python_ops
     from anyaccel.ops.lion.spec import SPEC
 
-    return python_ops.define(SPEC, "anyaccel_npu_lion", {"lion_step": lion_step}, ("npu",), "npu")
+    return python_ops.define_custom_ops(SPEC, "anyaccel_npu_lion", {"lion_step": lion_step}, ("npu",), "npu")

@@ -1,4 +1,4 @@
-"""The Lion op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The Lion op family, described once (see :mod:`anyaccel.spec`).
 
 Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algorithm 2
 (https://arxiv.org/abs/2302.06675). Per element, in fp32::
@@ -10,16 +10,16 @@ Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algori
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy.
 Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CPU build also answers to
 ``FusedLionBuilder`` on the CPU accelerator, which DeepSpeed itself lacks there. DeepSpeed's module ABI
-(``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is :mod:`anyaccel.ops.lion.deepspeed`.
+(``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is the DeepSpeed integration's
+(:mod:`anyaccel.integrations.deepspeed.abi.lion`).
 """
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
-from anyaccel.ops.spec import (
+from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     BuilderAlias,
-    DeepSpeedABI,
     Function,
     Implementation,
     NativeBuild,
@@ -91,16 +91,9 @@ SPEC = OpSpec(
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lion.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernel (anyaccel/ops/lion/triton.py)"),
     ),
-    deepspeed=DeepSpeedABI(
-        adapter="anyaccel.ops.lion.deepspeed:adapter",
-        builders=(
-            ("CPULionBuilder", ("create_lion", "lion_update", "destroy_lion")),  # deepspeed/ops/lion/cpu_lion.py
-            ("FusedLionBuilder", ("multi_tensor_lion",)),  # deepspeed/ops/lion/fused_lion.py
-        ),
-    ),
     benchmarks=("benchmarks/cpu_lion.py", "benchmarks/gpu_optimizers.py"),
 )
 
 
 #: The fake of ``lion_plan`` (validates like ``lion_step``, returns an int64 tensor of the plan's size).
-lion_plan_fake = make_plan_fake("lion_plan", ("exp_avgs",))
+lion_plan_fake = make_plan_fake("lion_plan", ("exp_avgs",), SPEC.dtypes)

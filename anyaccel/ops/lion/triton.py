@@ -196,4 +196,4 @@ def load() -> Any:
 
     impls: dict[str, Callable[..., Any]] = {
         "lion_step": lion_step, "lion_plan": lion_plan, "lion_step_planned": lion_step_planned}
-    return python_ops.define(SPEC, "anyaccel_triton_lion", impls, ("cuda", "xpu"), ("cuda", "xpu"))
+    return python_ops.define_custom_ops(SPEC, "anyaccel_triton_lion", impls, ("cuda", "xpu"), ("cuda", "xpu"))

@@ -1,6 +1,6 @@
 """Register one implementation of a model-op family as torch ops with the spec's schemas.
 
-Two kinds, one contract (the op spec's function names and schemas, :mod:`anyaccel.ops.spec`):
+Two kinds, one contract (the op spec's function names and schemas, :mod:`anyaccel.spec`):
 
 - **portable** implementations (torch ops only) become ``torch.library.custom_op`` s with the spec's schema
   and validating fake, registered for every device type. ``torch.compile`` treats each as one opaque call,
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from anyaccel.ops.spec import OpSpec, SpecError
+from anyaccel.spec import OpSpec, SpecError
 
 #: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
 Formula = tuple[Callable[..., None], Callable[..., Any]]

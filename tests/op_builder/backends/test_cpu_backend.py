@@ -12,7 +12,7 @@ import torch
 
 from anyaccel.op_builder import CPUAdamBuilder, CPULionBuilder, TorchCPUOpBuilder
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
-from anyaccel.op_builder.core.errors import ISAError, OpBuilderError
+from anyaccel.op_builder.errors import ISAError, OpBuilderError
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, supported_levels
 
@@ -123,7 +123,7 @@ def test_builder_returns_a_setuptools_extension_with_the_same_flags():
 def test_per_source_flags_reach_only_their_translation_unit_and_the_key(tmp_path: Path):
     """The spec's ``source_cxx_args`` (``-O1`` for the registration unit) come after ``-O3`` in that unit's
     command only, and are part of the cache key (a change rebuilds)."""
-    from anyaccel.ops.spec import REGISTRATION_CXX_ARGS
+    from anyaccel.spec import REGISTRATION_CXX_ARGS
 
     b = CPUAdamBuilder()
     glue, kernel = b.sources()

@@ -17,12 +17,13 @@ import torch
 from opb_helpers import REAL_CXX, make_wrapper
 
 from anyaccel.op_builder.backends.cuda import CUDAOpBuilder, GPUArchError
+from anyaccel.op_builder.classes import builder_class
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.builder import OpBuilder
-from anyaccel.op_builder.core.errors import BuildError, OpBuilderError
-from anyaccel.op_builder.registry import all_builder_names, builder_class, get_builder_class
+from anyaccel.op_builder.errors import BuildError, OpBuilderError
 from anyaccel.op_builder.toolchains import cuda_flags, schema, torch_abi
 from anyaccel.op_builder.toolchains import ninja as nj
+from anyaccel.ops.registry import all_builder_names, get_builder_class
 
 FusedAdamBuilder = builder_class("adam", "fused_adam")
 FusedLionBuilder = builder_class("lion", "fused_lion")

@@ -20,9 +20,9 @@ from opb_helpers import HERE
 
 from anyaccel.op_builder.backends import npu as npu_mod
 from anyaccel.op_builder.backends.npu import NPUDelegatingBuilder, NPUOpBuilder, find_ascend_toolkit, find_torch_npu
+from anyaccel.op_builder.classes import builder_class
 from anyaccel.op_builder.core import manifest as mf
-from anyaccel.op_builder.core.errors import BuildError, ToolchainError
-from anyaccel.op_builder.registry import builder_class
+from anyaccel.op_builder.errors import BuildError, ToolchainError
 from anyaccel.op_builder.toolchains import ninja as nj
 
 FAKE_ASCEND = HERE / "fixtures" / "fake_toolchains" / "ascend" / "latest"
@@ -183,7 +183,7 @@ _RENAMING_TORCH_NPU = "import torch\ntorch.utils.rename_privateuse1_backend('npu
 _LOAD_BOTH = """
 import json, sys
 {prelude}
-from anyaccel.op_builder.registry import builder_class
+from anyaccel.op_builder.classes import builder_class
 adam = builder_class("adam", "fused_adam_npu")().load()
 lion = builder_class("lion", "fused_lion_npu")().load()
 print(json.dumps({{"adam": str(adam.adam_step.default._schema), "lion": str(lion.lion_step.default._schema),

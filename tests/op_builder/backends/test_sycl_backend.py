@@ -18,12 +18,13 @@ import torch
 from opb_helpers import HERE, make_wrapper
 
 from anyaccel.op_builder.backends.sycl import SYCLOpBuilder, XPUArchError, XPUSupportError
+from anyaccel.op_builder.classes import builder_class, spec_builds
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.builder import OpBuilder
-from anyaccel.op_builder.core.errors import BuildError
-from anyaccel.op_builder.registry import builder_class, get_builder_class, spec_builds
+from anyaccel.op_builder.errors import BuildError
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains import sycl as st
+from anyaccel.ops.registry import get_builder_class
 
 FAKES = HERE / "fixtures" / "fake_toolchains"
 FAKE_ONEAPI = FAKES / "oneapi"

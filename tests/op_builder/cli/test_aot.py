@@ -13,8 +13,8 @@ from opb_helpers import HERE, child_env, run_json, toy_load_cmd, unique
 from toy_builder import ToyBuilder
 
 import anyaccel.op_builder.cli.aot as aot
+from anyaccel.op_builder.classes import builder_class, spec_builds
 from anyaccel.op_builder.core.manifest import MANIFEST_NAME, compute_key
-from anyaccel.op_builder.registry import builder_class, spec_builds
 
 REPO = HERE.parent.parent
 CPU_ADAM = builder_class("adam", "cpu_adam")

@@ -47,7 +47,7 @@ LOAD_SCRIPT = r"""
 import json, os, sys, traceback
 import torch
 from anyaccel.op_builder import {builder}
-from anyaccel.op_builder.core.errors import OpBuilderError
+from anyaccel.op_builder.errors import OpBuilderError
 
 def attempt():
     try:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from anyaccel.op_builder.core.cache import Cache, default_cache_root
-from anyaccel.op_builder.core.errors import CacheSecurityError
+from anyaccel.op_builder.errors import CacheSecurityError
 
 
 def test_world_writable_root_refused(tmp_path):

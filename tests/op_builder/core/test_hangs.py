@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from integrity_support import child_env, load_in_child, make_wrapper
 
-from anyaccel.op_builder.core.errors import OpBuilderError, SettingError
 from anyaccel.op_builder.core.lock import TIMEOUT_ENV, BuildLock, default_timeout_s
+from anyaccel.op_builder.errors import OpBuilderError, SettingError
 from anyaccel.op_builder.toolchains import ninja as nj
 
 BAD_SECONDS = ["nan", "inf", "-inf", "1e308", "-1", "0", "abc", "1e10"]

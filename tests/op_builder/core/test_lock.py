@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from anyaccel.op_builder.core import lock as lock_mod
-from anyaccel.op_builder.core.errors import LockTimeoutError
 from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.errors import LockTimeoutError
 
 
 def test_waiters_time_out_with_the_holder_named(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 from integrity_support import NOBODY, OP, Template, load_in_child, modes, quarantined
 
 from anyaccel.op_builder.core.cache import Cache, check_secure, make_dirs
-from anyaccel.op_builder.core.errors import CacheSecurityError
 from anyaccel.op_builder.core.lock import BuildLock
+from anyaccel.op_builder.errors import CacheSecurityError
 
 pytestmark = pytest.mark.slow
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files to another user (chown)")

@@ -20,13 +20,13 @@ def test_attributes_forward_to_the_namespace_and_name_what_is_missing() -> None:
     assert repr(m) == "OpModule(op='toy', namespace='aten', isa=None, path='/x/op.so')"
 
 
-def test_the_specs_deepspeed_functions_answer_other_names_and_only_those_declared() -> None:
-    extras = {"deepspeed_abi": ("anyaccel.ops.adam.deepspeed:adapter", ("create_adam", "destroy_adam"))}
+def test_the_adapted_functions_answer_other_names_and_only_those_declared() -> None:
+    extras = {"functions": ("anyaccel.integrations.deepspeed.abi.adam:adapter", ("create_adam", "destroy_adam"))}
     m = OpModule("cpu_adam", "aten", Path("/x/op.so"), "avx2", "k" * 64, "prebuilt", extras)
-    assert m.deepspeed_functions == ("create_adam", "destroy_adam")
+    assert m.adapted_functions == ("create_adam", "destroy_adam")
     assert m.create_adam(9001, 1e-3, 0.9, 0.999, 1e-8, 0.0, True, False) == 0 and m.destroy_adam(9001) == 0
     assert m.create_adam is m.create_adam  # found once, then kept on the module
     assert m.source == "prebuilt" and m.isa == "avx2"
     with pytest.raises(AttributeError, match="has no function 'adam_update'"):  # not declared for this build
         m.adam_update  # noqa: B018
-    assert OpModule("toy", "aten", Path("/x/op.so"), None, "k" * 64, "cache").deepspeed_functions == ()
+    assert OpModule("toy", "aten", Path("/x/op.so"), None, "k" * 64, "cache").adapted_functions == ()

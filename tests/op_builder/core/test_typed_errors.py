@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from integrity_support import REPO, Template, child_env, load_in_child, make_wrapper, readonly_prefix
 
-from anyaccel.op_builder import CPULionBuilder
-from anyaccel.op_builder.core import errors
+from anyaccel.op_builder import CPULionBuilder, errors
 from anyaccel.op_builder.core.cache import Cache, cache_os_error
-from anyaccel.op_builder.core.errors import (
+from anyaccel.op_builder.errors import (
     DIAGNOSES,
     BuildError,
     CacheUnusableError,
@@ -146,7 +145,7 @@ def test_version_probe_never_raises(tmp_path):
 def test_nvcc_version_probe_failure_is_typed_and_logged(monkeypatch, tmp_path):
     """A CUDA build whose ``nvcc --version`` fails: ToolchainError ``version_probe_failed`` (not the old
     ``compiler_missing``), and the failure log keeps the command, its status and its output."""
-    from anyaccel.op_builder.registry import get_builder_class
+    from anyaccel.ops.registry import get_builder_class
 
     home = tmp_path / "cuda"
     (home / "bin").mkdir(parents=True)

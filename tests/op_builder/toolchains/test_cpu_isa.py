@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import anyaccel.op_builder.toolchains.cpu_isa as cpu_isa
-from anyaccel.op_builder.core.errors import ISAError
+from anyaccel.op_builder.errors import ISAError
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, resolve_isa, supported_levels
 
 

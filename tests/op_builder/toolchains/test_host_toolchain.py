@@ -7,7 +7,7 @@ import os
 import pytest
 from opb_helpers import make_wrapper
 
-from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.errors import ToolchainError
 from anyaccel.op_builder.toolchains.host import (
     build_jobs,
     file_identity,

@@ -18,7 +18,7 @@ import pytest
 from opb_helpers import REAL_CXX, make_wrapper, unique
 from toy_builder import ToyBuilder
 
-from anyaccel.op_builder.core.errors import BuildError, OpBuilderError
+from anyaccel.op_builder.errors import BuildError, OpBuilderError
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains.host import require_ninja
 

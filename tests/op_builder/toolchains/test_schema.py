@@ -12,9 +12,9 @@ from opb_helpers import REAL_CXX
 
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
 from anyaccel.op_builder.toolchains import schema, torch_abi
-from anyaccel.ops.spec import SCALAR_TYPES, DtypeCombo, Function, NativeBuild, OpSpec, all_specs
+from anyaccel.spec import SCALAR_TYPES, DtypeCombo, Function, NativeBuild, OpSpec, all_op_specs
 
-NATIVE = [(s, b) for s in all_specs() for b in s.builds if b.module is None]
+NATIVE = [(s, b) for s in all_op_specs() for b in s.builds if b.module is None]
 
 
 @pytest.mark.parametrize(("s", "b"), NATIVE, ids=[f"{s.family}-{b.name}" for s, b in NATIVE])
@@ -44,7 +44,7 @@ def test_every_native_build_gets_its_functions_ranges_and_dtypes(s: OpSpec, b: N
 
 
 def test_range_checks_spell_intervals_and_kinds() -> None:
-    adam = next(s for s in all_specs() if s.family == "adam")
+    adam = next(s for s in all_op_specs() if s.family == "adam")
     text = schema.generate(adam, adam.build("cpu_adam"))
     assert ('::anyaccel::checks::scalar("adam_step", "step", step, ::anyaccel::checks::Interval{1.0, '
             'std::numeric_limits<double>::infinity(), true, false, "step >= 1"}, false);') in text

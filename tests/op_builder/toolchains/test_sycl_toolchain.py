@@ -12,7 +12,7 @@ import pytest
 import torch
 from opb_helpers import HERE, make_wrapper
 
-from anyaccel.op_builder.core.errors import ToolchainError
+from anyaccel.op_builder.errors import ToolchainError
 from anyaccel.op_builder.toolchains import sycl as st
 
 FAKES = HERE / "fixtures" / "fake_toolchains"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from anyaccel.op_builder.registry import builder_class, spec_builds
+from anyaccel.op_builder.classes import builder_class, spec_builds
 from anyaccel.op_builder.toolchains import torch_abi
 
 #: What a stable-ABI op may leave undefined: torch's stable C shim, the C and C++ runtimes, and nothing else.

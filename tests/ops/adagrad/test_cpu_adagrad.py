@@ -31,7 +31,7 @@ COMBOS = [  # (param, state, model copy)
 
 @pytest.fixture(scope="module")
 def adagrad(_ops_cache_dir: str) -> Any:
-    from anyaccel.op_builder.registry import builder_class
+    from anyaccel.op_builder.classes import builder_class
 
     return builder_class("adagrad", "cpu_adagrad")().load()
 

@@ -22,7 +22,7 @@ HYPER = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
 @pytest.fixture(scope="module")
 def adam(_ops_cache_dir: str) -> Any:
-    from anyaccel.op_builder.registry import builder_class
+    from anyaccel.op_builder.classes import builder_class
 
     return builder_class("adam", "cpu_adam")().load()
 

@@ -397,8 +397,9 @@ def test_closure_grad_none_and_lazy_kernel(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_registry_and_accelerator_find_the_builder() -> None:
     from anyaccel import get_accelerator
-    from anyaccel.op_builder import CPULionBuilder, get_builder_class
-    from anyaccel.op_builder.registry import builder_class
+    from anyaccel.op_builder import CPULionBuilder
+    from anyaccel.op_builder.classes import builder_class
+    from anyaccel.ops.registry import get_builder_class
 
     assert CPULionBuilder is builder_class("lion", "cpu_lion") and CPULionBuilder.SPEC == SPEC
     for accel in ("cpu", "cuda", "xpu", "npu", "mps"):

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import anyaccel.ops.nn as nn
-from anyaccel.ops import dispatch
-from anyaccel.ops.spec import all_specs
+from anyaccel.ops import dispatch, registry
+from anyaccel.spec import all_op_specs
 from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params, interpreter
 
-NN_SPECS = [s for s in all_specs() if s.source.startswith("anyaccel.ops.nn.")]
+NN_SPECS = [s for s in all_op_specs() if s.source.startswith("anyaccel.ops.nn.")]
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -73,7 +73,7 @@ def test_every_nn_function_has_a_sample_and_three_implementations() -> None:
     assert names == set(_samples("cpu")), "add a sample call for each new spec function"
     assert {s.family for s in NN_SPECS} == {"rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"}
     for s in NN_SPECS:
-        assert {i.name for i in dispatch.implementations(s.family)} == {"triton", "torch", "triton_interpreter"}
+        assert {i.name for i in registry.implementations(s.family)} == {"triton", "torch", "triton_interpreter"}
 
 
 def _opcheck_all(device: str, impl: str, test_utils: tuple[str, ...] | None = None) -> None:
@@ -162,7 +162,7 @@ def test_front_ends_compile_without_graph_break_triton_inductor() -> None:
 
 def test_triton_op_schema_must_match_the_spec() -> None:
     from anyaccel.ops.nn.define import _check_schema
-    from anyaccel.ops.spec import SpecError
+    from anyaccel.spec import SpecError
 
     _check_schema("ns::f", "ns::f(Tensor x, SymInt dim) -> Tensor", "(Tensor x, int dim) -> Tensor")
     with pytest.raises(SpecError, match="annotations give the schema"):
@@ -187,8 +187,8 @@ def test_the_dynamo_constant_mark_is_torchs() -> None:
 
 
 def test_importing_the_ops_imports_no_triton() -> None:
-    probe = ("import json, sys; import anyaccel.ops, anyaccel.ops.nn; from anyaccel.ops.spec import all_specs; "
-             "all_specs(); import anyaccel.ops.nn.functional; "
+    probe = ("import json, sys; import anyaccel.ops, anyaccel.ops.nn; from anyaccel.spec import all_op_specs; "
+             "all_op_specs(); import anyaccel.ops.nn.functional; "
              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'triton')))")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,

@@ -4,7 +4,7 @@
 // (torch/csrc/stable/library.h, StableLibrary::impl). Boxed<R(Args...)>::call<&fn> unpacks the stack into
 // `fn`'s parameters (TensorList for Tensor[], Tensor for Tensor, int64_t, double, bool, std::string),
 // calls it and packs the result. The parameter types are exactly those the op spec's schema maps to
-// (anyaccel/ops/spec.py, CXX_TYPES): the generated schema header (anyaccel_op.h) static_asserts that each
+// (anyaccel/spec/schema.py, CXX_TYPES): the generated schema header (anyaccel_op.h) static_asserts that each
 // registered kernel has the signature of its schema, so a kernel and its schema cannot drift apart.
 #pragma once
 

@@ -10,7 +10,7 @@ vocabulary).
 
 from __future__ import annotations
 
-from anyaccel.ops.spec import Implementation
+from anyaccel.spec import Implementation
 
 
 def standard_implementations(family: str) -> tuple[Implementation, ...]:

@@ -1,4 +1,4 @@
-"""The cross-entropy op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The cross-entropy op family, described once (see :mod:`anyaccel.spec`).
 
 Per row of logits ``z`` (``V`` classes) with target ``t`` and label smoothing ``e``, in fp32 as
 ``torch.nn.functional.cross_entropy`` (Szegedy et al. 2016 for label smoothing)::
@@ -17,7 +17,7 @@ Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
-from anyaccel.ops.spec import Function, OpSpec
+from anyaccel.spec import Function, OpSpec
 
 _FAKES = "anyaccel.ops.nn.families.cross_entropy.fakes"
 

@@ -1,4 +1,4 @@
-"""The LayerNorm op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The LayerNorm op family, described once (see :mod:`anyaccel.spec`).
 
 LayerNorm: Ba, Kiros & Hinton, "Layer Normalization", 2016. Over the last dimension (``N`` elements; the
 front end flattens a multi-dimensional ``normalized_shape`` into it), in fp32, as
@@ -13,7 +13,7 @@ Backward, with ``n = (x - mean) * rstd`` and ``dn = dy * weight``::
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
-from anyaccel.ops.spec import Function, OpSpec
+from anyaccel.spec import Function, OpSpec
 
 SPEC = OpSpec(
     family="layer_norm",

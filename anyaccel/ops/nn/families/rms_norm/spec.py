@@ -1,4 +1,4 @@
-"""The RMSNorm op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The RMSNorm op family, described once (see :mod:`anyaccel.spec`).
 
 RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019. Over the last dimension
 (``N`` elements), in fp32::
@@ -20,7 +20,7 @@ The backward, with ``n = x * rstd`` and ``dn = dy * weight``::
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
-from anyaccel.ops.spec import Function, OpSpec
+from anyaccel.spec import Function, OpSpec
 
 SPEC = OpSpec(
     family="rms_norm",

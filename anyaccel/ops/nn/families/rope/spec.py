@@ -1,4 +1,4 @@
-"""The rotary-embedding op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The rotary-embedding op family, described once (see :mod:`anyaccel.spec`).
 
 RoPE: Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021. Each pair
 ``(x1, x2)`` of the last dimension (``D`` even) is rotated by the angle whose cosine and sine are given,
@@ -19,7 +19,7 @@ differ in every leading dimension the table broadcasts over (grouped-query atten
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
-from anyaccel.ops.spec import Function, OpSpec
+from anyaccel.spec import Function, OpSpec
 
 _FAKES = "anyaccel.ops.nn.families.rope.fakes"
 

@@ -1,4 +1,4 @@
-"""The softmax op family, described once (see :mod:`anyaccel.ops.spec`).
+"""The softmax op family, described once (see :mod:`anyaccel.spec`).
 
 Along one dimension, in fp32 with the running-maximum form (Milakov & Gimelshein, "Online normalizer
 calculation for softmax", 2018, for rows walked in tiles), as ``torch.softmax`` / ``torch.log_softmax``::
@@ -13,7 +13,7 @@ The result has x's dtype. The kernels reduce the last dimension; another dimensi
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
-from anyaccel.ops.spec import Function, OpSpec
+from anyaccel.spec import Function, OpSpec
 
 _FAKES = "anyaccel.ops.nn.families.softmax.fakes"
 

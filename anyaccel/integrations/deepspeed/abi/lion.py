@@ -18,7 +18,7 @@ step, weight_decay)``
 DeepSpeed 0.19.8 has no Lion rollback. ``multi_tensor_lion`` has the signature ``FusedLion`` calls (that of
 DeepSpeed's CUDA frontend); DeepSpeed's unused CPU source ``csrc/cpu/lion/fused_lion.cpp`` declares an extra
 ``mode`` argument that no DeepSpeed caller passes. Conventions and deliberate differences (an unknown id
-raises, non-contiguous tensors are updated, fp32-rounded scalars): :mod:`anyaccel.ops.deepspeed_abi`.
+raises, non-contiguous tensors are updated, fp32-rounded scalars): :mod:`anyaccel.integrations.deepspeed.abi.common`.
 
 Arithmetic: anyaccel's ``lion_step`` takes the sign as ``torch.sign`` (0 for an exactly zero interpolation
 ``beta1 * m + (1 - beta1) * g``, leaving that element unmoved apart from weight decay), as the Lion paper
@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import (
+from anyaccel.integrations.deepspeed.abi.common import (
     OptimizerRegistry,
     check_tensor_lists,
     copy_back,
@@ -44,10 +44,11 @@ from anyaccel.ops.deepspeed_abi import (
     overload,
     run_flat,
 )
+from anyaccel.integrations.deepspeed.abi.declaration import DeepSpeedABI
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LionHyperParameters", "LionABI", "REGISTRY", "adapter"]
+__all__ = ["ABI", "LionHyperParameters", "LionABI", "REGISTRY", "adapter"]
 
 CREATE_LION = "create_lion(optimizer_id, lr, beta1, beta2, weight_decay, should_log)"
 MULTI_TENSOR_LAYOUT = "3 lists [grads, params, exp_avgs]"
@@ -170,5 +171,16 @@ class LionABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LionABI:
-    """The factory the lion spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory :data:`ABI` names."""
     return LionABI(module, functions)
+
+
+#: The functions DeepSpeed's callers use on modules of the lion builds, per builder name.
+ABI = DeepSpeedABI(
+    family="lion",
+    adapter="anyaccel.integrations.deepspeed.abi.lion:adapter",
+    builders=(
+        ("CPULionBuilder", ("create_lion", "lion_update", "destroy_lion")),  # deepspeed/ops/lion/cpu_lion.py
+        ("FusedLionBuilder", ("multi_tensor_lion",)),  # deepspeed/ops/lion/fused_lion.py
+    ),
+)

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer, overload
+from anyaccel.integrations.deepspeed.abi.common import InvalidArgumentError, OptimizerRegistry, fp32, integer, overload
 
 __all__ = ["MAX_GROUPS", "create", "register_group", "destroy", "ctrl_size", "ctrl_init", "run_worker", "submit",
            "wait", "ctrl_exit"]
@@ -138,6 +138,7 @@ class _ZenFlowAdam:
     module: Any
     optimizer_id: int
     affinity: tuple[int, ...]
+    ids: OptimizerRegistry[Any]
     groups: list[_Group] = field(default_factory=list)
 
 
@@ -156,13 +157,14 @@ def _get(function: str, handle: int) -> _ZenFlowAdam:
     return found
 
 
-def create(module: Any, optimizer_id: int, zf_affinity: Sequence[int]) -> int:
+def create(module: Any, optimizer_id: int, zf_affinity: Sequence[int], ids: OptimizerRegistry[Any]) -> int:
     """``zenflow_adam_create``: a ZenFlow optimizer for Adam id ``optimizer_id`` (made by ``create_adam``).
 
     Args:
         module: the loaded Adam op module whose ``adam_step`` runs the steps.
         optimizer_id: the Adam id whose ``adamw_mode`` the steps use.
         zf_affinity: the cores of the optimizer process; the worker uses as many torch threads.
+        ids: the Adam optimizer ids of this process (``create_adam``'s), read for the id's ``adamw_mode``.
 
     Returns:
         The handle (0, 1, ... per process, as DeepSpeed's).
@@ -171,15 +173,13 @@ def create(module: Any, optimizer_id: int, zf_affinity: Sequence[int]) -> int:
         UnknownOptimizerIdError: ``optimizer_id`` was not created (DeepSpeed would crash at the first step).
     """
     global _next_handle
-    from anyaccel.ops.adam.deepspeed import REGISTRY
-
     oid = integer("zenflow_adam_create", "optimizer_id", optimizer_id)
-    REGISTRY.get("zenflow_adam_create", oid)
+    ids.get("zenflow_adam_create", oid)
     affinity = tuple(integer("zenflow_adam_create", "zf_affinity", c) for c in zf_affinity)
     with _handles_lock:
         handle = _next_handle
         _next_handle += 1
-        _handles[handle] = _ZenFlowAdam(module, oid, affinity)
+        _handles[handle] = _ZenFlowAdam(module, oid, affinity, ids)
     return handle
 
 
@@ -251,8 +251,6 @@ def run_worker(handle: int, control_ptr: int) -> None:
     """
     import torch
 
-    from anyaccel.ops.adam.deepspeed import REGISTRY
-
     zf = _get("zenflow_adam_run_worker", handle)
     libc = _c()
     ctrl = _control(control_ptr)
@@ -269,7 +267,7 @@ def run_worker(handle: int, control_ptr: int) -> None:
                                        f"at most the {len(zf.groups)} groups registered")
         state = int(ctrl.now_state) & 1
         step = int(ctrl.step)
-        adamw_mode = REGISTRY.get("zenflow_adam_run_worker", zf.optimizer_id).adamw_mode
+        adamw_mode = zf.ids.get("zenflow_adam_run_worker", zf.optimizer_id).adamw_mode
         with torch.no_grad():
             for g in range(groups):
                 lr, beta1, beta2, eps, wd = (float(ctrl.hp[g * HP_PER_GROUP + k]) for k in range(HP_PER_GROUP))

@@ -1,4 +1,4 @@
-"""The op specs (anyaccel/ops/spec.py, anyaccel/ops/<family>/spec.py): every spec is walked and checked
+"""The op specs (anyaccel/spec/, anyaccel/ops/<family>/spec.py): every spec is walked and checked
 against what the rest of the package derives from it; malformed specs are refused with a SpecError that
 names the field."""
 
@@ -12,26 +12,26 @@ import sys
 
 import pytest
 
-from anyaccel.op_builder import registry
+import anyaccel.spec as spec_mod
+from anyaccel.op_builder import classes
 from anyaccel.op_builder.core.builder import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
-from anyaccel.ops import spec as spec_mod
-from anyaccel.ops.spec import (
+from anyaccel.ops import registry
+from anyaccel.spec import (
     BACKENDS,
     CXX_TYPES,
     SCALAR_TYPES,
     BuilderAlias,
-    DeepSpeedABI,
     DtypeCombo,
     Function,
     Implementation,
     NativeBuild,
     OpSpec,
     SpecError,
-    all_specs,
+    all_op_specs,
 )
 
-SPECS = all_specs()
+SPECS = all_op_specs()
 FAMILIES = [s.family for s in SPECS]
 
 #: The nine storage combinations of the element-wise optimizers: (param, grad, state, model copy).
@@ -52,17 +52,17 @@ def test_the_built_in_families_are_found_sorted_with_their_source() -> None:
     assert FAMILIES == sorted(FAMILIES) and {"adam", "lion"} <= set(FAMILIES)
     for s in SPECS:  # anyaccel/ops/<family>/spec.py, or deeper in a group (anyaccel/ops/nn/families/<family>)
         assert s.source.startswith("anyaccel.ops.") and s.source.endswith(f".{s.family}.spec")
-        assert spec_mod.spec(s.family) is s
-    assert all_specs() is SPECS  # cached
+        assert spec_mod.op_spec(s.family) is s
+    assert all_op_specs() is SPECS  # cached
 
 
 def test_unknown_family_lists_the_known_ones() -> None:
     with pytest.raises(SpecError, match=r"unknown op family 'nope'; known: \[.*'adam'.*'lion'.*\]"):
-        spec_mod.spec("nope")
+        spec_mod.op_spec("nope")
 
 
 def test_reading_the_specs_imports_neither_torch_nor_a_builder() -> None:
-    code = ("import sys, anyaccel.ops.spec as s; s.all_specs(); "
+    code = ("import sys, anyaccel.spec as s; s.all_op_specs(); "
             "print(sorted(m for m in ('torch', 'anyaccel.op_builder', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -70,7 +70,7 @@ def test_reading_the_specs_imports_neither_torch_nor_a_builder() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_spec_validates_and_its_parts_resolve(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     s.validate()
     assert s.summary and s.functions and s.implementations
     # families without native builds (the model ops) have Python-level implementations only
@@ -107,7 +107,7 @@ def test_every_spec_validates_and_its_parts_resolve(family: str) -> None:
 
 @pytest.mark.parametrize("family", ["adam", "lion"])
 def test_optimizer_families_share_the_storage_combinations(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     assert [c.as_tuple() for c in s.dtypes] == OPTIMIZER_COMBOS
     assert s.accepted_dtypes_text() == ", ".join("(" + ", ".join(c) + ")" for c in OPTIMIZER_COMBOS)
     assert all(d in SCALAR_TYPES for c in s.dtypes for d in c.as_tuple())
@@ -115,7 +115,7 @@ def test_optimizer_families_share_the_storage_combinations(family: str) -> None:
 
 @pytest.mark.parametrize("family", ["adam", "lion"])
 def test_implementations_and_builds_per_family(family: str) -> None:
-    s = spec_mod.spec(family)
+    s = spec_mod.op_spec(family)
     impls = {i.name: (i.priority, i.device_types) for i in s.implementations}
     assert impls == {"cpu": (10, ("cpu",)), "cuda": (20, ("cuda",)), "sycl": (20, ("xpu",)),
                      "npu": (20, ("npu",)), "triton": (10, ("cuda", "xpu"))}
@@ -138,7 +138,7 @@ def test_implementations_and_builds_per_family(family: str) -> None:
 
 
 def test_adam_step_schema_parses() -> None:
-    fn = spec_mod.spec("adam").function("adam_step")
+    fn = spec_mod.op_spec("adam").function("adam_step")
     args = [(a.name, a.type, a.mutable) for a in fn.arguments]
     assert args == [("params", "Tensor[]", True), ("grads", "Tensor[]", False), ("exp_avgs", "Tensor[]", True),
                     ("exp_avg_sqs", "Tensor[]", True), ("model_copies", "Tensor[]", True), ("step", "int", False),
@@ -154,12 +154,12 @@ def test_adam_step_schema_parses() -> None:
 
 
 def test_lion_step_schema_parses() -> None:
-    fn = spec_mod.spec("lion").function("lion_step")
+    fn = spec_mod.op_spec("lion").function("lion_step")
     assert [a.name for a in fn.arguments] == ["params", "grads", "exp_avgs", "model_copies", "lr", "beta1", "beta2",
                                               "weight_decay"]
     assert fn.mutated == ("params", "exp_avgs", "model_copies")
     assert dict(fn.ranges) == {"lr": "[0, inf)", "beta1": "[0, 1]", "beta2": "[0, 1]", "weight_decay": "[0, inf)"}
-    isa = spec_mod.spec("lion").function("isa")
+    isa = spec_mod.op_spec("lion").function("isa")
     assert isa.arguments == () and isa.returns == "str" and isa.cxx_signature() == "std::string()"
     assert isa.load_fake() is None and isa.mutated == ()
 
@@ -235,7 +235,7 @@ def test_spec_error_is_a_value_error() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Builder aliases and DeepSpeed's module ABI
+# Builder aliases
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -248,9 +248,6 @@ def _toy_with_aliases(**changes: object) -> OpSpec:
                             accelerators=("*",), aliases=(BuilderAlias("FusedToyBuilder", ("cpu",)),)),
                 NativeBuild("FusedToyBuilder", "fused_toy", "cuda", sources=("x.cu",), functions=("toy_step",),
                             accelerators=("cuda",))),
-        deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("create_toy", "toy_update")),
-                                                      ("FusedToyBuilder", ("multi_tensor_toy",))),
-                               platform_functions=(("toy_update", "linux"),)),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -260,16 +257,6 @@ def test_build_rows_include_aliases_and_builder_names_list_them():
     assert cpu.rows() == (("CPUToyBuilder", "*"), ("FusedToyBuilder", "cpu"))
     assert cpu.builder_names == ("CPUToyBuilder", "FusedToyBuilder") and cuda.builder_names == ("FusedToyBuilder",)
     _toy_with_aliases().validate()
-
-
-def test_abi_functions_follow_the_builder_names_and_the_platform():
-    abi = _toy_with_aliases().deepspeed
-    assert abi is not None
-    assert abi.functions_for(("CPUToyBuilder", "FusedToyBuilder"), "linux") == ("create_toy", "toy_update",
-                                                                               "multi_tensor_toy")
-    assert abi.functions_for(("CPUToyBuilder",), "darwin") == ("create_toy",)
-    assert abi.functions_for(("FusedToyBuilder",), "linux") == ("multi_tensor_toy",)
-    assert abi.functions_for(("OtherBuilder",)) == ()
 
 
 @pytest.mark.parametrize("bad,words", [
@@ -290,14 +277,6 @@ def test_a_row_served_twice_is_refused():
         _toy_with_aliases(builds=(cpu, clash)).validate()
 
 
-def test_abi_must_name_served_builders_and_not_hide_torch_ops():
-    with pytest.raises(SpecError, match="no build answers to"):
-        abi = DeepSpeedABI("toy.module:adapter", (("CPUAdamBuilder", ("create_adam",)),))
-        _toy_with_aliases(deepspeed=abi).validate()
-    with pytest.raises(SpecError, match="hide them"):
-        _toy_with_aliases(deepspeed=DeepSpeedABI("toy.module:adapter", (("CPUToyBuilder", ("toy_step",)),))).validate()
-
-
 def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     primary = registry.get_builder_class("CPUAdamBuilder", "cpu")
     alias = registry.get_builder_class("FusedAdamBuilder", "cpu")
@@ -305,41 +284,17 @@ def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     assert alias.__name__ == "FusedAdamBuilder" and issubclass(alias, primary)
     assert alias.NAME == primary.NAME == "cpu_adam" and alias.BUILD is primary.BUILD
     assert registry.get_builder_class("FusedAdamBuilder", "cpu") is alias  # made once
-    assert registry.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
+    assert classes.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
     cuda = registry.get_builder_class("FusedAdamBuilder", "cuda")
     assert cuda is not None and cuda.NAME == "fused_adam"
     assert registry.get_builder_class("FusedLionBuilder", "cpu").NAME == "cpu_lion"  # type: ignore[union-attr]
     assert registry.get_builder_class("FusedLambBuilder", "cpu").NAME == "cpu_lamb"  # type: ignore[union-attr]
     assert registry.get_builder_class("FusedAdamBuilder", "mps") is None  # the alias names cpu only
     with pytest.raises(SpecError, match="answers to"):
-        registry.builder_class("adam", "cpu_adam", "FusedLionBuilder")
-
-
-def test_loaded_modules_offer_the_abi_functions_of_their_builder_names():
-    cpu_adam = registry.builder_class("adam", "cpu_adam")()
-    adapter, functions = cpu_adam._module_extras()["deepspeed_abi"]
-    assert adapter == "anyaccel.ops.adam.deepspeed:adapter"
-    assert functions[:4] == ("create_adam", "adam_update", "adam_rollback", "destroy_adam")
-    assert "multi_tensor_adam" in functions  # the CPU build is FusedAdamBuilder on the cpu accelerator
-    _, fused = registry.builder_class("adam", "fused_adam")()._module_extras()["deepspeed_abi"]
-    assert fused == ("multi_tensor_adam",)  # no create_adam on the CUDA module
-    _, lamb = registry.builder_class("lamb", "cpu_lamb")()._module_extras()["deepspeed_abi"]
-    assert lamb == ("lamb",)
-
-
-def test_every_declared_abi_function_exists_on_its_adapter():
-    from anyaccel.ops.spec import all_specs, resolve
-
-    for s in all_specs():
-        if s.deepspeed is None:
-            continue
-        adapter = resolve(s.deepspeed.adapter)(object(), ())
-        for _, functions in s.deepspeed.builders:
-            for fn in functions:
-                assert callable(getattr(adapter, fn)), f"{s.family}: {fn}"
+        classes.builder_class("adam", "cpu_adam", "FusedLionBuilder")
 
 
 def test_adagrad_spec_is_a_host_family_under_deepspeeds_builder_name():
-    s = spec_mod.spec("adagrad")
+    s = spec_mod.op_spec("adagrad")
     assert [b.builder for b in s.builds] == ["CPUAdagradBuilder"]
     assert registry.get_builder_class("CPUAdagradBuilder", "cuda").NAME == "cpu_adagrad"  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""``anyaccel build`` (anyaccel/op_builder/cli/build.py, called through its module)."""
+"""``anyaccel build`` (anyaccel/build_command.py, called through its module)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import pytest
 from opb_helpers import make_wrapper
 
-from anyaccel.op_builder.cli import build as commands
+from anyaccel import build_command as commands
 
 
 def _parse(argv):

@@ -1,5 +1,5 @@
-"""What the DeepSpeed ABI adapters share (``anyaccel/ops/deepspeed_abi.py``): the id registry, DeepSpeed's
-argument conventions, flat views with write-back, and picklable typed errors."""
+"""What the DeepSpeed ABI adapters share (``anyaccel/integrations/deepspeed/abi/common.py``): the id registry,
+DeepSpeed's argument conventions, flat views with write-back, and picklable typed errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from anyaccel.ops.deepspeed_abi import (
+from anyaccel.integrations.deepspeed.abi.common import (
     InvalidArgumentError,
     OptimizerRegistry,
     TensorListsError,

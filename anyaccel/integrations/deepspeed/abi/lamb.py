@@ -23,9 +23,10 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32, integer, overload, run_flat
+from anyaccel.integrations.deepspeed.abi.common import InvalidArgumentError, fp32, integer, overload, run_flat
+from anyaccel.integrations.deepspeed.abi.declaration import DeepSpeedABI
 
-__all__ = ["LambABI", "adapter"]
+__all__ = ["ABI", "LambABI", "adapter"]
 
 
 class LambABI:
@@ -90,5 +91,13 @@ class LambABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LambABI:
-    """The factory the lamb spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory :data:`ABI` names."""
     return LambABI(module, functions)
+
+
+#: The functions DeepSpeed's callers use on modules of the lamb builds, per builder name.
+ABI = DeepSpeedABI(
+    family="lamb",
+    adapter="anyaccel.integrations.deepspeed.abi.lamb:adapter",
+    builders=(("FusedLambBuilder", ("lamb",)),),  # deepspeed/ops/lamb/fused_lamb.py
+)

@@ -1,24 +1,26 @@
-"""The builder registry (anyaccel/op_builder/registry.py): builder classes derived from the op specs under
-DeepSpeed's names, hand-written rows, lookups per accelerator, and the cheap import of the op-builder package."""
+"""The op registry (anyaccel/ops/registry.py) and the builder classes it serves (anyaccel/op_builder/classes.py):
+classes derived from the op specs under their builder names, hand-written rows through the one hook,
+lookups per accelerator, the dispatcher seeing a replaced row, and the cheap import of the op-builder package."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import anyaccel.op_builder as op_builder
-from anyaccel.op_builder import CPUAdamBuilder, OpBuilder, TorchCPUOpBuilder, get_builder_class
-from anyaccel.op_builder.core.errors import UnknownOpError
-from anyaccel.op_builder.registry import (
-    all_builder_names,
-    any_builder_class,
-    builder_class,
-    register_builder,
-    spec_builds,
-)
-from anyaccel.ops.spec import SpecError, all_specs
+from anyaccel.op_builder import CPUAdamBuilder, OpBuilder, TorchCPUOpBuilder
+from anyaccel.op_builder.classes import builder_class, spec_builder_class, spec_builds
+from anyaccel.op_builder.errors import UnknownOpError
+from anyaccel.ops import dispatch, registry
+from anyaccel.ops.registry import BuilderRow, all_builder_names, get_builder_class
+from anyaccel.spec import SpecError, all_op_specs
+
+
+def register_builder(name: str, accelerator: str, cls: str | type, override: bool = False) -> None:
+    registry.register(BuilderRow(name, accelerator, cls), override=override)
 
 
 def test_host_op_for_every_accelerator():
@@ -30,7 +32,7 @@ def test_host_op_for_every_accelerator():
 
 
 def test_every_spec_build_becomes_one_class_made_once():
-    assert spec_builds() == [(s, b) for s in all_specs() for b in s.builds]
+    assert spec_builds() == [(s, b) for s in all_op_specs() for b in s.builds]
     for s, b in spec_builds():
         cls = builder_class(s.family, b.name)
         assert cls is builder_class(s.family, b.name)  # made once
@@ -48,10 +50,10 @@ def test_every_spec_build_becomes_one_class_made_once():
 def test_package_attributes_are_the_builders():
     assert op_builder.CPUAdamBuilder is builder_class("adam", "cpu_adam")
     assert op_builder.FusedAdamBuilder is builder_class("adam", "fused_adam")  # the CUDA row, else the host one
-    assert any_builder_class("FusedLionBuilder") is builder_class("lion", "fused_lion")
-    assert any_builder_class("fused_lion_sycl") is builder_class("lion", "fused_lion")  # an alias of the name
-    assert any_builder_class("NoSuchBuilder") is None
-    assert {"OpBuilder", "CPUAdamBuilder", "FusedLionBuilder", "get_builder_class"} <= set(dir(op_builder))
+    assert spec_builder_class("FusedLionBuilder") is builder_class("lion", "fused_lion")
+    assert spec_builder_class("fused_lion_sycl") is builder_class("lion", "fused_lion")  # an alias of the name
+    assert spec_builder_class("NoSuchBuilder") is None
+    assert {"OpBuilder", "CPUAdamBuilder", "FusedLionBuilder", "builder_class"} <= set(dir(op_builder))
     with pytest.raises(AttributeError, match="NoSuchBuilder"):
         op_builder.NoSuchBuilder  # noqa: B018
     with pytest.raises(AttributeError, match="nothing_here"):
@@ -67,10 +69,10 @@ def test_unknown_op_lists_names():
 @pytest.fixture
 def fresh_registry(monkeypatch):
     """Hand-written rows registered by a test stay in that test."""
-    from anyaccel.op_builder import registry
-
-    monkeypatch.setattr(registry, "_EXTRA", {k: dict(v) for k, v in registry._EXTRA.items()})
-    monkeypatch.setattr(registry, "_EXTRA_ALIASES", dict(registry._EXTRA_ALIASES))
+    monkeypatch.setattr(registry, "_rows", {k: dict(v) for k, v in registry._rows.items()})
+    monkeypatch.setattr(registry, "_row_aliases", dict(registry._row_aliases))
+    yield
+    dispatch._forget()
 
 
 def test_op_missing_on_one_accelerator_is_none(fresh_registry):
@@ -88,7 +90,8 @@ def test_op_missing_on_one_accelerator_is_none(fresh_registry):
     assert "GpuOnlyTestBuilder" in all_builder_names()
 
 
-def test_a_row_registered_by_import_path(fresh_registry):
+def test_a_row_registered_by_import_path(fresh_registry, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "op_builder"))  # toy_builder.py
     register_builder("test_lazy_op", "*", "toy_builder:ToyBuilder")
     from toy_builder import ToyBuilder
 
@@ -118,8 +121,31 @@ def test_a_plugin_row_under_a_deepspeed_name_leaves_the_other_accelerators_alone
         register_builder("FusedAdamBuilder", "cuda", MyFusedAdamBuilder)
 
 
+def test_a_replaced_build_row_is_what_the_dispatcher_loads(fresh_registry):
+    """The builder view and the implementation view are one registry: replacing the CPU Adam row changes what
+    ``create_op_builder`` returns and what ``FusedAdam``/``CPUAdam`` load, together."""
+    loaded = object()
+
+    class MyCPUAdamBuilder(CPUAdamBuilder):
+        def load(self, verbose: bool = False) -> object:
+            return loaded
+
+    register_builder("CPUAdamBuilder", "cpu", MyCPUAdamBuilder, override=True)
+    assert get_builder_class("CPUAdamBuilder", "cpu") is MyCPUAdamBuilder
+    assert dispatch.load("adam", "cpu", "cpu")._target is loaded
+
+
+def test_one_hook_for_implementations_too(fresh_registry, monkeypatch):
+    monkeypatch.setattr(registry, "_implementations", {k: dict(v) for k, v in registry._implementations.items()})
+    impl = registry.RegisteredImplementation("adam", "mine", 99, ("cpu",), lambda: (True, ""), lambda: "mine")
+    registry.register(impl)
+    with pytest.raises(ValueError, match="override=True"):
+        registry.register(impl)
+    assert dispatch.load("adam", "cpu").impl_name == "mine"
+
+
 def test_import_is_cheap():
-    code = ("import sys, anyaccel.op_builder as o; o.get_builder_class('cpu_adam', 'cpu'); "
+    code = ("import sys, anyaccel.ops.registry as r; r.get_builder_class('cpu_adam', 'cpu'); "
             "bad = [m for m in ('torch.utils.cpp_extension', 'cpuinfo', 'setuptools', 'triton') if m in sys.modules]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -3,9 +3,9 @@
 DeepSpeed's Python optimizers call functions on the module their builder's ``load()`` returns
 (``deepspeed/ops/adam/cpu_adam.py``: ``create_adam(id, ...)``, ``adam_update(id, step, ..., params, grads,
 exp_avg, exp_avg_sq)``, ``destroy_adam(id)``; ``ops/adam/fused_adam.py``: ``multi_tensor_adam(chunk_size,
-noop_flag, [[g], [p], [m], [v]], ...)``; ...). Each op spec declares which of those functions its builds offer
-(:class:`anyaccel.ops.spec.DeepSpeedABI`) and names an adapter, ``anyaccel/ops/<family>/deepspeed.py``, that
-implements them over the family's torch ops (``adam_step``...). This module holds what the adapters share:
+noop_flag, [[g], [p], [m], [v]], ...)``; ...). Each family's module of this package declares which of those
+functions the family's builds offer (:class:`~anyaccel.integrations.deepspeed.abi.declaration.DeepSpeedABI`)
+and implements them over the family's torch ops (``adam_step``...). This module holds what the adapters share:
 
 - :class:`OptimizerRegistry`: DeepSpeed's optimizer-id lifecycle. ``create_*(id, ...)`` stores the id's
   hyper-parameters (a second create of the same id replaces them, as DeepSpeed's map assignment does);

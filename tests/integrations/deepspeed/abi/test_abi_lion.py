@@ -1,6 +1,6 @@
 """DeepSpeed's CPU Lion and FusedLion module functions on anyaccel's CPU Lion build
-(``anyaccel/ops/lion/deepspeed.py``), without DeepSpeed, called as ``DeepSpeedCPULion`` and ``FusedLion`` call
-them (``deepspeed/ops/lion/cpu_lion.py``, ``fused_lion.py``)."""
+(``anyaccel/integrations/deepspeed/abi/lion.py``), without DeepSpeed, called as ``DeepSpeedCPULion`` and
+``FusedLion`` call them (``deepspeed/ops/lion/cpu_lion.py``, ``fused_lion.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import anyaccel
-from anyaccel.ops.deepspeed_abi import TensorListsError, UnknownOptimizerIdError, fp32
+from anyaccel.integrations.deepspeed.abi.common import TensorListsError, UnknownOptimizerIdError, fp32
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def _tensors(n: int, seed: int, dtype: torch.dtype = torch.float32) -> list[torc
 
 
 def test_lifecycle_and_update_equal_lion_step(op):
-    assert {"create_lion", "lion_update", "destroy_lion", "multi_tensor_lion"} <= set(op.deepspeed_functions)
+    assert {"create_lion", "lion_update", "destroy_lion", "multi_tensor_lion"} <= set(op.adapted_functions)
     assert op.create_lion(201, 1e-4, 0.9, 0.99, 0.01, False) == 0
     p, g, m = _tensors(1029, seed=0)
     twin = [t.clone() for t in (p, g, m)]

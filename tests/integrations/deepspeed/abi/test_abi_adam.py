@@ -1,5 +1,5 @@
 """DeepSpeed's CPU Adam and FusedAdam module functions on anyaccel's CPU Adam build
-(``anyaccel/ops/adam/deepspeed.py``), without DeepSpeed: the optimizer-id lifecycle, DeepSpeed's argument
+(``anyaccel/integrations/deepspeed/abi/adam.py``), without DeepSpeed: the optimizer-id lifecycle, DeepSpeed's argument
 conventions and return values, and agreement with ``adam_step`` and a float64 reference.
 
 The calls are written the way DeepSpeed 0.19.8's ``DeepSpeedCPUAdam`` and ``FusedAdam`` make them
@@ -15,7 +15,12 @@ import pytest
 import torch
 
 import anyaccel
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, TensorListsError, UnknownOptimizerIdError, fp32
+from anyaccel.integrations.deepspeed.abi.common import (
+    InvalidArgumentError,
+    TensorListsError,
+    UnknownOptimizerIdError,
+    fp32,
+)
 
 F32 = torch.finfo(torch.float32).eps
 HYPER = (1e-3, 0.9, 0.999, 1e-8)  # lr, beta1, beta2, eps as DeepSpeedCPUAdam's defaults
@@ -48,7 +53,7 @@ def reference_adamw(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.
 def test_the_module_offers_deepspeeds_functions_besides_its_own(op):
     assert callable(op.adam_step) and callable(op.adam_rollback_step)
     for name in ("create_adam", "adam_update", "adam_rollback", "destroy_adam", "multi_tensor_adam"):
-        assert callable(getattr(op, name)) and name in op.deepspeed_functions
+        assert callable(getattr(op, name)) and name in op.adapted_functions
     assert not hasattr(op, "create_lion")
     fused = anyaccel.get_accelerator().create_op_builder("FusedAdamBuilder")
     assert type(fused).__name__ == "FusedAdamBuilder" and fused.load() is op  # the same build and library
@@ -189,7 +194,7 @@ def test_multi_tensor_adam_updates_a_non_contiguous_parameter(op):
 def test_should_log_logs_the_configuration_and_simd_level(op, caplog):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="anyaccel.ops.adam.deepspeed"):
+    with caplog.at_level(logging.INFO, logger="anyaccel.integrations.deepspeed.abi.adam"):
         assert op.create_adam(108, *HYPER, 0.01, True, True) == 0
     assert f"Adam optimizer #108 is created with {op.isa} arithmetic capability" in caplog.text
     op.destroy_adam(108)

@@ -9,7 +9,7 @@ from opb_helpers import REAL_CXX, make_wrapper, unique
 from toy_builder import ToyBuilder
 
 import anyaccel.op_builder.core.builder as builder_mod
-from anyaccel.op_builder.core.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
+from anyaccel.op_builder.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
 
 # A fixture log line per code, as gcc / clang / ld / ninja / torch print them.
 LOGS = {

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
         accelerator name (the message lists the valid ones).
     """
     from anyaccel.op_builder.cli.aot import build_all, format_table
-    from anyaccel.op_builder.core.errors import UnknownOpError
-    from anyaccel.op_builder.registry import ANY_ACCELERATOR, all_builder_names, get_builder_class
+    from anyaccel.op_builder.errors import UnknownOpError
+    from anyaccel.ops.registry import ANY_ACCELERATOR, all_builder_names, get_builder_class
 
     accelerators = _accelerator_names()
     if args.accelerator != ANY_ACCELERATOR and args.accelerator not in accelerators:
@@ -66,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _accelerator_names() -> list[str]:
     """Every known accelerator name (built-ins, plug-ins, registrations), sorted."""
-    from anyaccel.accelerator.registry import all_specs
+    from anyaccel.accelerator.registry import all_accelerator_specs
 
-    return sorted(spec.name for spec in all_specs())
+    return sorted(spec.name for spec in all_accelerator_specs())

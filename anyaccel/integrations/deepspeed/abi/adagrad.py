@@ -14,7 +14,7 @@ exp_avg_sq)``
 ``DeepSpeedCPUAdagrad`` also calls ``adagrad_update`` on the ``values()`` of sparse gradients and of the
 matching parameter and state entries, and scatters the results back itself. Conventions and deliberate
 differences (an unknown id raises, non-contiguous tensors are updated, fp32-rounded scalars):
-:mod:`anyaccel.ops.deepspeed_abi`. DeepSpeed's scalar tail also overwrites the gradient with the update
+:mod:`anyaccel.integrations.deepspeed.abi.common`. DeepSpeed's scalar tail also overwrites the gradient with the update
 (``grads[k] = -lr * g / (sqrt(v) + eps)``, for the elements after its last SIMD block); anyaccel never writes
 the gradient.
 """
@@ -27,11 +27,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import OptimizerRegistry, fp32, integer, overload, run_flat
+from anyaccel.integrations.deepspeed.abi.common import OptimizerRegistry, fp32, integer, overload, run_flat
+from anyaccel.integrations.deepspeed.abi.declaration import DeepSpeedABI
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdagradHyperParameters", "AdagradABI", "REGISTRY", "adapter"]
+__all__ = ["ABI", "AdagradHyperParameters", "AdagradABI", "REGISTRY", "adapter"]
 
 CREATE_ADAGRAD = "create_adagrad(optimizer_id, lr, eps, weight_decay, should_log)"
 
@@ -127,5 +128,14 @@ class AdagradABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdagradABI:
-    """The factory the adagrad spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names."""
+    """The factory :data:`ABI` names."""
     return AdagradABI(module, functions)
+
+
+#: The functions DeepSpeed's callers use on modules of the adagrad builds, per builder name.
+ABI = DeepSpeedABI(
+    family="adagrad",
+    adapter="anyaccel.integrations.deepspeed.abi.adagrad:adapter",
+    # deepspeed/ops/adagrad/cpu_adagrad.py (DeepSpeedCPUAdagrad)
+    builders=(("CPUAdagradBuilder", ("create_adagrad", "adagrad_update", "destroy_adagrad")),),
+)

@@ -1,5 +1,5 @@
 """DeepSpeed's CPU Adagrad module functions on anyaccel's CPU Adagrad build
-(``anyaccel/ops/adagrad/deepspeed.py``), called as ``DeepSpeedCPUAdagrad`` calls them
+(``anyaccel/integrations/deepspeed/abi/adagrad.py``), called as ``DeepSpeedCPUAdagrad`` calls them
 (``deepspeed/ops/adagrad/cpu_adagrad.py``), dense and sparse."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import anyaccel
-from anyaccel.ops.deepspeed_abi import UnknownOptimizerIdError, fp32
+from anyaccel.integrations.deepspeed.abi.common import UnknownOptimizerIdError, fp32
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def op(_ops_cache_dir: str) -> Any:
 
 
 def test_lifecycle_and_update_equal_adagrad_step(op):
-    assert op.deepspeed_functions == ("create_adagrad", "adagrad_update", "destroy_adagrad")
+    assert op.adapted_functions == ("create_adagrad", "adagrad_update", "destroy_adagrad")
     assert op.create_adagrad(301, 1e-2, 1e-10, 0.01, False) == 0
     gen = torch.Generator().manual_seed(0)
     p, g, v = torch.randn(1029, generator=gen), torch.randn(1029, generator=gen), torch.zeros(1029)

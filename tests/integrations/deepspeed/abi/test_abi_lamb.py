@@ -1,5 +1,5 @@
 """DeepSpeed's FusedLamb module function ``lamb(...)`` on anyaccel's CPU LAMB build
-(``anyaccel/ops/lamb/deepspeed.py``), called as DeepSpeed's ``FusedLamb.step`` calls it
+(``anyaccel/integrations/deepspeed/abi/lamb.py``), called as DeepSpeed's ``FusedLamb.step`` calls it
 (``deepspeed/ops/lamb/fused_lamb.py``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import anyaccel
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, fp32
+from anyaccel.integrations.deepspeed.abi.common import InvalidArgumentError, fp32
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""ZenFlow's overlapped CPU Adam (``anyaccel/ops/adam/zenflow.py``) driven as DeepSpeed 0.19.8 drives it: an
-optimizer process running ``zenflow_adam_run_worker`` on shared tensors, the training process submitting steps
-through the shared control block; every step equals ``adam_update`` on a mirror, bit for bit."""
+"""ZenFlow's overlapped CPU Adam (``anyaccel/integrations/deepspeed/abi/zenflow.py``) driven as DeepSpeed 0.19.8
+drives it: an optimizer process running ``zenflow_adam_run_worker`` on shared tensors, the training process
+submitting steps through the shared control block; every step equals ``adam_update`` on a mirror, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import anyaccel
-from anyaccel.ops.deepspeed_abi import InvalidArgumentError, UnknownOptimizerIdError
+from anyaccel.integrations.deepspeed.abi.common import InvalidArgumentError, UnknownOptimizerIdError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ZenFlow's control is Linux-only")
 

@@ -17,23 +17,23 @@ bias_correction, params, grads, exp_avg, exp_avg_sq)``
 ``destroy_adam(id)``                                                  forgets the id (unknown: no-op); returns 0
 ``multi_tensor_adam(chunk_size, noop_flag, [g, p, m, v], lr, beta1,   one step of every tensor; returns None
 beta2, eps, step, mode, bias_correction, weight_decay)``
-``zenflow_adam_*``                                                    ZenFlow's overlapped step
-                                                                      (:mod:`anyaccel.ops.adam.zenflow`)
+``zenflow_adam_*``                                                    ZenFlow's overlapped step (``zenflow.py``)
 ====================================================================  =========================================
 
 Conventions (DeepSpeed's, except where its behaviour is a crash or a silent no-op; see
-:mod:`anyaccel.ops.deepspeed_abi`): ``adamw_mode`` is fixed at ``create_adam``, every other hyper-parameter
-is passed per call; real scalars are rounded to fp32 as DeepSpeed's C ``float`` parameters are; ``step`` is
-the step being taken (1 at the first) and gives the bias corrections ``1 - beta**step``; ``mode`` is 1 for
-AdamW and 0 for L2 weight decay; ``chunk_size`` and ``noop_flag`` are accepted and unused (anyaccel's kernels
+:mod:`anyaccel.integrations.deepspeed.abi.common`): ``adamw_mode`` is fixed at ``create_adam``, every other
+hyper-parameter is passed per call; real scalars are rounded to fp32 as DeepSpeed's C ``float`` parameters are;
+``step`` is the step being taken (1 at the first) and gives the bias corrections ``1 - beta**step``; ``mode`` is 1
+for AdamW and 0 for L2 weight decay; ``chunk_size`` and ``noop_flag`` are accepted and unused (anyaccel's kernels
 choose their own work split; DeepSpeed's kernels ignore the flag too: they propagate inf/NaN).
 
-Where anyaccel differs, deliberately: an unknown id raises :class:`~anyaccel.ops.deepspeed_abi.UnknownOptimizerIdError`
-(DeepSpeed: segmentation fault); a non-contiguous tensor is updated (DeepSpeed updates a copy and drops it);
-``adam_rollback`` honours ``adamw_mode`` and ``bias_correction`` and accepts every dtype combination of
-``adam_step`` (DeepSpeed: always the bias-corrected AdamW inverse, fp32 only, -1 and a printed message
-otherwise); and the arithmetic is anyaccel's (``csrc/adam/cpu_adam.cpp``: torch's ``lerp`` form of the first
-moment, ``fma`` rounding of the second), which differs from DeepSpeed's kernel in the last bits of a step.
+Where anyaccel differs, deliberately: an unknown id raises
+:class:`~anyaccel.integrations.deepspeed.abi.common.UnknownOptimizerIdError` (DeepSpeed: segmentation fault); a
+non-contiguous tensor is updated (DeepSpeed updates a copy and drops it); ``adam_rollback`` honours ``adamw_mode``
+and ``bias_correction`` and accepts every dtype combination of ``adam_step`` (DeepSpeed: always the bias-corrected
+AdamW inverse, fp32 only, -1 and a printed message otherwise); and the arithmetic is anyaccel's
+(``csrc/adam/cpu_adam.cpp``: torch's ``lerp`` form of the first moment, ``fma`` rounding of the second), which
+differs from DeepSpeed's kernel in the last bits of a step.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from anyaccel.ops.deepspeed_abi import (
+from anyaccel.integrations.deepspeed.abi import zenflow
+from anyaccel.integrations.deepspeed.abi.common import (
     InvalidArgumentError,
     OptimizerRegistry,
     check_tensor_lists,
@@ -55,10 +56,11 @@ from anyaccel.ops.deepspeed_abi import (
     overload,
     run_flat,
 )
+from anyaccel.integrations.deepspeed.abi.declaration import DeepSpeedABI
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdamHyperParameters", "AdamABI", "REGISTRY", "adapter"]
+__all__ = ["ABI", "AdamHyperParameters", "AdamABI", "REGISTRY", "adapter"]
 
 CREATE_ADAM = "create_adam(optimizer_id, lr, beta1, beta2, eps, weight_decay, adamw_mode, should_log)"
 MULTI_TENSOR_LAYOUT = "4 lists [grads, params, exp_avgs, exp_avg_sqs]"
@@ -92,7 +94,7 @@ class AdamABI:
     Args:
         module: the loaded op module; its ``adam_step`` (and, for rollback, ``adam_rollback_step``) run the
             math, on the device its build serves.
-        functions: the function names the module offers (the spec's :class:`~anyaccel.ops.spec.DeepSpeedABI`
+        functions: the function names the module offers (the spec's :class:`~anyaccel.spec.DeepSpeedABI`
             for the builder names of its build); the others are not offered on it.
     """
 
@@ -237,60 +239,43 @@ class AdamABI:
 
     # ----- ZenFlow ----------------------------------------------------------------------------------------
     def zenflow_adam_create(self, optimizer_id: int, zf_affinity: Sequence[int]) -> int:
-        """ZenFlow's optimizer object for Adam id ``optimizer_id``; see :func:`anyaccel.ops.adam.zenflow.create`."""
-        from anyaccel.ops.adam import zenflow
-
-        return zenflow.create(self._module, optimizer_id, zf_affinity)
+        """ZenFlow's optimizer object for Adam id ``optimizer_id``; see
+        :func:`anyaccel.integrations.deepspeed.abi.zenflow.create`."""
+        return zenflow.create(self._module, optimizer_id, zf_affinity, REGISTRY)
 
     def zenflow_adam_register_group(self, handle: int, param: Any, grad0: Any, grad1: Any, exp_avg0: Any,
                                     exp_avg1: Any, exp_avg_sq0: Any, exp_avg_sq1: Any, stale: Any) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.register_group`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.register_group`."""
         zenflow.register_group(handle, param, grad0, grad1, exp_avg0, exp_avg1, exp_avg_sq0, exp_avg_sq1, stale)
 
     def zenflow_adam_destroy(self, handle: int) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.destroy`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.destroy`."""
         zenflow.destroy(handle)
 
     def zenflow_adam_ctrl_size(self) -> int:
-        """See :func:`anyaccel.ops.adam.zenflow.ctrl_size`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_size`."""
         return zenflow.ctrl_size()
 
     def zenflow_adam_ctrl_init(self, control_ptr: int, num_groups: int) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.ctrl_init`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_init`."""
         zenflow.ctrl_init(control_ptr, num_groups)
 
     def zenflow_adam_run_worker(self, handle: int, control_ptr: int) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.run_worker`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.run_worker`."""
         zenflow.run_worker(handle, control_ptr)
 
     def zenflow_adam_submit(self, control_ptr: int, now_state: int, step: int, lr: Sequence[float],
                             beta1: Sequence[float], beta2: Sequence[float], eps: Sequence[float],
                             weight_decay: Sequence[float], bias_correction: Sequence[int]) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.submit`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.submit`."""
         zenflow.submit(control_ptr, now_state, step, lr, beta1, beta2, eps, weight_decay, bias_correction)
 
     def zenflow_adam_wait(self, control_ptr: int, timeout_s: float) -> bool:
-        """See :func:`anyaccel.ops.adam.zenflow.wait`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.wait`."""
         return zenflow.wait(control_ptr, timeout_s)
 
     def zenflow_adam_ctrl_exit(self, control_ptr: int) -> None:
-        """See :func:`anyaccel.ops.adam.zenflow.ctrl_exit`."""
-        from anyaccel.ops.adam import zenflow
-
+        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_exit`."""
         zenflow.ctrl_exit(control_ptr)
 
     # ----- helpers ----------------------------------------------------------------------------------------
@@ -324,6 +309,27 @@ class AdamABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdamABI:
-    """The factory the adam spec's :class:`~anyaccel.ops.spec.DeepSpeedABI` names: DeepSpeed's functions over
+    """The factory :data:`ABI` names: DeepSpeed's functions over
     ``module`` (called once per loaded module, on the first use of one of them)."""
     return AdamABI(module, functions)
+
+
+#: The functions DeepSpeed's callers use on modules of the adam builds, per builder name.
+ABI = DeepSpeedABI(
+    family="adam",
+    adapter="anyaccel.integrations.deepspeed.abi.adam:adapter",
+    builders=(
+        # deepspeed/ops/adam/cpu_adam.py (DeepSpeedCPUAdam), runtime/zenflow/zenflow_utils.py,
+        # runtime/zenflow/zenflow_stage_1_and_2.py, runtime/zenflow/engine_stage3.py
+        ("CPUAdamBuilder", ("create_adam", "adam_update", "adam_rollback", "destroy_adam",
+                            "zenflow_adam_create", "zenflow_adam_register_group", "zenflow_adam_destroy",
+                            "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker",
+                            "zenflow_adam_submit", "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
+        # deepspeed/ops/adam/fused_adam.py (FusedAdam)
+        ("FusedAdamBuilder", ("multi_tensor_adam",)),
+    ),
+    # DeepSpeed defines the cross-process ZenFlow control on Linux only (cpu_adam.cpp, #if __linux__)
+    platform_functions=tuple((fn, "linux") for fn in (
+        "zenflow_adam_ctrl_size", "zenflow_adam_ctrl_init", "zenflow_adam_run_worker", "zenflow_adam_submit",
+        "zenflow_adam_wait", "zenflow_adam_ctrl_exit")),
+)

@@ -1,0 +1,1 @@
+"""One op-builder base per backend (CPU, CUDA, SYCL, NPU), mostly data."""

@@ -1,0 +1,1 @@
+"""`anyaccel build` / `anyaccel cache` and the ahead-of-time (install-time) builds."""

@@ -1,0 +1,1 @@
+"""The load path (`OpBuilder`), cache, locks, manifest, errors and the loaded `OpModule`."""

@@ -1,0 +1,55 @@
+"""Functions a loaded op module offers besides its torch ops, contributed by integrations.
+
+An integration (DeepSpeed's module ABI: ``create_adam``, ``multi_tensor_adam``...) registers a provider in
+the ``anyaccel.module_functions`` entry-point group (``name = "module:function"``). The op-builder layer asks
+the providers when it loads a build and never imports an integration itself; the provider named there is
+imported once per process, on the first load.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ENTRY_POINT_GROUP", "Provider", "for_build", "providers"]
+
+#: The entry-point group of the providers.
+ENTRY_POINT_GROUP = "anyaccel.module_functions"
+
+#: ``provider(family, builder_names) -> (adapter "module:factory", function names) | None``.
+Provider = Callable[[str, tuple[str, ...]], "tuple[str, tuple[str, ...]] | None"]
+
+
+@functools.lru_cache(maxsize=1)
+def providers() -> tuple[Provider, ...]:
+    """The providers of the ``anyaccel.module_functions`` entry points, by entry-point name.
+
+    A provider that fails to import is logged and skipped (its functions are then missing from the modules).
+
+    Side effects: reads the installed distributions' entry points and imports the providers once; cached.
+    """
+    found: list[Provider] = []
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            found.append(ep.load())
+        except (ImportError, AttributeError) as exc:
+            logger.warning("module-functions entry point %s (%s) skipped: %s", ep.name, ep.value, exc)
+    return tuple(found)
+
+
+def for_build(family: str, builder_names: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+    """The first provider's answer for a build of ``family`` answering to ``builder_names``.
+
+    Returns:
+        ``(adapter, function names)``: the ``"module:factory"`` called as ``factory(module, names)`` on the
+        first use of one of the names; None when no provider offers functions for the build.
+    """
+    for provider in providers():
+        answer = provider(family, builder_names)
+        if answer is not None:
+            return answer
+    return None
