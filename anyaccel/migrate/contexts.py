@@ -20,25 +20,10 @@ import libcst as cst
 from typing_extensions import override
 
 from anyaccel.migrate import rules
+from anyaccel.migrate.cst_values import last_name, string_value
+from anyaccel.migrate.options import read_option
 
-__all__ = ["ContextMarker", "last_name", "string_value"]
-
-
-def last_name(expr: cst.BaseExpression) -> str | None:
-    """Return the last identifier of a dotted expression (``dist.init_process_group`` -> the latter)."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return None
-
-
-def string_value(node: cst.CSTNode) -> str | None:
-    """The value of a plain (non-bytes) string literal, else None."""
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
+__all__ = ["ContextMarker"]
 
 
 def _has_suffix(name: str | None, suffixes: Sequence[str]) -> bool:
@@ -248,8 +233,6 @@ class ContextMarker(cst.CSTVisitor):
 
     def _read_option_types(self, node: cst.Call) -> None:
         """An argparse option with ``type=int`` holds an int; any option's destination is data, not a method."""
-        from anyaccel.migrate.options import read_option  # options imports this module
-
         dest = read_option(node).dest
         if dest is None:
             return

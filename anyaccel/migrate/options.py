@@ -13,7 +13,7 @@ import dataclasses
 import libcst as cst
 
 from anyaccel.migrate import rules
-from anyaccel.migrate.contexts import last_name, string_value
+from anyaccel.migrate.cst_values import last_name, string_value
 
 __all__ = ["OptionCall", "read_option", "option_of_default"]
 

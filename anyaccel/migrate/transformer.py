@@ -25,7 +25,8 @@ from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameP
 from typing_extensions import override
 
 from anyaccel.migrate import rules
-from anyaccel.migrate.contexts import ContextMarker, last_name, string_value
+from anyaccel.migrate.contexts import ContextMarker
+from anyaccel.migrate.cst_values import last_name, string_value
 from anyaccel.migrate.findings import Finding
 from anyaccel.migrate.options import option_of_default, read_option
 from anyaccel.migrate.torch_api import torch_accelerator_members
