@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from anyaccel.op_builder import registry
-from anyaccel.op_builder.core.builder import PACKAGE_DIR
+from anyaccel.op_builder.core.hooks import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 from anyaccel.ops import spec as spec_mod
 from anyaccel.ops.spec import (
