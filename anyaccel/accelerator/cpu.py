@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import override
 
-from anyaccel.accelerator.host_memory import (
+from anyaccel.accelerator.host_memory_stats import (
     PeakGauge,
     available_host_memory_bytes,
     process_rss_bytes,
