@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from anyaccel.lazy_exports import lazy_exports
+
 _CORE = {
     "OpBuilder": "anyaccel.op_builder.core.builder:OpBuilder",
     "OpModule": "anyaccel.op_builder.core.module:OpModule",
@@ -32,25 +34,25 @@ _CORE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """``OpBuilder`` & co, or a builder class by its DeepSpeed name (the host row, else CUDA's).
+def _builder_class(name: str) -> Any:
+    """A builder class by its DeepSpeed name (the host row, else CUDA's); not stored, so an override made later
+    with ``register_builder`` is seen.
 
     Raises:
-        AttributeError: neither a core name nor a known builder.
+        AttributeError: ``name`` is no known builder.
     """
-    from anyaccel.ops.spec import resolve
-
-    if name in _CORE:
-        return resolve(_CORE[name])
     if name.endswith("Builder"):
         from anyaccel.op_builder.registry import all_builder_names, any_builder_class
 
         if name in all_builder_names():
             return any_builder_class(name)
-    raise AttributeError(f"module 'anyaccel.op_builder' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
+def _builder_names() -> list[str]:
     from anyaccel.op_builder.registry import all_builder_names
 
-    return sorted(set(_CORE) | set(all_builder_names()))
+    return list(all_builder_names())
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _CORE, fallback=_builder_class, more_names=_builder_names)
