@@ -21,11 +21,11 @@ and import nothing heavy.
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from pathlib import Path
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.op_builder.core import cache as cache_mod
 from anyaccel.op_builder.core import integrity
 from anyaccel.op_builder.core import manifest as mf
@@ -42,7 +42,7 @@ from anyaccel.op_builder.toolchains.host import find_cxx
 
 logger = logging.getLogger(__name__)
 
-PREBUILT_ENV = "ANYACCEL_PREBUILT_DIR"
+PREBUILT_ENV = settings.PREBUILT_DIR.name
 LIBRARY_NAME = integrity.LIBRARY_NAME
 
 # Process-wide state, keyed by cache key (the namespace is derived from it, so one key = one library).
@@ -54,7 +54,7 @@ _LOGGED_QUARANTINE: set[tuple[str, str, str]] = set()
 
 def prebuilt_root() -> Path:
     """Where AOT-built ops are looked up: ``ANYACCEL_PREBUILT_DIR``, else ``anyaccel/_prebuilt``."""
-    return Path(os.environ.get(PREBUILT_ENV) or PACKAGE_DIR / "_prebuilt")
+    return settings.PREBUILT_DIR.get() or PACKAGE_DIR / "_prebuilt"
 
 
 def _dlopen_error(path: Path) -> str:
