@@ -28,6 +28,7 @@ def lazy_exports(
     submodules: bool = False,
     fallback: Callable[[str], Any] | None = None,
     more_names: Callable[[], Iterable[str]] | None = None,
+    dir_lists_globals: bool = True,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of a package whose public names are imported on first access.
 
@@ -41,6 +42,9 @@ def lazy_exports(
         fallback: called with any other name; returns its value (not stored: it may change, e.g. a builder
             class an override replaces) or raises ``AttributeError``.
         more_names: names :func:`dir` lists besides the exports (the fallback's names).
+        dir_lists_globals: :func:`dir` lists the package's own globals too (Python's default); False lists only
+            the exports and ``more_names``, for a package whose ``dir()`` is its public names (one without
+            ``__all__``, whose names are dynamic).
 
     Returns:
         ``(__getattr__, __dir__)``, to assign at the package's top level. ``__getattr__`` raises
@@ -66,7 +70,8 @@ def lazy_exports(
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:  # noqa: N807 (PEP 562's name)
-        names = set(vars(sys.modules[package])) | set(targets)
+        names = set(vars(sys.modules[package])) if dir_lists_globals else set()
+        names.update(targets)
         if more_names is not None:
             names.update(more_names())
         return sorted(names)

@@ -72,7 +72,10 @@ def test_a_fallback_answers_other_names_and_is_not_stored(package) -> None:
                                                        more_names=lambda: ["XBuilder"])
     assert package.XBuilder == "xbuilder" and package.XBuilder == "xbuilder"
     assert seen == ["XBuilder", "XBuilder"] and "XBuilder" not in vars(package)
-    assert "XBuilder" in dir(package)
+    assert "XBuilder" in dir(package) and "__name__" in dir(package)
+    package.__getattr__, package.__dir__ = lazy_exports("lazypkg", {"thing": "lazypkg.impl"}, fallback=fallback,
+                                                       more_names=lambda: ["XBuilder"], dir_lists_globals=False)
+    assert dir(package) == ["XBuilder", "thing"]
     with pytest.raises(AttributeError):
         package.other_name  # noqa: B018
 

@@ -55,4 +55,5 @@ def _builder_names() -> list[str]:
     return list(all_builder_names())
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _CORE, fallback=_builder_class, more_names=_builder_names)
+__getattr__, __dir__ = lazy_exports(__name__, _CORE, fallback=_builder_class, more_names=_builder_names,
+                                    dir_lists_globals=False)
