@@ -1,15 +1,16 @@
 """``DeepSpeedAccelerator``: DeepSpeed's accelerator interface, member for member, with a small abstract core.
 
-Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19.8, listed in
-``shared/reference/deepspeed-accelerator-interface.md``; ``tests/accelerator/test_deepspeed_interface.py``
-diffs the two classes whenever DeepSpeed is installed) is here, accepting both the current and the classic
-signatures. Members that only some of DeepSpeed's concrete accelerators have (``seed``,
-``set_per_process_memory_fraction``, ``communication_backend_version``) are here too, written once.
+Every member of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19.8;
+``tests/accelerator/test_deepspeed_interface.py`` diffs the two classes whenever DeepSpeed is installed) is
+here, accepting both the current and the classic signatures. Members that only some of DeepSpeed's concrete
+accelerators have (``seed``, ``set_per_process_memory_fraction``, ``communication_backend_version``) are here
+too, written once.
 
 Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`) plus the
 ``_name`` attribute; everything else has a working default that forwards to the torch device module of the
 accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against the small
-core keeps working as the interface grows (user pain P14).
+core keeps working as the interface grows. The pinned host memory members live in
+:class:`~anyaccel.accelerator.host_memory.PinnedHostMemory`, a base of this class.
 
 Plug-ins written for DeepSpeed subclass this class without calling ``super().__init__()``, so no default may
 depend on ``__init__`` having run: per-instance state has class-level defaults and is created lazily.

@@ -20,9 +20,10 @@ import functools
 import inspect
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anyaccel.ops.spec import Function
+if TYPE_CHECKING:
+    from anyaccel.ops.spec import Function
 
 #: The torch.library handles of the fallback kernels (a dropped handle would unregister them).
 _FALLBACK_LIBRARIES: list[Any] = []
