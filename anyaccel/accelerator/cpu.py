@@ -19,7 +19,7 @@ import torch
 from typing_extensions import override
 
 from anyaccel.accelerator.device_names import device_index_of
-from anyaccel.accelerator.host_memory import (
+from anyaccel.accelerator.host_memory_stats import (
     PeakGauge,
     available_host_memory_bytes,
     process_rss_bytes,

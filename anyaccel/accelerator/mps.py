@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from typing_extensions import override
 
-from anyaccel.accelerator.host_memory import PeakGauge
+from anyaccel.accelerator.host_memory_stats import PeakGauge
 from anyaccel.accelerator.registry import ProbeResult
 from anyaccel.accelerator.torch_device import TorchDeviceAccelerator
 
