@@ -39,8 +39,6 @@ the entry instead (``state['exp_avg'] = x``), which is.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import functools
 import itertools
@@ -51,8 +49,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.optim.optimizer as _torch_optim
 
+from anyaccel._compat import tensor_data, torch_optim
+from anyaccel._compat.torch_optim import step_entry
 from anyaccel.ops import cpu_threads, dispatch, validation
 from anyaccel.ops.spec import Function
 from anyaccel.ops.spec import spec as family_spec
@@ -68,79 +67,6 @@ LOW_PRECISION: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16)
 _TORCH_OPTIONS = {"maximize": False, "amsgrad": False, "differentiable": False, "nesterov": False}
 #: torch.optim options that choose an implementation, not the math: dropped at load.
 _TORCH_IMPL_OPTIONS = ("foreach", "fused", "capturable")
-
-
-#: torch.optim's registries of global step hooks (``torch/optim/optimizer.py``,
-#: ``register_optimizer_step_pre_hook``); None on a torch without them, where torch's own step wrapper is kept.
-_GLOBAL_PRE_HOOKS: Mapping[Any, Any] | None = getattr(_torch_optim, "_global_optimizer_pre_hooks", None)
-_GLOBAL_POST_HOOKS: Mapping[Any, Any] | None = getattr(_torch_optim, "_global_optimizer_post_hooks", None)
-
-
-def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
-    """Makes ``body`` an optimizer's ``step``: torch.optim's step protocol at a fraction of its host cost.
-
-    ``torch.optim.Optimizer`` wraps every subclass's ``step`` (``Optimizer.profile_hook_step``): it opens a
-    profiler range and runs the global and per-optimizer step pre- and post-hooks. That wrapper costs tens of
-    microseconds per call on a CPU host (40-60 us on the 2-core development machine; ``docs/cpu_adam.md``,
-    "Host cost per step"), comparable to the whole update of a 100K-element tensor. The function returned
-    here does the same things in the same order, except that the profiler range
-    (``Optimizer.step#<Class>.step``) is opened only while a torch profiler is running, and runs ``body`` with
-    gradients disabled. It is marked ``hooked`` so that torch does not wrap it again.
-
-    The hooks run once per step however ``step`` is reached: called through ``super().step()`` from an
-    override that is itself a ``step_entry`` (the outer one runs them) or that torch wrapped (torch's wrapper
-    runs them), it runs ``body`` alone. A wrapper installed over it with ``functools.wraps`` (on the class or
-    the instance, as ``torch.optim.lr_scheduler`` does) keeps the hooks running here.
-
-    Args:
-        body: ``body(self, *args, **kwargs)``, the step's work.
-
-    Returns:
-        The ``step`` method. On a torch whose optimizer module lacks the global hook registries, ``body``
-        under ``torch.no_grad()``, which torch then wraps as usual.
-    """
-    if _GLOBAL_PRE_HOOKS is None or _GLOBAL_POST_HOOKS is None:
-        return torch.no_grad()(body)
-
-    @functools.wraps(body)
-    def step(*args: Any, **kwargs: Any) -> Any:
-        self = args[0]
-        if self.__dict__.get("_in_step_entry") or not getattr(type(self).step, "_step_entry", False):
-            # inside an outer step_entry, or under torch's wrapper of an override: the hooks ran there
-            with torch.no_grad():
-                return body(*args, **kwargs)
-        profiling = torch.autograd._profiler_enabled()
-        self._in_step_entry = True
-        try:
-            return _hooked_call(self, body, args, kwargs, profiling)
-        finally:
-            self._in_step_entry = False
-
-    step.hooked = True  # type: ignore[attr-defined]  # torch's Optimizer._patch_step_function leaves it alone
-    step._step_entry = True  # type: ignore[attr-defined]  # copied by functools.wraps onto wrappers of it
-    return step
-
-
-def _hooked_call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 profiling: bool) -> Any:
-    """torch.optim's ``profile_hook_step`` sequence around ``body`` (see :func:`step_entry`)."""
-    assert _GLOBAL_PRE_HOOKS is not None and _GLOBAL_POST_HOOKS is not None
-    pre_hooks, post_hooks = _GLOBAL_PRE_HOOKS, _GLOBAL_POST_HOOKS
-    with (torch.autograd.profiler.record_function(f"Optimizer.step#{type(self).__name__}.step") if profiling
-          else contextlib.nullcontext()):
-        for pre_hook in itertools.chain(pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
-            result = pre_hook(self, args, kwargs)
-            if result is not None:
-                if not (isinstance(result, tuple) and len(result) == 2):
-                    raise RuntimeError(f"{body} must return None or a tuple of (new_args, new_kwargs), but got "
-                                       f"{result}.")
-                args, kwargs = result
-        with torch.no_grad():
-            out = body(*args, **kwargs)
-        self._optimizer_step_code()
-        for post_hook in itertools.chain(self._optimizer_step_post_hooks.values(), post_hooks.values()):
-            post_hook(self, args, kwargs)
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +194,7 @@ class _Bucket:
     plan: tuple[torch.Tensor, int, int, int] | None = None
     plan_grad_ptrs: list[int] | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
-    step_cell: ctypes.c_float | None = None
+    step_set: Callable[[float], None] | None = None
     launch: tuple[Any, ...] | None = None
 
 
@@ -567,13 +493,14 @@ class ListOptimizer(torch.optim.Optimizer):
 
         Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``.
         """
-        for hook in self._optimizer_load_state_dict_pre_hooks.values():
+        pre_hooks, post_hooks = torch_optim.load_state_dict_hooks(self)
+        for hook in pre_hooks:
             result = hook(self, state_dict)
             if result is not None:
                 state_dict = result
         groups, state = self._validated_state_dict(state_dict)
         self.__setstate__({"state": state, "param_groups": groups})
-        for post_hook in self._optimizer_load_state_dict_post_hooks.values():
+        for post_hook in post_hooks:
             post_hook(self)
 
     def _validated_state_dict(self, sd: Any) -> tuple[list[dict[str, Any]], dict[torch.Tensor, dict[str, Any]]]:
@@ -719,7 +646,7 @@ class ListOptimizer(torch.optim.Optimizer):
             all(map(operator.is_, params, plan.params))
         if fits and plan is not None and len(plan.grads_seen) == len(params) and \
                 all(map(operator.is_, grads, plan.grads_seen)) and \
-                all(_same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
+                all(tensor_data.same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
             # the same parameters, storage and gradient objects as the last step: nothing to re-validate
             return self._prepare_steady(index, plan, scalars)
         present = list(map(operator.is_not, grads, itertools.repeat(None)))
@@ -746,7 +673,7 @@ class ListOptimizer(torch.optim.Optimizer):
             return None
         capturing = self._check_capture(buckets[0].device)
         for b in buckets:
-            b.grads_changed = b.plan_grad_ptrs is not None and not _same_data_ptrs(b.grads, b.plan_grad_ptrs)
+            b.grads_changed = b.plan_grad_ptrs is not None and not tensor_data.same_data_ptrs(b.grads, b.plan_grad_ptrs)
         return self._prepared(index, plan, scalars, capturing)
 
     def _check_capture(self, device: torch.device) -> bool:
@@ -810,7 +737,7 @@ class ListOptimizer(torch.optim.Optimizer):
         """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
         plan no longer fits (a parameter's storage moved, a gradient is sparse or not contiguous)."""
         for b in plan.buckets:
-            if not _same_data_ptrs(b.owners, b.owner_ptrs):
+            if not tensor_data.same_data_ptrs(b.owners, b.owner_ptrs):
                 return False
             picked = [grads[i] for i in b.positions] if len(b.positions) != len(grads) else grads
             b.grads_changed = not all(map(operator.is_, picked, b.grads))
@@ -889,8 +816,8 @@ class ListOptimizer(torch.optim.Optimizer):
         for bucket, _members in by_key.values():
             device = bucket.device if self.capturable else torch.device("cpu")
             bucket.step = torch.full((), bucket.step_value, dtype=torch.float32, device=device)
-            if device.type == "cpu":  # advanced by a 4-byte host write instead of an op (the bucket keeps it alive)
-                bucket.step_cell = ctypes.c_float.from_address(bucket.step.data_ptr())
+            if device.type == "cpu":  # advanced by a host write instead of an op (the bucket keeps it alive)
+                bucket.step_set = tensor_data.float_setter(bucket.step)
             buckets.append(bucket)
         params = list(group["params"])
         live_ids = {id(p) for p in live}
@@ -928,7 +855,7 @@ class ListOptimizer(torch.optim.Optimizer):
         if make is None:
             return
         if bucket.plan is not None and bucket.plan_grad_ptrs is not None:
-            if not bucket.grads_changed or _same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
+            if not bucket.grads_changed or tensor_data.same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
                 return
         if prepared.capturing:
             raise RuntimeError(f"{self._NAME}: a gradient's storage moved during a graph capture; keep gradients "
@@ -955,12 +882,12 @@ class ListOptimizer(torch.optim.Optimizer):
         self._plans[prepared.index] = plan
         for bucket in plan.buckets:
             bucket.step_value += 1
-            if bucket.step_cell is not None:
-                bucket.step_cell.value = bucket.step_value
+            if bucket.step_set is not None:
+                bucket.step_set(bucket.step_value)
             else:
                 bucket.step.add_(1)
             self._launch(prepared, bucket)
-            torch._C._increment_version(bucket.owners)
+            torch.autograd.graph.increment_version(bucket.owners)
 
     def _launch(self, prepared: _Prepared, bucket: _Bucket) -> None:
         """Calls the bucket's op. The argument list of an uncapturable launch is built once and reused while
@@ -1050,26 +977,6 @@ def _spec_ranges(family: str) -> dict[str, validation.Interval]:
 @functools.cache
 def _spec_combos(family: str) -> frozenset[tuple[str, str, str, str]]:
     return frozenset(c.as_tuple() for c in family_spec(family).dtypes)
-
-
-#: torch's C++ check of many data pointers at once (CUDA builds of torch; cudagraph trees use it).
-_DATA_PTRS_EQUAL = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
-
-
-@functools.cache
-def _indices(n: int) -> list[int]:
-    """``list(range(n))``, made once per length (read-only)."""
-    return list(range(n))
-
-
-def _same_data_ptrs(tensors: list[torch.Tensor], ptrs: list[int]) -> bool:
-    """Whether ``tensors`` still have the data pointers ``ptrs`` (a storage swap, ``p.data = x``, moves them)."""
-    if _DATA_PTRS_EQUAL is not None and len(tensors) > 16:
-        try:
-            return bool(_DATA_PTRS_EQUAL(tensors, ptrs, _indices(len(tensors))))
-        except (TypeError, RuntimeError):
-            pass
-    return list(map(torch.Tensor.data_ptr, tensors)) == ptrs
 
 
 def _frozen(value: Any) -> Any:

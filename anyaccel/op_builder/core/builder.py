@@ -237,13 +237,15 @@ class OpBuilder:
         """
         import torch
 
+        from anyaccel._compat import dispatcher
+
         ns = getattr(torch.ops, namespace)
         missing = [name for name in self.functions() if not hasattr(ns, name)]
         if missing:
             return f"namespace {namespace} has no function {', '.join(missing)}"
         for name, expected in self.expected_schemas(namespace).items():
             registered = getattr(ns, name).default._schema
-            if registered != torch._C.parse_schema(expected):
+            if str(registered) != dispatcher.canonical_schema(expected):
                 return f"{namespace}::{name} was registered as {registered}, not {expected}"
         return ""
 

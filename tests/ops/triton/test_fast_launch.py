@@ -1,4 +1,4 @@
-"""The eager fast launcher of Triton kernels (:mod:`anyaccel.ops.triton.fast_launch`).
+"""The eager fast launcher of Triton kernels (:mod:`anyaccel._compat.triton_launch`).
 
 On the CPU the kernel's compiled path is faked at its two seams (the binder that classifies arguments and
 ``JITFunction.run``, which compiles and returns a compiled kernel), so the caching and every fallback are
@@ -25,8 +25,8 @@ from triton import knobs  # noqa: E402
 from triton.runtime.driver import driver as triton_driver  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from anyaccel.ops.triton import fast_launch  # noqa: E402
-from anyaccel.ops.triton.fast_launch import FastLaunch, fast  # noqa: E402
+from anyaccel._compat import triton_launch as fast_launch  # noqa: E402
+from anyaccel._compat.triton_launch import FastLaunch, fast  # noqa: E402
 
 _GLOBAL_SCALE = 2
 
