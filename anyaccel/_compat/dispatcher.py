@@ -73,8 +73,11 @@ def has_kernel(qualname: str, dispatch_key: str) -> bool:
 
 
 def canonical_schema(text: str) -> str:
-    """The canonical text of an operator schema (``"ns::f(Tensor x) -> Tensor"``), as ``str()`` of a
-    registered op's schema prints it.
+    """The canonical text of an operator schema (``"ns::f(Tensor x) -> Tensor"``), for comparing schemas:
+    pass both sides through it (a registered op's schema as ``str(schema)``).
+
+    With torch's parser it is the text ``str()`` of a registered schema prints; the fallback gives a token
+    string (numbers as Python floats, one space between tokens), equal for equal schemas.
 
     Raises:
         RuntimeError: ``text`` does not parse (torch's message), where torch's parser is available.
@@ -85,7 +88,18 @@ def canonical_schema(text: str) -> str:
     return _normalise(text)
 
 
+#: schema tokens: names (``ns::f``, ``Tensor``), numbers (``1e-06``), the arrow, single characters
+_TOKEN = re.compile(r"->|[A-Za-z_][\w.:]*|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|\S")
+
+
 def _normalise(text: str) -> str:
-    """Whitespace-normalised schema text (the fallback of :func:`canonical_schema`)."""
-    text = re.sub(r"\s+", " ", text.strip())
-    return re.sub(r"\s*([(),\[\]])\s*", r"\1", text).replace(",", ", ").replace(")->", ") -> ")
+    """A schema's tokens joined by one space, numbers as Python floats (the fallback of
+    :func:`canonical_schema`)."""
+    tokens = []
+    for token in _TOKEN.findall(text):
+        try:
+            token = repr(float(token)) if token[0].isdigit() or token[0] in "+-." and token != "->" else token
+        except ValueError:
+            pass
+        tokens.append(token)
+    return " ".join(tokens)

@@ -30,6 +30,7 @@ __all__ = ["global_step_hooks", "load_state_dict_hooks", "profiler_enabled", "st
 
 _PRE = "_global_optimizer_pre_hooks"
 _POST = "_global_optimizer_post_hooks"
+_PROFILER_QUERY = "_profiler_enabled"
 _OWN = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_step_code")
 
 
@@ -45,7 +46,7 @@ def global_step_hooks() -> tuple[Mapping[Any, Any], Mapping[Any, Any]] | None:
 def profiler_enabled() -> bool:
     """Whether a torch profiler is recording; True where torch has no private query (the range is then
     always opened, which costs a few microseconds and changes nothing else)."""
-    query = getattr(torch.autograd, "_profiler_enabled", None)
+    query = getattr(torch.autograd, _PROFILER_QUERY, None)
     if query is None:
         return True
     return bool(query())

@@ -245,7 +245,7 @@ class OpBuilder:
             return f"namespace {namespace} has no function {', '.join(missing)}"
         for name, expected in self.expected_schemas(namespace).items():
             registered = getattr(ns, name).default._schema
-            if str(registered) != dispatcher.canonical_schema(expected):
+            if dispatcher.canonical_schema(str(registered)) != dispatcher.canonical_schema(expected):
                 return f"{namespace}::{name} was registered as {registered}, not {expected}"
         return ""
 

@@ -105,6 +105,6 @@ def _check_schema(qualname: str, registered: str, declared: str) -> None:
     """Raise unless the schema torch inferred for ``qualname`` is the declared one (argument names and types,
     returns)."""
     want = dispatcher.canonical_schema(f"{qualname}{declared}")
-    if registered.replace("SymInt", "int") != want:  # annotations' ``int`` is inferred as SymInt
+    if dispatcher.canonical_schema(registered.replace("SymInt", "int")) != want:  # annotations' ``int`` is inferred as SymInt
         raise SpecError(f"{qualname}: the implementation's annotations give the schema {registered!r} but the op "
                         f"spec declares {want!r}; make the annotations match the spec")
