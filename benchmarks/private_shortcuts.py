@@ -133,7 +133,7 @@ def measure(make: Callable[..., Callable[[], None]], steps: int, rounds: int) ->
     """Seconds per step of each variant: median over ``rounds`` round-robin rounds of ``steps`` steps."""
     fns = {name: make(patches, steps) for name, patches in VARIANTS.items()}
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for name, fn in fns.items():  # warm-up round
+    for fn in fns.values():  # warm-up round
         fn()
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(fns))

@@ -5,12 +5,14 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0):
 * ``torch._C._len_torch_dispatch_stack``: how many torch dispatch modes are active;
 * ``torch._C._dispatch_key_for_device``: the dispatch key name of a device type;
 * ``torch._C._dispatch_has_kernel_for_dispatch_key``: whether an op has a kernel for a key;
-* ``torch._C.parse_schema``: the canonical text of an operator schema.
+* ``torch._C.parse_schema``: the canonical text of an operator schema;
+* ``OpOverload._schema``: the schema an op was registered with.
 
 Each function falls back to public behaviour when its name is missing or raises ``TypeError``: an active mode
 is assumed (callers then take their always-correct traced path), the key comes from a table of torch's
 built-in device types (``PrivateUse1`` otherwise), a kernel is looked up with ``torch.library.get_kernel``,
-and a schema is compared by its whitespace-normalised text.
+a schema is compared by its normalised token text, and an op whose registered schema cannot be read reports
+None (callers then skip the comparison).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["canonical_schema", "dispatch_key_for_device", "dispatch_mode_active", "has_kernel"]
+__all__ = ["canonical_schema", "dispatch_key_for_device", "dispatch_mode_active", "has_kernel", "registered_schema"]
 
 #: torch's dispatch keys of its built-in device types (``c10/core/DispatchKey.h``).
 _KEYS = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "meta": "Meta", "hpu": "HPU", "mtia": "MTIA",
@@ -103,3 +105,19 @@ def _normalise(text: str) -> str:
             pass
         tokens.append(token)
     return " ".join(tokens)
+
+
+def registered_schema(op: Any) -> str | None:
+    """The schema text ``op`` was registered with: ``op`` is an ``OpOverload`` (``torch.ops.ns.f.default``), an
+    ``OpOverloadPacket`` (its ``default``) or a ``torch.library.custom_op``/``triton_op`` definition; None where
+    torch does not expose it."""
+    inner = getattr(op, "_opoverload", None)  # a custom_op / triton_op definition
+    if inner is not None:
+        op = inner
+    elif callable(getattr(op, "overloads", None)):  # a packet: its default overload
+        op = getattr(op, "default", op)
+    try:
+        schema = getattr(op, "_schema", None)
+    except (AttributeError, RuntimeError):
+        return None
+    return None if schema is None else str(schema)

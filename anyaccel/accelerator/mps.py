@@ -118,7 +118,7 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     def current_stream(self, device_index: int | None = None) -> HostStream:
         """A host stream stand-in."""
         self._check_index(device_index)
-        return self.Stream()  # type: ignore[no-any-return]
+        return self.Stream()
 
     @override
     def default_stream(self, device_index: int | None = None) -> HostStream:

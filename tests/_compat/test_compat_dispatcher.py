@@ -52,3 +52,16 @@ def test_canonical_schema(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert dispatcher.canonical_schema(private) == dispatcher.canonical_schema(text)
     assert dispatcher.canonical_schema(other) == dispatcher.canonical_schema(text)
     assert dispatcher.canonical_schema(text.replace("x", "y")) != dispatcher.canonical_schema(text)
+
+
+def test_registered_schema_of_an_overload_a_packet_and_a_custom_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    want = "aten::mm(Tensor self, Tensor mat2) -> Tensor"
+    assert dispatcher.registered_schema(torch.ops.aten.mm.default) == want
+    assert dispatcher.registered_schema(torch.ops.aten.mm) == want
+
+    @torch.library.custom_op("anyaccel_compat_test::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert dispatcher.registered_schema(twice) == "anyaccel_compat_test::twice(Tensor x) -> Tensor"
+    assert dispatcher.registered_schema(object()) is None  # nothing readable: callers skip the comparison

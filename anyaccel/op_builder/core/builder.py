@@ -244,8 +244,9 @@ class OpBuilder:
         if missing:
             return f"namespace {namespace} has no function {', '.join(missing)}"
         for name, expected in self.expected_schemas(namespace).items():
-            registered = getattr(ns, name).default._schema
-            if dispatcher.canonical_schema(str(registered)) != dispatcher.canonical_schema(expected):
+            registered = dispatcher.registered_schema(getattr(ns, name))
+            if registered is not None and \
+                    dispatcher.canonical_schema(registered) != dispatcher.canonical_schema(expected):
                 return f"{namespace}::{name} was registered as {registered}, not {expected}"
         return ""
 

@@ -80,7 +80,9 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             qualname = f"{namespace}::{name}"
             if triton:
                 op: Any = torch.library.triton_op(qualname, impl, mutates_args=fn.mutated)
-                _check_schema(qualname, str(op._opoverload._schema), fn.schema)
+                registered = dispatcher.registered_schema(op)
+                if registered is not None:
+                    _check_schema(qualname, registered, fn.schema)
             else:
                 op = torch.library.custom_op(qualname, impl, mutates_args=fn.mutated, schema=fn.schema)
                 fake = fn.load_fake()
@@ -105,6 +107,7 @@ def _check_schema(qualname: str, registered: str, declared: str) -> None:
     """Raise unless the schema torch inferred for ``qualname`` is the declared one (argument names and types,
     returns)."""
     want = dispatcher.canonical_schema(f"{qualname}{declared}")
-    if dispatcher.canonical_schema(registered.replace("SymInt", "int")) != want:  # annotations' ``int`` is inferred as SymInt
+    # annotations' ``int`` is inferred as SymInt
+    if dispatcher.canonical_schema(registered.replace("SymInt", "int")) != want:
         raise SpecError(f"{qualname}: the implementation's annotations give the schema {registered!r} but the op "
                         f"spec declares {want!r}; make the annotations match the spec")
