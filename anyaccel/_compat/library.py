@@ -6,6 +6,9 @@ switch off around its eager calls, so ``wrap_triton(kernel)`` returns the plain 
 same around its eager fast path (:func:`untraced`) and reads the switch before calling ``wrap_triton``
 (:func:`wrap_triton_enabled`).
 
+An interpreted kernel (``TRITON_INTERPRET=1``) is launched as it is, as ``wrap_triton`` does from torch
+2.11 on (torch 2.10's refuses it).
+
 Fallbacks where the names are missing: :func:`untraced` returns the function unchanged (its launches then go
 through the traceable wrapper: correct, slower), and :func:`wrap` asks the public ``torch.library.wrap_triton``,
 which returns the kernel itself when the switch is off.
@@ -58,10 +61,20 @@ def wrap(kernel: Any, eager: Callable[[Any], Any]) -> Any:
         RuntimeError: ``kernel`` is not a ``triton.jit``/``triton.autotune`` kernel (torch's message).
     """
     enabled = wrap_triton_enabled()
-    if enabled is False:
+    if enabled is False or _interpreted(kernel):
         return eager(kernel)
     wrapped = torch.library.wrap_triton(kernel)
     return eager(kernel) if wrapped is kernel else wrapped
+
+
+def _interpreted(kernel: Any) -> bool:
+    """Whether ``kernel`` is a Triton interpreter kernel (``TRITON_INTERPRET=1``), which ``wrap_triton`` passes
+    through from torch 2.11 and refuses in torch 2.10; it is launched as is either way."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return False
+    return isinstance(kernel, InterpretedFunction)
 
 
 def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:

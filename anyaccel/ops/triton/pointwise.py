@@ -187,7 +187,7 @@ class Pointwise:
                 self._calls[key] = plan
         with device_of(outs[0]):
             wrap(kernel)[(-(-n // BLOCK),)](
-                *operands, *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
+                *map(_scalar_arg, operands), *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
                 num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
@@ -202,8 +202,8 @@ class Pointwise:
             outs = [torch.empty(plan.shape, dtype=dt, device=plan.device) for dt in plan.out_dtypes]
         with device_of(outs[0]):
             wrap(plan.kernel)[(-(-plan.n // BLOCK),)](
-                *args, *outs, plan.n, *plan.sizes, *plan.flat_strides, COMPUTE=plan.compute, BLOCK=BLOCK,
-                num_warps=NUM_WARPS)
+                *map(_scalar_arg, args), *outs, plan.n, *plan.sizes, *plan.flat_strides, COMPUTE=plan.compute,
+                BLOCK=BLOCK, num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
     def _plan(self, shape: torch.Size, tensors: list[torch.Tensor], outs: list[torch.Tensor],
@@ -275,6 +275,12 @@ def pointwise(num_inputs: int, num_outputs: int = 1, promotion: str = "default")
         return Pointwise(body, num_inputs, num_outputs, promotion)
 
     return decorate
+
+
+def _scalar_arg(a: Any) -> Any:
+    """A kernel argument: a Python bool as the int it equals (the kernel adds a scalar to a ``COMPUTE`` zero,
+    so the value is the same; Triton 3.6's interpreter refuses bool arguments), anything else as is."""
+    return int(a) if type(a) is bool else a
 
 
 def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: int,
