@@ -129,7 +129,10 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
                 for entry, ns, original in plan:
-                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
+                    # a nested layer overrides the enclosing one's kernel: explicit, as torch 2.10's default
+                    # is to refuse (2.11 and later allow it by default)
+                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True,
+                             allow_override=True)
         _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
