@@ -40,7 +40,7 @@ def scalar_loop_bounds() -> tuple[bool, str]:
     import triton.language as tl
 
     @triton.jit
-    def loop(out, n):  # type: ignore[no-untyped-def]
+    def loop(out, n):
         acc = tl.zeros((), dtype=tl.int32)
         for _ in range(0, n):
             acc += 1

@@ -1,7 +1,7 @@
 """``step_entry``: anyaccel's optimizers keep torch.optim's step protocol (hooks, profiler range, no-grad).
 
 torch wraps every optimizer's ``step`` in ``Optimizer.profile_hook_step``; anyaccel's optimizers replace that
-wrapper by a cheaper one (:func:`anyaccel.ops.optimizer.step_entry`). Each behaviour of torch's wrapper is
+wrapper by a cheaper one (:func:`anyaccel.ops.optimizer.hooks.step_entry`). Each behaviour of torch's wrapper is
 checked here against a ``torch.optim.AdamW`` run side by side, so a difference from torch fails a test.
 """
 
@@ -18,7 +18,7 @@ from anyaccel.ops.adagrad.cpu import CPUAdagrad
 from anyaccel.ops.adam.cpu import CPUAdam
 from anyaccel.ops.lamb.fused import FusedLamb
 from anyaccel.ops.lion.cpu import CPULion
-from anyaccel.ops.optimizer import step_entry
+from anyaccel.ops.optimizer.hooks import step_entry
 
 
 def _model(seed: int) -> list[torch.nn.Parameter]:
