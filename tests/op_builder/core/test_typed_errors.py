@@ -13,6 +13,7 @@ import pytest
 from integrity_support import REPO, Template, child_env, load_in_child, make_wrapper, readonly_prefix
 
 from anyaccel.op_builder import CPULionBuilder
+from anyaccel.op_builder.core import builder as builder_mod
 from anyaccel.op_builder.core import errors
 from anyaccel.op_builder.core.cache import Cache, cache_os_error
 from anyaccel.op_builder.core.errors import (
@@ -80,6 +81,9 @@ def test_cache_dir_that_is_a_file(tmp_path, monkeypatch, where):
         Cache.open(root)
     assert err.value.code == "cache_not_directory" and f"{f} is a file" in str(err.value)
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(root))
+    # an op this process already loaded (from an earlier test) is served from memory, never from the cache
+    monkeypatch.setattr(builder_mod, "_LOADED", {})
+    monkeypatch.setattr(builder_mod, "_FAILED", {})
     with pytest.raises(CacheUnusableError):
         CPULionBuilder().load()
 
