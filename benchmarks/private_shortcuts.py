@@ -50,22 +50,34 @@ def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-def public_hooks() -> contextlib.AbstractContextManager[None]:
+Patch = Callable[[torch.optim.Optimizer], contextlib.AbstractContextManager[None]]
+
+
+def public_hooks(opt: torch.optim.Optimizer) -> contextlib.AbstractContextManager[None]:
     """Step hooks through torch's own ``profile_hook_step`` (the registries look absent)."""
     return _patched(torch_optim, "global_step_hooks", lambda: None)
 
 
-def public_counter() -> contextlib.AbstractContextManager[None]:
-    """Step counters written with ``fill_`` (applies to plans built inside)."""
-    return _patched(tensor_data, "float_setter", lambda t: functools.partial(tensor_data._fill, t))
+@contextlib.contextmanager
+def public_counter(opt: torch.optim.Optimizer) -> Iterator[None]:
+    """Step counters written with ``fill_``: every cached bucket's writer swapped, then restored."""
+    buckets = [b for plan in opt._plans.values() for b in plan.buckets if b.step_set is not None]  # type: ignore[attr-defined]
+    saved = [b.step_set for b in buckets]
+    for b in buckets:
+        b.step_set = functools.partial(tensor_data._fill, b.step)
+    try:
+        yield
+    finally:
+        for b, setter in zip(buckets, saved, strict=True):
+            b.step_set = setter
 
 
-def public_data_ptrs() -> contextlib.AbstractContextManager[None]:
+def public_data_ptrs(opt: torch.optim.Optimizer) -> contextlib.AbstractContextManager[None]:
     """Data pointers compared in Python, whatever the count."""
     return _patched(tensor_data, "_MIN_BATCH", 1 << 62)
 
 
-VARIANTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[None]], ...]] = {
+VARIANTS: dict[str, tuple[Patch, ...]] = {
     "private (all shortcuts)": (),
     "public step hooks": (public_hooks,),
     "public step counter": (public_counter,),
@@ -74,34 +86,17 @@ VARIANTS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[None]],
 }
 
 
-def _within(patches: tuple[Callable[[], contextlib.AbstractContextManager[None]], ...],
-            fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        with contextlib.ExitStack() as stack:
-            for p in patches:
-                stack.enter_context(p())
-            return fn()
-    return run
-
-
-def adam_1m(patches: tuple[Callable[[], contextlib.AbstractContextManager[None]], ...],
-            steps: int) -> Callable[[], None]:
-    """``steps`` CPUAdam steps over one 1M-element fp32 parameter (plan built under ``patches``)."""
+def adam_1m() -> tuple[torch.optim.Optimizer, Callable[[], None]]:
+    """One CPUAdam step over one 1M-element fp32 parameter (the same tensors for every variant)."""
     gen = torch.Generator().manual_seed(0)
     p = torch.nn.Parameter(torch.randn(1 << 20, generator=gen))
     p.grad = torch.randn(1 << 20, generator=gen) * 1e-3
     opt = CPUAdam([p], lr=1e-3, weight_decay=0.01, adamw_mode=True)
-    _within(patches, opt.step)()  # builds the plan (and the step counter's writer) under the patches
-
-    def run() -> None:
-        for _ in range(steps):
-            opt.step()
-    return _within(patches, run)
+    return opt, opt.step
 
 
-def charlm(patches: tuple[Callable[[], contextlib.AbstractContextManager[None]], ...],
-           steps: int) -> Callable[[], None]:
-    """``steps`` training steps of ``examples/train_charlm.py``'s default model with CPUAdam."""
+def charlm() -> tuple[torch.optim.Optimizer, Callable[[], None]]:
+    """One training step of ``examples/train_charlm.py``'s default model with CPUAdam."""
     spec = importlib.util.spec_from_file_location("train_charlm", REPO_ROOT / "examples" / "train_charlm.py")
     assert spec is not None and spec.loader is not None
     ex = importlib.util.module_from_spec(spec)
@@ -121,26 +116,29 @@ def charlm(patches: tuple[Callable[[], contextlib.AbstractContextManager[None]],
         loss.backward()
         opt.step()
 
-    _within(patches, one)()
-
-    def run() -> None:
-        for _ in range(steps):
-            one()
-    return _within(patches, run)
+    return opt, one
 
 
-def measure(make: Callable[..., Callable[[], None]], steps: int, rounds: int) -> dict[str, float]:
-    """Seconds per step of each variant: median over ``rounds`` round-robin rounds of ``steps`` steps."""
-    fns = {name: make(patches, steps) for name, patches in VARIANTS.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():  # warm-up round
-        fn()
-    for r in range(rounds):
-        order = list(fns) if r % 2 == 0 else list(reversed(fns))
+def measure(make: Callable[[], tuple[torch.optim.Optimizer, Callable[[], None]]], steps: int,
+            rounds: int) -> dict[str, float]:
+    """Seconds per step of each variant on one workload (the same model, optimizer and tensors, so memory and
+    cache state are shared): median over ``rounds`` rounds of ``steps`` steps per variant, the order of the
+    variants reversed every other round."""
+    opt, step = make()
+    step()  # builds the plans
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for r in range(rounds + 1):
+        order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
         for name in order:
-            t0 = time.perf_counter()
-            fns[name]()
-            times[name].append((time.perf_counter() - t0) / steps)
+            with contextlib.ExitStack() as stack:
+                for patch in VARIANTS[name]:
+                    stack.enter_context(patch(opt))
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                elapsed = time.perf_counter() - t0
+            if r:  # the first round warms up
+                times[name].append(elapsed / steps)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -167,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
            measure(adam_1m, args.adam_steps, args.rounds), "ms/step")
     report("examples/train_charlm.py default model, full training step",
            measure(charlm, args.charlm_steps, args.rounds), "steps/s")
+    logging.shutdown()
     return 0
 
 
