@@ -1,13 +1,14 @@
 """A/B of the CPU-side private-internal shortcuts (``anyaccel/_compat``) against their public fallbacks.
 
 A shortcut through a private torch internal is kept only where an end-to-end measurement shows at least a 3%
-gain. This measures, in one process and interleaved round-robin (median of the rounds), with each shortcut
-forced to its public fallback in turn and all of them together:
+gain. This measures, in one process and interleaved round-robin (median of per-round ratios), the one kept
+CPU-side shortcut forced to its public fallback:
 
 * ``step hooks``: torch.optim's step protocol re-run with its private hook registries
-  (:func:`anyaccel._compat.torch_optim.step_entry`) vs torch's public ``Optimizer.profile_hook_step``;
-* ``step counter``: the 0-dim step tensor written by a 4-byte host store vs ``Tensor.fill_``;
-* ``data_ptrs``: many data pointers compared in one private C++ call vs ``Tensor.data_ptr`` in Python;
+  (:func:`anyaccel._compat.torch_optim.step_entry`) vs torch's public ``Optimizer.profile_hook_step``.
+
+(The host store into the step counter and the batched ``data_ptr`` comparison were measured the same way and
+dropped: ``docs/cpu_adam.md``, "Host cost per step".)
 
 on two workloads: CPUAdam over one 1M-element fp32 parameter (the 1M row of ``benchmarks/cpu_adam.py``:
 ``opt.step()`` only), and a full training step of ``examples/train_charlm.py``'s default model (forward,
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib.util
 import logging
 import statistics
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from _common import REPO_ROOT
 
-from anyaccel._compat import tensor_data, torch_optim
+from anyaccel._compat import torch_optim
 from anyaccel.ops.adam import CPUAdam
 
 logger = logging.getLogger("benchmarks.private_shortcuts")
@@ -58,31 +58,9 @@ def public_hooks(opt: torch.optim.Optimizer) -> contextlib.AbstractContextManage
     return _patched(torch_optim, "global_step_hooks", lambda: None)
 
 
-@contextlib.contextmanager
-def public_counter(opt: torch.optim.Optimizer) -> Iterator[None]:
-    """Step counters written with ``fill_``: every cached bucket's writer swapped, then restored."""
-    buckets = [b for plan in opt._plans.values() for b in plan.buckets if b.step_set is not None]  # type: ignore[attr-defined]
-    saved = [b.step_set for b in buckets]
-    for b in buckets:
-        b.step_set = functools.partial(tensor_data._fill, b.step)
-    try:
-        yield
-    finally:
-        for b, setter in zip(buckets, saved, strict=True):
-            b.step_set = setter
-
-
-def public_data_ptrs(opt: torch.optim.Optimizer) -> contextlib.AbstractContextManager[None]:
-    """Data pointers compared in Python, whatever the count."""
-    return _patched(tensor_data, "_MIN_BATCH", 1 << 62)
-
-
 VARIANTS: dict[str, tuple[Patch, ...]] = {
     "private (all shortcuts)": (),
     "public step hooks": (public_hooks,),
-    "public step counter": (public_counter,),
-    "public data_ptrs": (public_data_ptrs,),
-    "all public": (public_hooks, public_counter, public_data_ptrs),
 }
 
 

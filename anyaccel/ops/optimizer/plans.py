@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from anyaccel._compat import tensor_data
 from anyaccel.ops import cpu_threads, dispatch
 from anyaccel.ops.optimizer.state import Generation, ParamState, step_value
 from anyaccel.ops.spec import Function
@@ -63,7 +62,6 @@ class Bucket:
     plan: tuple[torch.Tensor, int, int, int] | None = None
     plan_grad_ptrs: list[int] | None = None
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
-    step_set: Callable[[float], None] | None = None
     launch: tuple[Any, ...] | None = None
 
 
@@ -131,7 +129,7 @@ class PlanMixin(torch.optim.Optimizer):
             all(map(operator.is_, params, plan.params))
         if fits and plan is not None and len(plan.grads_seen) == len(params) and \
                 all(map(operator.is_, grads, plan.grads_seen)) and \
-                all(tensor_data.same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
+                all(_same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
             # the same parameters, storage and gradient objects as the last step: nothing to re-validate
             return self._prepare_steady(index, plan, scalars)
         present = list(map(operator.is_not, grads, itertools.repeat(None)))
@@ -158,7 +156,7 @@ class PlanMixin(torch.optim.Optimizer):
             return None
         capturing = self._check_capture(buckets[0].device)
         for b in buckets:
-            b.grads_changed = b.plan_grad_ptrs is not None and not tensor_data.same_data_ptrs(b.grads, b.plan_grad_ptrs)
+            b.grads_changed = b.plan_grad_ptrs is not None and not _same_data_ptrs(b.grads, b.plan_grad_ptrs)
         return self._prepared(index, plan, scalars, capturing)
 
     def _check_capture(self, device: torch.device) -> bool:
@@ -211,7 +209,7 @@ class PlanMixin(torch.optim.Optimizer):
         """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
         plan no longer fits (a parameter's storage moved, a gradient is sparse or not contiguous)."""
         for b in plan.buckets:
-            if not tensor_data.same_data_ptrs(b.owners, b.owner_ptrs):
+            if not _same_data_ptrs(b.owners, b.owner_ptrs):
                 return False
             picked = [grads[i] for i in b.positions] if len(b.positions) != len(grads) else grads
             b.grads_changed = not all(map(operator.is_, picked, b.grads))
@@ -290,8 +288,6 @@ class PlanMixin(torch.optim.Optimizer):
         for bucket, _members in by_key.values():
             device = bucket.device if self.capturable else torch.device("cpu")
             bucket.step = torch.full((), bucket.step_value, dtype=torch.float32, device=device)
-            if device.type == "cpu":  # advanced by a host write instead of an op (the bucket keeps it alive)
-                bucket.step_set = tensor_data.float_setter(bucket.step)
             buckets.append(bucket)
         params = list(group["params"])
         live_ids = {id(p) for p in live}
@@ -304,7 +300,7 @@ class PlanMixin(torch.optim.Optimizer):
         if make is None:
             return
         if bucket.plan is not None and bucket.plan_grad_ptrs is not None:
-            if not bucket.grads_changed or tensor_data.same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
+            if not bucket.grads_changed or _same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
                 return
         if prepared.capturing:
             raise RuntimeError(f"{self._NAME}: a gradient's storage moved during a graph capture; keep gradients "
@@ -331,10 +327,7 @@ class PlanMixin(torch.optim.Optimizer):
         self._plans[prepared.index] = plan
         for bucket in plan.buckets:
             bucket.step_value += 1
-            if bucket.step_set is not None:
-                bucket.step_set(bucket.step_value)
-            else:
-                bucket.step.add_(1)
+            bucket.step.add_(1)
             self._launch(prepared, bucket)
             torch.autograd.graph.increment_version(bucket.owners)
 
@@ -395,6 +388,11 @@ class PlanMixin(torch.optim.Optimizer):
             t = self._lr_tensors[key] = torch.empty((), dtype=torch.float32, device=bucket.device)
         t.fill_(lr)
         return t
+
+
+def _same_data_ptrs(tensors: list[torch.Tensor], ptrs: list[int]) -> bool:
+    """Whether ``tensors`` still have the data pointers ``ptrs`` (a storage swap, ``p.data = x``, moves them)."""
+    return list(map(torch.Tensor.data_ptr, tensors)) == ptrs
 
 
 def _position(names: list[str], name: str) -> int | None:
