@@ -32,7 +32,7 @@ def mps_default_generator() -> torch.Generator:
     Raises:
         PrivateAPIUnavailableError: this torch has no ``torch.mps._get_default_mps_generator``.
     """
-    get = getattr(torch.mps, "_get_default_mps_generator", None)
+    get = getattr(torch.get_device_module("mps"), "_get_default_mps_generator", None)
     if get is None:
         raise PrivateAPIUnavailableError("the MPS default generator", "torch.mps._get_default_mps_generator",
                                          "seed with torch.mps.manual_seed and read the state with "
