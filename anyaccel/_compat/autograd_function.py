@@ -8,7 +8,8 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0): ``torch._C._are_
 whose ``apply``, on a call passing every parameter positionally with no functorch transform active, does
 what torch's ``apply`` does after such a bind (unwrap dead functorch wrappers, then the C ``apply``), and when
 there is no graph to record (grad mode off or no input requiring grad, no forward-AD level) calls ``forward``
-directly. Any other call goes to torch's own ``apply`` (``super().apply``, public).
+directly. Keyword arguments are bound to positions first (torch 2.10's ``apply`` refuses them). Any other call
+goes to torch's own ``apply`` (``super().apply``, public).
 
 Fallback: where any private name above is missing, the returned class is a plain ``autograd.Function`` and
 every call is torch's ``apply``.
@@ -62,12 +63,19 @@ def function(name: str, forward: Callable[..., Any], setup_context: Callable[...
     if privates is None:
         return type(name, (torch.autograd.Function,), members)
     transforms_active, unwrap_dead_wrappers, forward_ad = privates
-    params = inspect.signature(forward).parameters.values()
+    signature = inspect.signature(forward)
+    params = signature.parameters.values()
     positional = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
     arity = len(params) if positional else -1
     klass: Any = None
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs and positional:
+            # keywords become positions here: torch 2.10's apply binds them but then hands them on to the C
+            # apply, which refuses keywords
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = tuple(bound.args), {}
         if kwargs or len(args) != arity or transforms_active():
             return super(klass, cls).apply(*args, **kwargs)  # torch's own apply
         # what torch's Function.apply does once its bind found nothing to fill in
