@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel.ops import validation
 from anyaccel.ops.optimizer.hooks import step_entry
@@ -218,6 +219,7 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
             ValueError: as the subclass documents.
         """
 
+    @override
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Adds a group (torch's ``add_param_group``), validating its hyper-parameters and parameters first.
 
@@ -255,12 +257,14 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
                              " the kernel updates it in place, so make it contiguous before building the optimizer "
                              "(p.data = p.data.contiguous())")
 
+    @override
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         """torch's ``zero_grad``; ``set_to_none=None`` means the ``set_grad_none`` attribute (DeepSpeed's
         argument, True unless a subclass sets it). A cached plan stays valid: gradients are matched by
         storage at the next step."""
         super().zero_grad(set_to_none=getattr(self, "set_grad_none", True) if set_to_none is None else set_to_none)
 
+    @override
     @step_entry
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One optimization step of every parameter that has a gradient: one op call per bucket.

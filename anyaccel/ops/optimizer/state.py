@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel._compat import torch_optim
 
@@ -166,12 +167,14 @@ class CheckpointMixin(torch.optim.Optimizer):
                 raise ValueError(f"{self._NAME}: state[{k!r}] of {where} is {desc}; it must be a contiguous tensor "
                                  f"shaped like the parameter ({list(p.shape)}, on {p.device})")
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         """What pickling keeps: the public attributes (groups, state as plain dicts, options), no caches."""
         kept = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
         kept["state"] = {k: dict(v) for k, v in self.state.items()}
         return kept
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         if not hasattr(self, "_gen"):
@@ -183,12 +186,14 @@ class CheckpointMixin(torch.optim.Optimizer):
         self._functions = {}
         self._scalar_cache = {}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """torch's ``state_dict`` with plain dicts (no anyaccel class), readable with ``weights_only=True``."""
         sd = super().state_dict()
         sd["state"] = {k: dict(v) for k, v in sd["state"].items()}
         return sd
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Loads a ``state_dict()`` of this optimizer, or of ``torch.optim`` / DeepSpeed's equivalent.
 
