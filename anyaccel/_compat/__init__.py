@@ -14,7 +14,7 @@ until it is, the fallback keeps anyaccel working (slower at worst). Rules each m
 
 Modules:
 
-* :mod:`~anyaccel._compat.torch_optim`: an optimizer's ``load_state_dict`` hook tables.
+* :mod:`~anyaccel._compat.torch_optim`: torch.optim's global step hooks and optimizer hook registries.
 * :mod:`~anyaccel._compat.autograd_function`: the fast ``autograd.Function.apply`` (functorch, forward AD).
 * :mod:`~anyaccel._compat.dynamo`: marking a function as a constant result without importing Dynamo.
 * :mod:`~anyaccel._compat.dispatcher`: ``torch._C`` dispatcher queries (dispatch keys, kernels, modes, schemas).

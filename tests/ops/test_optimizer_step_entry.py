@@ -1,9 +1,9 @@
 """``step_entry``: anyaccel's optimizers keep torch.optim's step protocol (hooks, profiler range, no-grad).
 
-torch wraps every optimizer's ``step`` in ``Optimizer.profile_hook_step``; anyaccel's optimizers run that same
-wrapper themselves, once per step however ``step`` is reached (:func:`anyaccel.ops.optimizer.hooks.step_entry`).
-Each behaviour is checked here against a ``torch.optim.AdamW`` run side by side, so a difference from torch fails
-a test.
+torch wraps every optimizer's ``step`` in ``Optimizer.profile_hook_step``; anyaccel's optimizers replace that
+wrapper by a cheaper one (:func:`anyaccel.ops.optimizer.hooks.step_entry`, falling back to torch's where its
+private registries are missing). Each behaviour of torch's wrapper is checked here against a ``torch.optim.AdamW``
+run side by side, so a difference from torch fails a test.
 """
 
 from __future__ import annotations

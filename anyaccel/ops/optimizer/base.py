@@ -287,8 +287,8 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
 
         Side effects: creates state on a parameter's first step; loads (maybe compiles) ops on first use;
         updates parameters and state in place and bumps the parameters' version counters; runs torch.optim's
-        step pre- and post-hooks and records ``Optimizer.step#<Class>.step`` for a running profiler
-        (:func:`~anyaccel.ops.optimizer.hooks.step_entry`).
+        step pre- and post-hooks and, while a torch profiler runs, records ``Optimizer.step#<Class>.step``
+        (:func:`step_entry`).
         """
         loss = None
         if closure is not None:
