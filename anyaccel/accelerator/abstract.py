@@ -599,17 +599,15 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return getattr(self, "_compile_backend", None) or "inductor"
 
     def set_compile_backend(self, backend: str) -> None:
-        """Choose the ``torch.compile`` backend after checking ``torch._dynamo`` knows it.
+        """Choose the ``torch.compile`` backend after checking torch knows it.
 
-        Side effects: imports ``torch._dynamo`` (about 1 s the first time).
+        Side effects: imports Dynamo (about 1 s the first time).
 
         Raises:
             UnsupportedCompileBackendError: (a ``ValueError``) ``backend`` is not in
-                ``torch._dynamo.list_backends(exclude_tags=())``; the message lists the supported names.
+                ``torch.compiler.list_backends(exclude_tags=())``; the message lists the supported names.
         """
-        import torch._dynamo
-
-        supported = torch._dynamo.list_backends(exclude_tags=())
+        supported = torch.compiler.list_backends(exclude_tags=())
         if backend not in supported:
             raise UnsupportedCompileBackendError(backend, supported)
         self._compile_backend = backend

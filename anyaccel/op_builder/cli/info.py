@@ -48,7 +48,7 @@ def describe() -> dict[str, Any]:
         except ValueError as exc:
             facts["nvcc"]["version"] = f"unknown ({exc})"
     facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                      "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
+                      "cxx11_abi": bool(torch.compiled_with_cxx11_abi())}
     facts["python_tag"] = toolchain.python_tag()
     isa: dict[str, Any] = {"torch_capability": cpu_isa.torch_capability(),
                            "supported": list(cpu_isa.supported_levels()), "env": settings.CPU_ISA.raw()}

@@ -25,7 +25,7 @@ __all__ = ["OpBuilder"]
 class OpBuilder(LoadingBuilder):
     """Base of every op builder (DeepSpeed's ``OpBuilder`` vocabulary).
 
-    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.classes.builder_class`),
+    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.registry.builder_class`),
     which set ``SPEC`` and ``BUILD``; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
     ``sources()`` and ``functions()`` instead. The class attributes and hooks are described in
     :class:`~anyaccel.op_builder.core.hooks.BuilderHooks`; :meth:`load` is the entry point.

@@ -45,13 +45,16 @@ def verify_functions(namespace: str, functions: Sequence[str], expected_schemas:
     """
     import torch
 
+    from anyaccel._compat import dispatcher
+
     ns = getattr(torch.ops, namespace)
     missing = [name for name in functions if not hasattr(ns, name)]
     if missing:
         return f"namespace {namespace} has no function {', '.join(missing)}"
     for name, expected in expected_schemas.items():
-        registered = getattr(ns, name).default._schema
-        if registered != torch._C.parse_schema(expected):
+        registered = dispatcher.registered_schema(getattr(ns, name))
+        if registered is not None and \
+                dispatcher.canonical_schema(registered) != dispatcher.canonical_schema(expected):
             return f"{namespace}::{name} was registered as {registered}, not {expected}"
     return ""
 
