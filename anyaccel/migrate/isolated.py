@@ -5,8 +5,8 @@ libcst parses in native code that recurses on the machine stack: on 5,000 nested
 SIGSEGV, taking every other file of the run with it; a sum of 10,000 terms takes minutes. No check of the
 text alone covers these (the ``and`` chain has no nesting at all, and CPython's own parser accepts it), so:
 
-1. CPython's parser runs first (``compile(..., PyCF_ONLY_AST)``: C, guarded against deep input, about 1/50
-   of libcst's time). A source it refuses as too deep or too long (``RecursionError``, ``MemoryError``,
+1. CPython's parser runs first (``compile(..., PyCF_ONLY_AST)``: C, guarded against deep input, well under
+   1% of libcst's time). A source it refuses as too deep or too long (``RecursionError``, ``MemoryError``,
    "too many nested parentheses", "too many levels of indentation") is a ``too-complex`` finding at once;
    libcst never sees it. Other syntax errors go on to libcst, which reports them as before (it accepts
    newer grammar than the running CPython).
@@ -15,10 +15,10 @@ text alone covers these (the ``and`` chain has no nesting at all, and CPython's 
    the parser) or takes longer than :data:`TIMEOUT_S` on one file, that file gets a ``too-complex``
    finding naming what happened, and the next file gets a new worker.
 
-Measured with the committed corpus (see ``tests/migrate/test_links_and_crashes.py`` for the cases): a worker
-costs one start per run (about 0.5 s here: Python plus libcst) and little per file (the pickles), where a
-process per file would cost that start for every file; checking bracket depth with ``tokenize`` costs
-less still but misses the ``and`` chain.
+Measured on the 14 files of ``tests/migrate/corpus`` (26 KiB; 2 shared cores): migrating them in this
+process took 2.25 s, through the worker 2.83 s (its start, once per run), with a process per file 8.84 s.
+The screens cost 0.004 s (CPython's parser) and 0.012 s (a bracket-depth count with ``tokenize``, which
+would also miss the ``and`` chain), so CPython's parser is the screen, and the worker the guarantee.
 """
 
 from __future__ import annotations
