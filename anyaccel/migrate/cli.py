@@ -11,8 +11,8 @@ links (such a file is rewritten in place); see ``files.write_atomic``. Files are
 is reported as ``too-complex`` and the run goes on.
 
 Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse, is too
-complex to parse or cannot be read, or when libcst is missing. Binary and non-UTF-8 files are skipped with a message and do
-not change the status. Importing this module imports no libcst.
+complex to parse or cannot be read, or when libcst is missing. Binary and non-UTF-8 files are skipped with a
+message and do not change the status. Importing this module imports no libcst.
 """
 
 from __future__ import annotations

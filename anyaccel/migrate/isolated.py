@@ -129,7 +129,7 @@ class IsolatedMigrator:
             return _too_complex(source, path, self._stop(timed_out=not ready))
         status, payload = reply
         if status == "ok":
-            return payload  # type: ignore[no-any-return]
+            return payload
         if status == "recursion":
             return _too_complex(source, path, f"Python's recursion limit was reached while rewriting it: {payload}")
         raise RuntimeError(payload)
