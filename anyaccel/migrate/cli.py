@@ -11,8 +11,8 @@ links (such a file is rewritten in place); see ``files.write_atomic``. Files are
 is reported as ``too-complex`` and the run goes on.
 
 Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse, is too
-complex to parse or cannot be read, or when libcst is missing. Binary and non-UTF-8 files are skipped with a
-message and do not change the status. Importing this module imports no libcst.
+complex to parse, cannot be read or (``--write``) cannot be written, or when libcst is missing. Binary and
+non-UTF-8 files are skipped with a message and do not change the status. Importing this module imports no libcst.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Finding kinds that make a file count as not processed (exit status 1).
-ERROR_KINDS = frozenset({"parse-error", "too-complex", "unreadable"})
+ERROR_KINDS = frozenset({"parse-error", "too-complex", "unreadable", "unwritable"})
 #: Finding kinds that skip a file without failing the run.
 SKIP_KINDS = frozenset({"binary", "not-utf8"})
 
@@ -123,7 +123,13 @@ def _run_files(paths: Iterable[str], mode: str, migrator: IsolatedMigrator, out:
         if mode == "diff":
             out.write(unified_diff(path, result.original, result.rewritten))
         elif mode == "write":
-            write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+            try:
+                write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+            except OSError as exc:  # the file is unchanged (write_atomic's promise): report it, go on
+                report.write(Finding(path, 0, 0, "unwritable", f"cannot write the file, left unchanged: "
+                                     f"{exc.strerror or exc}; make it and its directory writable").format() + "\n")
+                failed = True
+                continue
             logger.info("rewrote %s", path)
         else:
             out.write(f"{path}:0:0: rewritable: CUDA-specific code that 'anyaccel migrate --write' can rewrite\n")

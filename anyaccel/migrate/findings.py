@@ -14,7 +14,7 @@ class Finding:
         line: 1-based line number; 0 when the finding concerns the whole file.
         column: 1-based column number; 0 when the finding concerns the whole file.
         kind: a short, stable identifier of the reason (a key of ``rules.REASONS``, or ``parse-error``,
-            ``too-complex``, ``binary``, ``not-utf8``, ``unreadable``).
+            ``too-complex``, ``binary``, ``not-utf8``, ``unreadable``, ``unwritable``).
         message: the human-readable reason, naming the code and the suggested fix.
     """
 

@@ -126,3 +126,21 @@ def test_a_source_too_deep_for_the_parser_is_a_clear_per_file_error(tmp_path, na
     assert "Traceback" not in proc.stderr
     assert deep.read_text(encoding="utf-8").startswith("import torch\n")
     assert MIGRATED in fine.read_text(encoding="utf-8")  # the other file was still migrated
+
+
+def test_a_file_that_cannot_be_written_is_a_per_file_error(tmp_path, monkeypatch):
+    from anyaccel.migrate import files
+
+    stuck = _real(tmp_path, "stuck.py")
+    fine = _real(tmp_path, "fine.py")
+
+    def refuse(path: str, source: files.SourceText) -> None:
+        if path.endswith("stuck.py"):
+            raise OSError(30, "Read-only file system", path)
+        real_write(path, source)
+
+    real_write = files.write_atomic
+    monkeypatch.setattr(files, "write_atomic", refuse)
+    code, _, err = _run(["--write", str(stuck), str(fine)])
+    assert code == 1 and f"{stuck}:0:0: unwritable: " in err and "Read-only file system" in err
+    assert stuck.read_text(encoding="utf-8") == CUDA_CODE and MIGRATED in fine.read_text(encoding="utf-8")
