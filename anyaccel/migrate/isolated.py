@@ -71,7 +71,8 @@ def cpython_refusal(source: str) -> str | None:
     return None
 
 
-def _too_complex(source: str, path: str, why: str) -> MigrationResult:
+def too_complex(source: str, path: str, why: str) -> MigrationResult:
+    """The result for a source left untouched because it is nested or chained too deeply (``why``: the cause)."""
     error = Finding(path, 0, 0, "too-complex",
                     f"nested or chained too deeply to migrate ({why}), left untouched; split the expression or "
                     "the nesting into smaller parts (named intermediate values), or port this file by hand")
@@ -113,7 +114,7 @@ class IsolatedMigrator:
         """
         why = cpython_refusal(source)
         if why is not None:
-            return _too_complex(source, path, why)
+            return too_complex(source, path, why)
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert proc.stdin is not None and proc.stdout is not None
         ready: list[Any] = []
@@ -126,12 +127,12 @@ class IsolatedMigrator:
         except (OSError, EOFError, pickle.UnpicklingError):
             pass
         if reply is None:
-            return _too_complex(source, path, self._stop(timed_out=not ready))
+            return too_complex(source, path, self._stop(timed_out=not ready))
         status, payload = reply
         if status == "ok":
             return payload
         if status == "recursion":
-            return _too_complex(source, path, f"Python's recursion limit was reached while rewriting it: {payload}")
+            return too_complex(source, path, f"Python's recursion limit was reached while rewriting it: {payload}")
         raise RuntimeError(payload)
 
     def _start(self) -> subprocess.Popen[bytes]:

@@ -144,3 +144,16 @@ def test_a_file_that_cannot_be_written_is_a_per_file_error(tmp_path, monkeypatch
     code, _, err = _run(["--write", str(stuck), str(fine)])
     assert code == 1 and f"{stuck}:0:0: unwritable: " in err and "Read-only file system" in err
     assert stuck.read_text(encoding="utf-8") == CUDA_CODE and MIGRATED in fine.read_text(encoding="utf-8")
+
+
+def test_migrate_source_screens_what_cpython_refuses_in_process():
+    from anyaccel.migrate.engine import migrate_source
+
+    source = "import torch\nx = " + "(" * 5000 + "1" + ")" * 5000 + "\n"
+    code = ("import sys; from anyaccel.migrate.engine import migrate_source; "
+            "r = migrate_source(sys.stdin.read(), 'deep.py', frozenset()); "
+            "print(r.error.kind, r.rewritten == r.original)")
+    proc = subprocess.run([sys.executable, "-c", code], input=source, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (proc.returncode, proc.stdout.strip()) == (0, "too-complex True"), proc.stderr[-1000:]
+    assert migrate_source(CUDA_CODE, "fine.py", frozenset()).changed
