@@ -12,8 +12,8 @@ import libcst as cst  # noqa: E402
 from libcst.codemod import CodemodContext  # noqa: E402
 
 from anyaccel.migrate.findings import Finding, MigrationResult  # noqa: E402
-from anyaccel.migrate.isolated import cpython_refusal, too_complex  # noqa: E402
 from anyaccel.migrate.opt_out import opted_out_lines  # noqa: E402
+from anyaccel.migrate.screen import cpython_refusal, too_complex  # noqa: E402
 from anyaccel.migrate.transformer import CudaToAccelerator  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def migrate_source(
     Returns:
         A ``MigrationResult``. When ``source`` does not parse, ``error`` holds a ``parse-error`` finding with
         the line and column libcst reports, and ``rewritten == source``; when CPython's parser refuses it as
-        too deeply nested (``isolated.cpython_refusal``), a ``too-complex`` finding, and libcst never sees it.
+        too deeply nested (``screen.cpython_refusal``), a ``too-complex`` finding, and libcst never sees it.
 
     libcst's native parser can still crash this process (SIGSEGV) on a source CPython accepts, such as an
     ``a and a and ...`` chain of 10,000 terms; for files you did not write, use

@@ -5,11 +5,11 @@ libcst parses in native code that recurses on the machine stack: on 5,000 nested
 SIGSEGV, taking every other file of the run with it; a sum of 10,000 terms takes minutes. No check of the
 text alone covers these (the ``and`` chain has no nesting at all, and CPython's own parser accepts it), so:
 
-1. CPython's parser runs first (``compile(..., PyCF_ONLY_AST)``: C, guarded against deep input, well under
-   1% of libcst's time). A source it refuses as too deep or too long (``RecursionError``, ``MemoryError``,
-   "too many nested parentheses", "too many levels of indentation") is a ``too-complex`` finding at once;
-   libcst never sees it. Other syntax errors go on to libcst, which reports them as before (it accepts
-   newer grammar than the running CPython).
+1. CPython's parser runs first (``screen.cpython_refusal``: ``compile(..., PyCF_ONLY_AST)``: C, guarded
+   against deep input, well under 1% of libcst's time). A source it refuses as too deep or too long
+   (``RecursionError``, ``MemoryError``, "too many nested parentheses", "too many levels of indentation")
+   is a ``too-complex`` finding at once; libcst never sees it. Other syntax errors go on to libcst, which
+   reports them as before (it accepts newer grammar than the running CPython).
 2. Everything else is migrated in one long-lived worker process (``python -c``, libcst imported once per
    run; the texts and results travel as pickles over its stdin/stdout). When the worker dies (a crash of
    the parser) or takes longer than :data:`TIMEOUT_S` on one file, that file gets a ``too-complex``
@@ -23,7 +23,6 @@ would also miss the ``and`` chain), so CPython's parser is the screen, and the w
 
 from __future__ import annotations
 
-import ast
 import logging
 import pickle
 import select
@@ -31,52 +30,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-import warnings
 from typing import IO, Any
 
-from anyaccel.migrate.findings import Finding, MigrationResult
+from anyaccel.migrate.findings import MigrationResult
+from anyaccel.migrate.screen import cpython_refusal, too_complex
 
 logger = logging.getLogger(__name__)
 
 #: Seconds one file may take in the worker before it is killed (a normal file takes well under one).
 TIMEOUT_S = 60.0
-#: CPython's words for a source nested or chained beyond what its parser takes.
-_TOO_DEEP = ("too many nested parentheses", "too many levels of indentation", "too many statically nested blocks")
 _BOOT = ("import pickle, sys; sys.path[:0] = pickle.load(sys.stdin.buffer); "
          "from anyaccel.migrate.isolated import serve; serve()")
-
-
-def cpython_refusal(source: str) -> str | None:
-    """Why CPython's parser refuses ``source`` as too deep or too long, or None (it parses, or fails otherwise).
-
-    Args:
-        source: Python source text.
-
-    Returns:
-        CPython's reason, when it is one of nesting or size; None otherwise.
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarning and DeprecationWarning of the user's code
-            compile(source, "<migrate>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except RecursionError:
-        return "CPython's parser ran out of recursion depth on it"
-    except MemoryError:
-        return "CPython's parser ran out of stack on it"
-    except SyntaxError as exc:
-        if exc.msg in _TOO_DEEP:
-            return f"CPython refuses it: {exc.msg} (line {exc.lineno})"
-    except ValueError:  # NUL bytes and the like: read_source skips those already
-        return None
-    return None
-
-
-def too_complex(source: str, path: str, why: str) -> MigrationResult:
-    """The result for a source left untouched because it is nested or chained too deeply (``why``: the cause)."""
-    error = Finding(path, 0, 0, "too-complex",
-                    f"nested or chained too deeply to migrate ({why}), left untouched; split the expression or "
-                    "the nesting into smaller parts (named intermediate values), or port this file by hand")
-    return MigrationResult(original=source, rewritten=source, findings=(), error=error)
 
 
 class IsolatedMigrator:
