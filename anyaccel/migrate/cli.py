@@ -5,9 +5,14 @@ atomically; ``--check`` changes nothing and exits 1 when CUDA-specific code rema
 Code left alone is reported as ``path:line:column: kind: reason``: on stderr with ``--diff``/``--write``
 (so the diff on stdout stays a clean patch), on stdout with ``--check``.
 
-Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse or
-cannot be read, or when libcst is missing. Binary and non-UTF-8 files are skipped with a message and do
-not change the status. Importing this module imports no libcst.
+``--write`` follows symbolic links (the file a link names is rewritten, the link stays) and keeps hard
+links (such a file is rewritten in place); see ``files.write_atomic``. Files are parsed in a worker process
+(``isolated``): a source that crashes or stalls libcst's parser (deep nesting, very long expression chains)
+is reported as ``too-complex`` and the run goes on.
+
+Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse, is too
+complex to parse, cannot be read or (``--write``) cannot be written, or when libcst is missing. Binary and
+non-UTF-8 files are skipped with a message and do not change the status. Importing this module imports no libcst.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ import difflib
 import logging
 import sys
 from collections import Counter
-from typing import TextIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from anyaccel.migrate.isolated import IsolatedMigrator
 
 logger = logging.getLogger(__name__)
 
 #: Finding kinds that make a file count as not processed (exit status 1).
-ERROR_KINDS = frozenset({"parse-error", "unreadable"})
+ERROR_KINDS = frozenset({"parse-error", "too-complex", "unreadable", "unwritable"})
 #: Finding kinds that skip a file without failing the run.
 SKIP_KINDS = frozenset({"binary", "not-utf8"})
 
@@ -64,33 +73,42 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         The exit status described in the module docstring.
 
     Side effects:
-        Imports libcst; reads every file; with ``--write`` replaces changed files atomically.
+        Imports libcst; starts a worker process (ended before returning); reads every file; with ``--write``
+        rewrites changed files (see ``files.write_atomic``).
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     from anyaccel.migrate._libcst import MissingLibcstError
 
     try:
-        from anyaccel.migrate.engine import migrate_source
+        from anyaccel.migrate import engine  # noqa: F401  (libcst is there: the worker can parse)
     except MissingLibcstError as exc:
         logger.error("%s", exc)
         return 1
-    from anyaccel.migrate.files import SourceText, iter_python_files, read_source, write_atomic
+    from anyaccel.migrate.files import iter_python_files
+    from anyaccel.migrate.isolated import IsolatedMigrator
+
+    with IsolatedMigrator() as migrator:
+        return _run_files(iter_python_files(args.paths), args.mode or "diff", migrator, out, err)
+
+
+def _run_files(paths: Iterable[str], mode: str, migrator: IsolatedMigrator, out: TextIO, err: TextIO) -> int:
+    """Migrate ``paths`` one by one through ``migrator`` (see :func:`run`); returns the exit status."""
+    from anyaccel.migrate.files import SourceText, read_source, write_atomic
     from anyaccel.migrate.findings import Finding
 
-    mode: str = args.mode or "diff"
     report = out if mode == "check" else err
     failed = False
     remaining = 0
     by_kind: Counter[str] = Counter()
     changed_files = 0
-    for path in iter_python_files(args.paths):
+    for path in paths:
         source = read_source(path)
         if isinstance(source, Finding):
             report.write(source.format() + "\n")
             failed = failed or source.kind in ERROR_KINDS
             continue
-        result = migrate_source(source.text, path)
+        result = migrator.migrate(source.text, path)
         if result.error is not None:
             report.write(result.error.format() + "\n")
             failed = True
@@ -105,7 +123,13 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
         if mode == "diff":
             out.write(unified_diff(path, result.original, result.rewritten))
         elif mode == "write":
-            write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+            try:
+                write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+            except OSError as exc:  # the file is unchanged (write_atomic's promise): report it, go on
+                report.write(Finding(path, 0, 0, "unwritable", f"cannot write the file, left unchanged: "
+                                     f"{exc.strerror or exc}; make it and its directory writable").format() + "\n")
+                failed = True
+                continue
             logger.info("rewrote %s", path)
         else:
             out.write(f"{path}:0:0: rewritable: CUDA-specific code that 'anyaccel migrate --write' can rewrite\n")

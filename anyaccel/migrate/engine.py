@@ -13,6 +13,7 @@ from libcst.codemod import CodemodContext  # noqa: E402
 
 from anyaccel.migrate.findings import Finding, MigrationResult  # noqa: E402
 from anyaccel.migrate.opt_out import opted_out_lines  # noqa: E402
+from anyaccel.migrate.screen import cpython_refusal, too_complex  # noqa: E402
 from anyaccel.migrate.transformer import CudaToAccelerator  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -37,12 +38,20 @@ def migrate_source(
 
     Returns:
         A ``MigrationResult``. When ``source`` does not parse, ``error`` holds a ``parse-error`` finding with
-        the line and column libcst reports, and ``rewritten == source``.
+        the line and column libcst reports, and ``rewritten == source``; when CPython's parser refuses it as
+        too deeply nested (``screen.cpython_refusal``), a ``too-complex`` finding, and libcst never sees it.
+
+    libcst's native parser can still crash this process (SIGSEGV) on a source CPython accepts, such as an
+    ``a and a and ...`` chain of 10,000 terms; for files you did not write, use
+    ``isolated.IsolatedMigrator``, which parses in a worker process (``anyaccel migrate`` does).
 
     Raises:
         RuntimeError: the rewritten code failed to parse, which is a bug in the codemod; the message names
             the file and libcst's error. The caller should leave the file untouched.
     """
+    too_deep = cpython_refusal(source)
+    if too_deep is not None:
+        return too_complex(source, path, too_deep)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:

@@ -35,16 +35,18 @@ class SourceText:
 def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
     """Yield the files to migrate: each given file, and every ``*.py`` under each given directory.
 
-    Directories are walked in sorted order, skipping hidden directories and ``SKIPPED_DIRECTORIES``.
-    Paths that do not exist are yielded as given, so that reading them reports the error.
+    Directories are walked in sorted order, skipping hidden directories and ``SKIPPED_DIRECTORIES``
+    (directory links are not descended into). Paths that do not exist are yielded as given, so that reading
+    them reports the error. A file reached under several names (a symbolic link to a file also given or
+    found, a hard link) is yielded once, under the first name met, so it is migrated once.
 
     Args:
         paths: files and directories, as given on the command line.
 
     Yields:
-        File paths (str), each once.
+        File paths (str), each real file once.
     """
-    seen = set()
+    seen: set[object] = set()
     for given in paths:
         root = Path(given)
         if root.is_dir():
@@ -56,9 +58,19 @@ def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
         else:
             candidates = [given]
         for candidate in candidates:
-            if candidate not in seen:
-                seen.add(candidate)
+            key = _identity(candidate)
+            if key not in seen:
+                seen.add(key)
                 yield candidate
+
+
+def _identity(path: str) -> object:
+    """What makes two names one file: its device and inode (links followed), else the name itself."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return path
+    return (st.st_dev, st.st_ino)
 
 
 def read_source(path: str) -> SourceText | Finding:
@@ -91,27 +103,42 @@ def read_source(path: str) -> SourceText | Finding:
 
 
 def write_atomic(path: str, source: SourceText) -> None:
-    """Replace ``path`` with ``source``, atomically.
+    """Replace the content of ``path`` with ``source``; atomically where the file has one name.
 
-    The text is written to a temporary file in the same directory, flushed and fsynced, given the original
-    file's permission bits, then moved over the original with ``os.replace`` (atomic on POSIX and Windows).
-    A crash at any point leaves either the old or the new file, never a half-written one.
+    Links are kept, never replaced by a plain file:
+
+    - a symbolic link (a chain of them too) is followed: the file it finally names is rewritten and the
+      link stays as it was;
+    - a file with several hard links is rewritten in place (same inode), so every name sees the new text.
+      That write is not atomic: a crash during it can leave the file partly written (a failed write puts
+      the old bytes back).
+
+    Otherwise the text is written to a temporary file in the file's directory, flushed and fsynced, given
+    the original file's permission bits, then moved over the original with ``os.replace`` (atomic on POSIX
+    and Windows): a crash at any point leaves either the old or the new file, never a half-written one.
 
     Args:
-        path: the existing file to replace.
+        path: the existing file to replace (or a symbolic link to it).
         source: the new content; written as UTF-8, with a BOM when ``source.bom``.
 
     Raises:
-        OSError: the directory is not writable or the disk is full; the original file is unchanged and the
-            temporary file is removed.
+        OSError: the directory or file is not writable or the disk is full; the original file is unchanged
+            and the temporary file is removed.
     """
-    target = Path(path)
+    target = Path(os.path.realpath(path))
+    if str(target) != os.path.abspath(path):
+        logger.info("%s is a symbolic link: rewriting the file it names, %s", path, target)
     data = ((_BOM if source.bom else "") + source.text).encode("utf-8")
     mode: int | None = None
     try:
-        mode = target.stat().st_mode & 0o7777
+        st = target.stat()
     except OSError:
-        mode = None
+        st = None
+    if st is not None and st.st_nlink > 1:
+        _write_in_place(target, data)
+        logger.debug("wrote %s in place (%d bytes; it has %d hard links)", target, len(data), st.st_nlink)
+        return
+    mode = st.st_mode & 0o7777 if st is not None else None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".anyaccel-tmp", dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -128,3 +155,28 @@ def write_atomic(path: str, source: SourceText) -> None:
             pass
         raise
     logger.debug("wrote %s (%d bytes)", path, len(data))
+
+
+def _write_in_place(target: Path, data: bytes) -> None:
+    """Overwrite ``target``'s bytes with ``data`` through its own inode (keeps hard links).
+
+    Raises:
+        OSError: the write failed; the old bytes were written back (best effort, logged when that fails too).
+    """
+    with open(target, "r+b") as handle:
+        old = handle.read()
+        try:
+            handle.seek(0)
+            handle.write(data)
+            handle.truncate()
+            handle.flush()
+            os.fsync(handle.fileno())
+        except OSError:
+            try:
+                handle.seek(0)
+                handle.write(old)
+                handle.truncate()
+                handle.flush()
+            except OSError as exc:
+                logger.error("could not restore %s after a failed write: %s", target, exc)
+            raise

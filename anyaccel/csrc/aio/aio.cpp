@@ -9,7 +9,7 @@
 // check_buffer() and check_file() below for the same bad calls.
 //
 // Errors are std::runtime_error (RuntimeError in Python) whose message starts with the tag
-// "[anyaccel.aio kind=<os|short_file|conflict|handle> errno=<n> ...]"; the front end turns it into a typed
+// "[anyaccel.aio kind=<os|short_file|conflict|handle|not_regular> errno=<n> ...]"; the front end turns it into a typed
 // error (anyaccel/ops/aio/errors.py). Messages of argument checks carry no tag: they are the fakes' words.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,11 +105,16 @@ void check_buffer(const char* op, const stable::TensorView& buffer) {
   }
 }
 
-// The file checks of the fakes (fakes.py: check_file): exactly one of path and fd.
+// The file checks of the fakes (fakes.py: check_file): exactly one of path and fd; no NUL in the path (open()
+// would read the path only up to it: "ckpt.pt\0.tmp" would open ckpt.pt).
 void check_file(const char* op, const std::string& path, int64_t fd) {
   if (path.empty() == (fd < 0)) {
     checks::fail(std::string(op) + ": pass either a non-empty path or an fd >= 0, not " +
                  (path.empty() ? "neither" : "both"));
+  }
+  if (path.find('\0') != std::string::npos) {
+    checks::fail(std::string(op) + ": the path contains a NUL character, which no file name can hold (the system "
+                 "would cut the path there and open another file); pass the path without it");
   }
 }
 

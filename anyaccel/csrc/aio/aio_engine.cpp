@@ -29,6 +29,7 @@ const char* kind_name(ErrorKind k) {
     case ErrorKind::kShortFile: return "short_file";
     case ErrorKind::kConflict: return "conflict";
     case ErrorKind::kHandle: return "handle";
+    case ErrorKind::kNotRegular: return "not_regular";
   }
   return "os";
 }
@@ -114,57 +115,110 @@ struct Engine::Request {
 
 namespace {
 
+// What a file that is not a regular file is, for messages.
+const char* file_type(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  return "not a regular file";
+}
+
+// Refuses anything but a regular file (a directory keeps its EISDIR error, as before). A FIFO has no file
+// offsets and its open waits for a peer; a device has no bytes of its own (/dev/zero never ends).
+void check_regular(const Transfer& t, mode_t mode) {
+  if (S_ISDIR(mode)) throw_error(ErrorKind::kOs, EISDIR, "aio: " + file_name(t) + " is a directory, not a file");
+  if (!S_ISREG(mode)) {
+    throw_error(ErrorKind::kNotRegular, 0, "aio: " + file_name(t) + " is " + file_type(mode) +
+                                               ", not a regular file; the async I/O op reads and writes regular "
+                                               "files only (at file offsets): pass the path or fd of a regular file");
+  }
+}
+
+// Opens `path` without blocking (O_NONBLOCK: a FIFO's open would wait for its other end) and checks it is a
+// regular file before anything else, then clears O_NONBLOCK. Returns the descriptor; throws, leaving nothing
+// open.
+int open_regular(const Transfer& t, int flags, struct stat& st) {
+  const char* verb = t.read ? "reading" : "writing";
+  const int fd = ::open(t.path.c_str(), flags | O_CLOEXEC | O_NONBLOCK, 0600);
+  if (fd < 0) {
+    const int e = errno;
+    struct stat ls {};
+    // ENXIO: a FIFO without a reader opened for writing, or a device without its hardware
+    if (e == ENXIO && ::stat(t.path.c_str(), &ls) == 0) check_regular(t, ls.st_mode);
+    throw_error(ErrorKind::kOs, e, "aio: opening '" + t.path + "' for " + verb + " failed: " + os_text(e));
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (::fstat(fd, &st) != 0 || fl < 0) {
+    const int e = errno;
+    ::close(fd);
+    throw_error(ErrorKind::kOs, e, "aio: fstat of " + file_name(t) + " failed: " + os_text(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    check_regular(t, st.st_mode);
+  }
+  ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);  // no effect on a regular file's I/O; cleared for clarity
+  return fd;
+}
+
 // Opens (or, for a caller's fd, duplicates) the buffered and O_DIRECT descriptors of a transfer and reads
 // the file's identity and size. Throws, leaving nothing open (the request's destructor closes what is).
 void open_files(Transfer& t, int& buffered, int& direct, struct stat& st) {
   const int access = t.read ? O_RDONLY : O_WRONLY;
   const char* verb = t.read ? "reading" : "writing";
   if (!t.path.empty()) {
-    buffered = ::open(t.path.c_str(), access | O_CLOEXEC | (t.read ? 0 : O_CREAT), 0600);
-    if (buffered < 0) {
-      const int e = errno;
-      throw_error(ErrorKind::kOs, e, "aio: opening '" + t.path + "' for " + verb + " failed: " + os_text(e));
-    }
-  } else {
-    const int flags = ::fcntl(t.fd, F_GETFL);
-    if (flags < 0) {
-      throw_error(ErrorKind::kOs, EBADF, "aio: fd " + std::to_string(t.fd) + " is not an open file descriptor");
-    }
-    const int mode = flags & O_ACCMODE;
-    if ((t.read && mode == O_WRONLY) || (!t.read && mode == O_RDONLY)) {
-      throw_error(ErrorKind::kOs, EBADF, "aio: fd " + std::to_string(t.fd) + " is open for " +
-                                       (mode == O_WRONLY ? "writing" : "reading") + " only; " + verb +
-                                       " needs it open for " + verb);
-    }
-    if (!t.read && (flags & O_APPEND)) {
-      throw_error(ErrorKind::kOs, EINVAL, "aio: fd " + std::to_string(t.fd) + " was opened with O_APPEND, where "
-                                    "pwrite ignores the file offset; open it without O_APPEND");
-    }
-    const std::string proc = "/proc/self/fd/" + std::to_string(t.fd);
-    buffered = (flags & O_DIRECT) ? ::open(proc.c_str(), access | O_CLOEXEC) : ::fcntl(t.fd, F_DUPFD_CLOEXEC, 0);
-    if (buffered < 0) {
-      const int e = errno;
-      throw_error(ErrorKind::kOs, e, "aio: duplicating " + file_name(t) + " for " + verb + " failed: " + os_text(e));
-    }
-    // The O_DIRECT twin: the caller's own description when it is direct already, else a reopen through
-    // /proc (without it the transfer runs buffered, correct but through the page cache).
-    direct = (flags & O_DIRECT) ? ::fcntl(t.fd, F_DUPFD_CLOEXEC, 0)
-                                : ::open(proc.c_str(), access | O_CLOEXEC | O_DIRECT);
-  }
-  if (::fstat(buffered, &st) != 0) {
-    const int e = errno;
-    throw_error(ErrorKind::kOs, e, "aio: fstat of " + file_name(t) + " failed: " + os_text(e));
-  }
-  // Anything but a directory: regular files, block devices, and character devices such as /dev/full (whose
-  // errors then surface from wait(), like a disk's). The size check of reads applies to regular files.
-  if (S_ISDIR(st.st_mode)) throw_error(ErrorKind::kOs, EISDIR, "aio: " + file_name(t) + " is a directory, not a file");
-  if (!t.path.empty()) {
-    direct = ::open(t.path.c_str(), access | O_CLOEXEC | O_DIRECT);
+    buffered = open_regular(t, access | (t.read ? 0 : O_CREAT), st);
+    // The O_DIRECT twin, through the same name: non-blocking too, and it must be the same file (the name
+    // may have been replaced meanwhile, by a FIFO for example).
+    struct stat dst {};
+    direct = ::open(t.path.c_str(), access | O_CLOEXEC | O_DIRECT | O_NONBLOCK);
     if (direct < 0 && errno != EINVAL) {
       const int e = errno;
       throw_error(ErrorKind::kOs, e, "aio: opening " + file_name(t) + " with O_DIRECT for " + verb + " failed: " +
                                          os_text(e));
     }
+    if (direct >= 0 && (::fstat(direct, &dst) != 0 || dst.st_dev != st.st_dev || dst.st_ino != st.st_ino)) {
+      throw_error(ErrorKind::kOs, EAGAIN, "aio: " + file_name(t) + " was replaced by another file while it was "
+                                          "opened; make sure nothing renames files over it during the transfer");
+    }
+    if (direct >= 0) ::fcntl(direct, F_SETFL, ::fcntl(direct, F_GETFL) & ~O_NONBLOCK);
+    return;
+  }
+  const int flags = ::fcntl(t.fd, F_GETFL);
+  if (flags < 0) {
+    throw_error(ErrorKind::kOs, EBADF, "aio: fd " + std::to_string(t.fd) + " is not an open file descriptor");
+  }
+  const int mode = flags & O_ACCMODE;
+  if ((t.read && mode == O_WRONLY) || (!t.read && mode == O_RDONLY)) {
+    throw_error(ErrorKind::kOs, EBADF, "aio: fd " + std::to_string(t.fd) + " is open for " +
+                                     (mode == O_WRONLY ? "writing" : "reading") + " only; " + verb +
+                                     " needs it open for " + verb);
+  }
+  if (!t.read && (flags & O_APPEND)) {
+    throw_error(ErrorKind::kOs, EINVAL, "aio: fd " + std::to_string(t.fd) + " was opened with O_APPEND, where "
+                                  "pwrite ignores the file offset; open it without O_APPEND");
+  }
+  // Checked before the reopen through /proc below: reopening a FIFO waits for its other end.
+  if (::fstat(t.fd, &st) != 0) {
+    const int e = errno;
+    throw_error(ErrorKind::kOs, e, "aio: fstat of " + file_name(t) + " failed: " + os_text(e));
+  }
+  check_regular(t, st.st_mode);
+  const std::string proc = "/proc/self/fd/" + std::to_string(t.fd);
+  buffered = (flags & O_DIRECT) ? ::open(proc.c_str(), access | O_CLOEXEC) : ::fcntl(t.fd, F_DUPFD_CLOEXEC, 0);
+  if (buffered < 0) {
+    const int e = errno;
+    throw_error(ErrorKind::kOs, e, "aio: duplicating " + file_name(t) + " for " + verb + " failed: " + os_text(e));
+  }
+  // The O_DIRECT twin: the caller's own description when it is direct already, else a reopen through
+  // /proc (without it the transfer runs buffered, correct but through the page cache).
+  direct = (flags & O_DIRECT) ? ::fcntl(t.fd, F_DUPFD_CLOEXEC, 0)
+                              : ::open(proc.c_str(), access | O_CLOEXEC | O_DIRECT);
+  if (::fstat(buffered, &st) != 0) {
+    const int e = errno;
+    throw_error(ErrorKind::kOs, e, "aio: fstat of " + file_name(t) + " failed: " + os_text(e));
   }
 }
 

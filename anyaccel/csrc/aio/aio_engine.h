@@ -42,7 +42,7 @@ constexpr int64_t kMaxThreads = 32;
 
 // The kinds of error the Python front end tells apart (anyaccel/ops/aio/errors.py decodes the tag
 // "[anyaccel.aio kind=<kind> errno=<n> ...]" that starts every message this op raises).
-enum class ErrorKind { kOs, kShortFile, kConflict, kHandle };
+enum class ErrorKind { kOs, kShortFile, kConflict, kHandle, kNotRegular };
 
 // Throws std::runtime_error (RuntimeError in Python) with the tagged message.
 [[noreturn]] void throw_error(ErrorKind kind, int err, const std::string& message, const std::string& extra_tags = "");
@@ -67,7 +67,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Opens the file and queues the transfer; returns at once. Throws (nothing queued, nothing opened left
-  // open) when the file cannot be opened, a read runs past its end, a write that extends the file finds no
+  // open) when the file cannot be opened or is not a regular file (a FIFO, socket or device: paths are
+  // opened O_NONBLOCK and checked with fstat, a caller's fd is checked before it is reopened, so this never
+  // blocks), a read runs past its end, a write that extends the file finds no
   // room (fallocate; which also sets the file's final size, restored if the transfer fails), or the transfer
   // races a pending one (submitted and not yet reaped by wait(), finished or not): memory written by one and
   // touched by the other, or file bytes written by one and touched by the other.

@@ -177,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``ls`` or ``clean``.
 
     Returns:
-        0; 1 when the cache cannot be opened (the error and its fix are logged, no traceback) or, for
+        0 (``ls`` also when the reader of stdout goes away, as in ``cache ls | head -1``: quietly);
+        1 when the cache cannot be opened (the error and its fix are logged, no traceback) or, for
         ``clean``, when something could not be removed.
     """
     from anyaccel.op_builder.core.cache import Cache
@@ -190,9 +191,23 @@ def run(args: argparse.Namespace) -> int:
         return 1
     runtime = runtime_fields()
     if args.cache_command == "ls":
-        _ls(cache, scan(cache, runtime), sys.stdout)
+        try:
+            _ls(cache, scan(cache, runtime), sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader left (`cache ls | head -1`): what it wanted, it has
+            _silence_stdout()
         return 0
     return _clean(cache, runtime, bool(args.all), sys.stdout)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush into a closed pipe stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO): nothing to flush
+        pass
 
 
 def _ls(cache: Any, items: list[Item], out: TextIO) -> None:

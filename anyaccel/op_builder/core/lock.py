@@ -9,9 +9,10 @@ acquired again.
 The holder writes its pid, host and start time into the file, so waiters can log who holds the build and
 for how long; a wait longer than the timeout ends in :class:`LockTimeoutError`.
 
-The lock file is opened with ``O_NOFOLLOW`` and mode 0600 (whatever the umask) and must be a regular file
-owned by the user (or root): a symbolic link planted in its place is refused (:class:`CacheSecurityError`),
-never followed and truncated (another user's link would make us truncate their file).
+The lock file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 (whatever the umask); an existing one
+must be what this library made, a regular file of the user with one link and mode 0600. Anything else, a
+symbolic or hard link planted in its place, another user's file, a directory, a FIFO, is refused
+(:class:`CacheSecurityError`), never followed, truncated or chmod-ed (see :func:`open_lock_file`).
 """
 
 from __future__ import annotations
@@ -52,35 +53,93 @@ def default_timeout_s() -> float:
 def open_lock_file(path: Path) -> int:
     """Open (creating it, mode 0600) a lock file without following a symbolic link, and check it.
 
+    A lock file is only ever one this library created: a file it makes here (``O_CREAT | O_EXCL``), or one
+    it made before, which is then a regular file of this user with one link and mode 0600. Anything else
+    at the path is refused before it is written, truncated or chmod-ed: a hard link (its other name is
+    someone's data; ``O_NOFOLLOW`` does not see hard links), another user's file, a file with other
+    permissions, a directory, a FIFO, a device (these are refused by ``lstat`` before any open, and the
+    open is non-blocking, so a FIFO or device swapped in between never blocks it; the descriptor is checked
+    again with ``fstat``).
+
+    Args:
+        path: the lock file.
+
     Returns:
         The file descriptor (the caller closes it).
 
     Raises:
-        CacheSecurityError: the path is a symbolic link, not a regular file, or another user's file.
+        CacheSecurityError: the path is a symbolic link, not a regular file, a file with more than one
+            link, another user's file, or a file whose mode is not 0600; the message names the path and
+            the fix (remove it; anyaccel recreates it).
         CacheUnusableError: the lock directory is read-only, full or missing.
     """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, FILE_MODE)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CacheSecurityError(
-                f"build lock file {path} is a symbolic link (to {_link_target(path)}); anyaccel never follows one (it "
-                f"would truncate the target). Remove it (`rm '{path}'`); anyaccel recreates it", path) from None
-        raise cache_os_error(exc, path, "open the build lock file") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CacheSecurityError(f"build lock file {path} is not a regular file; remove it (`rm '{path}'`)", path)
-        if st.st_uid not in (os.geteuid(), 0):
-            raise CacheSecurityError(f"build lock file {path} is owned by uid {st.st_uid}, not by you (uid "
-                                     f"{os.geteuid()}); remove it or set ANYACCEL_CACHE_DIR to a directory you own",
-                                     path)
-        if stat.S_IMODE(st.st_mode) != FILE_MODE:
-            os.fchmod(fd, FILE_MODE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    for _ in range(10):  # the file may be removed between our two opens (cache clean): try again
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise cache_os_error(exc, path, "create the build lock file") from None
+        else:
+            try:
+                if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:  # a umask took bits of our own new file
+                    os.fchmod(fd, FILE_MODE)
+            except OSError as exc:
+                os.close(fd)
+                raise cache_os_error(exc, path, "set the mode of the build lock file") from None
+            return fd
+        try:
+            before = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise cache_os_error(exc, path, "inspect the build lock file") from None
+        _check_lock_file(path, before)  # a directory, FIFO or device is refused before any open
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise cache_os_error(exc, path, "open the build lock file") from None
+        try:
+            _check_lock_file(path, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    raise cache_os_error(OSError(errno.ENOENT, "the file keeps disappearing"), path, "open the build lock file")
+
+
+def _check_lock_file(path: Path, st: os.stat_result) -> None:
+    """Refuse ``st`` (of ``path``) unless it is a lock file this library made (see :func:`open_lock_file`).
+
+    Raises:
+        CacheSecurityError: what it is instead, and how to clear it.
+    """
+    remove = f"remove it (`rm '{path}'`); anyaccel recreates it"
+    if stat.S_ISLNK(st.st_mode):
+        raise CacheSecurityError(
+            f"build lock file {path} is a symbolic link (to {_link_target(path)}); anyaccel never follows one (it "
+            f"would truncate the target). {remove[0].upper()}{remove[1:]}", path)
+    if stat.S_ISDIR(st.st_mode):
+        raise CacheSecurityError(f"build lock file {path} is not a regular file but a directory; move it away or "
+                                 f"remove it (`rmdir '{path}'`); anyaccel recreates the lock file", path)
+    if not stat.S_ISREG(st.st_mode):
+        raise CacheSecurityError(f"build lock file {path} is not a regular file (mode {stat.filemode(st.st_mode)}: "
+                                 f"a FIFO, socket or device); {remove}", path)
+    if st.st_uid != os.geteuid():
+        raise CacheSecurityError(f"build lock file {path} is owned by uid {st.st_uid}, not by you (uid "
+                                 f"{os.geteuid()}); {remove}, or set ANYACCEL_CACHE_DIR to a directory you own",
+                                 path)
+    if st.st_nlink > 1:
+        raise CacheSecurityError(f"build lock file {path} is a hard link ({st.st_nlink} names for one file), so "
+                                 "writing the lock would destroy the data under its other names; anyaccel never "
+                                 f"writes it: {remove} (that removes only this name)", path)
+    if stat.S_IMODE(st.st_mode) != FILE_MODE:
+        raise CacheSecurityError(f"build lock file {path} has mode {stat.S_IMODE(st.st_mode):04o}, not "
+                                 f"{FILE_MODE:04o}: anyaccel did not make it, and never changes or truncates a "
+                                 f"file it did not make; {remove}", path)
 
 
 def _link_target(path: Path) -> str:

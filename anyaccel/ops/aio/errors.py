@@ -19,6 +19,8 @@ class                             also an                                when
                                                                          (ENOSPC, EDQUOT, EFBIG)
 :class:`FileTooShortError`        ``EOFError``                           a read past the end of the file: the
                                                                          file is shorter than the tensor
+:class:`AIONotRegularFileError`   ``ValueError``                         the path or fd is a FIFO, socket or
+                                                                         device, not a regular file
 :class:`AIOConflictError`         ``ValueError``                         a transfer races a pending one on the
                                                                          same memory or file bytes
 :class:`AIOTimeoutError`          ``TimeoutError``                       ``wait()`` ran out of time (the
@@ -108,6 +110,15 @@ class FileTooShortError(AIOError, EOFError):
     """
 
 
+class AIONotRegularFileError(AIOError, ValueError):
+    """The path or file descriptor is a FIFO, socket, character or block device, not a regular file.
+
+    Refused at submission, before any byte moves: such a file has no bytes of its own at file offsets (a
+    FIFO's ``pread`` fails, ``/dev/zero`` never ends), and opening a FIFO blocks until a peer opens the
+    other end. The open that finds out is non-blocking, so the refusal is immediate.
+    """
+
+
 class AIOConflictError(AIOError, ValueError):
     """A transfer would race a pending one: both use the same memory or file bytes and one writes them."""
 
@@ -138,6 +149,7 @@ _BY_KIND: dict[str, type[AIOError]] = {
     "short_file": FileTooShortError,
     "conflict": AIOConflictError,
     "handle": AIOHandleError,
+    "not_regular": AIONotRegularFileError,
 }
 
 

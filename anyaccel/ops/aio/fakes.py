@@ -37,10 +37,18 @@ def check_buffer(op: str, buffer: Any) -> None:
                            "receive what is read)")
 
 
+#: The refusal of a path with a NUL character (C would end the path there and open another file).
+NUL_IN_PATH = ("{op}: the path contains a NUL character, which no file name can hold (the system would cut the "
+               "path there and open another file); pass the path without it")
+
+
 def check_file(op: str, path: str, fd: int) -> None:
-    """Raise ``RuntimeError`` unless exactly one of ``path`` (non-empty) and ``fd`` (>= 0) names the file."""
+    """Raise ``RuntimeError`` unless exactly one of ``path`` (non-empty, without NUL) and ``fd`` (>= 0) names
+    the file."""
     if (not path) == (fd < 0):
         raise RuntimeError(f"{op}: pass either a non-empty path or an fd >= 0, not {'neither' if not path else 'both'}")
+    if "\0" in path:
+        raise RuntimeError(NUL_IN_PATH.format(op=op))
 
 
 def _check(op: str, handle: int, buffer: Any, path: str, fd: int, file_offset: int) -> None:

@@ -64,6 +64,11 @@ class AsyncIOHandle:
     (else :class:`~anyaccel.ops.aio.errors.FileTooShortError`, before anything is read); writes create the
     file (mode 0600) and never truncate it.
 
+    Files: regular files only, by path or descriptor. A path with a NUL character is refused
+    (``ValueError``), and so is a FIFO, socket or device (:class:`~anyaccel.ops.aio.errors.AIONotRegularFileError`):
+    paths are opened non-blocking and checked with ``fstat`` before anything else happens, so a FIFO is
+    refused at once and never waited on (the open is not bounded by the ``wait()`` timeout: it never blocks).
+
     Buffers: any dtype and shape, contiguous; CPU tensors are read into / written from directly (their
     memory must stay valid until ``wait()``: the handle keeps a reference), accelerator tensors through a
     host staging copy (reads land in the device tensor at ``wait()``). Page-aligned buffers
@@ -147,6 +152,7 @@ class AsyncIOHandle:
 
         Raises:
             AIOFileNotFoundError, AIOPermissionError, AIOIsADirectoryError: the file cannot be opened.
+            AIONotRegularFileError: the file is a FIFO, socket or device.
             FileTooShortError: the file ends before ``file_offset + buffer bytes``.
             AIOConflictError: ``buffer`` overlaps the memory of a pending transfer.
             TypeError, ValueError: a bad argument (the message names the value and the accepted ones).
@@ -162,6 +168,7 @@ class AsyncIOHandle:
         Raises:
             AIOFileNotFoundError: the directory does not exist.
             AIOPermissionError: the file or directory is not writable.
+            AIONotRegularFileError: the file is a FIFO, socket or device.
             AIOConflictError: the write races a pending transfer on the same memory or file bytes.
             TypeError, ValueError: a bad argument.
         """
@@ -376,8 +383,9 @@ def _file_argument(what: str, file: Any) -> tuple[str, int]:
     """``(path, -1)`` for a path, ``("", fd)`` for a file descriptor.
 
     Raises:
-        TypeError: neither a ``str``/``os.PathLike`` nor an ``int``.
-        ValueError: an empty path or a negative descriptor.
+        TypeError: neither a ``str``/``os.PathLike`` nor an ``int``, or an empty path.
+        ValueError: a negative descriptor, or a path with a NUL character (the kernel's C string would end
+            there: ``"ckpt.pt\\0.tmp"`` would write ``ckpt.pt``).
     """
     if isinstance(file, int) and not isinstance(file, bool):
         if file < 0:
@@ -386,6 +394,11 @@ def _file_argument(what: str, file: Any) -> tuple[str, int]:
     if isinstance(file, (str, os.PathLike)):
         path = os.fspath(file)
         if isinstance(path, str) and path:
+            cut = path.find("\0")
+            if cut >= 0:
+                raise ValueError(f"{what}: filename={path!r} contains a NUL character (at index {cut}), which no file "
+                                 f"name can hold: the system would cut the path there and use {path[:cut]!r}; "
+                                 "accepted: a path without NUL; fix the code that builds the name")
             return path, -1
     raise TypeError(f"{what}: filename={file!r} is invalid; accepted: a non-empty str or os.PathLike path, or an int "
                     "file descriptor")
