@@ -21,6 +21,7 @@ Modules:
 * :mod:`~anyaccel._compat.library`: ``torch._library.triton``'s ``wrap_triton`` switch.
 * :mod:`~anyaccel._compat.triton_launch`: the eager launch of a cached ``CompiledKernel`` (Triton's launcher).
 * :mod:`~anyaccel._compat.foreach`: ``torch._foreach_*`` list ops.
+* :mod:`~anyaccel._compat.data_ptrs`: many tensors' data pointers checked in one C++ call.
 * :mod:`~anyaccel._compat.prims`: ``torch._prims_common``'s elementwise type promotion.
 * :mod:`~anyaccel._compat.devices`: device-module internals (oneDNN float16, the MPS default generator).
 * :mod:`~anyaccel._compat.fake_tensor`: recognising fake tensors.

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from anyaccel._compat import data_ptrs
 from anyaccel.ops import cpu_threads, dispatch
 from anyaccel.ops.optimizer.state import Generation, ParamState, step_value
 from anyaccel.spec import Function
@@ -129,7 +130,7 @@ class PlanMixin(torch.optim.Optimizer):
             all(map(operator.is_, params, plan.params))
         if fits and plan is not None and len(plan.grads_seen) == len(params) and \
                 all(map(operator.is_, grads, plan.grads_seen)) and \
-                all(_same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
+                all(data_ptrs.same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
             # the same parameters, storage and gradient objects as the last step: nothing to re-validate
             return self._prepare_steady(index, plan, scalars)
         present = list(map(operator.is_not, grads, itertools.repeat(None)))
@@ -156,7 +157,7 @@ class PlanMixin(torch.optim.Optimizer):
             return None
         capturing = self._check_capture(buckets[0].device)
         for b in buckets:
-            b.grads_changed = b.plan_grad_ptrs is not None and not _same_data_ptrs(b.grads, b.plan_grad_ptrs)
+            b.grads_changed = b.plan_grad_ptrs is not None and not data_ptrs.same_data_ptrs(b.grads, b.plan_grad_ptrs)
         return self._prepared(index, plan, scalars, capturing)
 
     def _check_capture(self, device: torch.device) -> bool:
@@ -209,7 +210,7 @@ class PlanMixin(torch.optim.Optimizer):
         """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
         plan no longer fits (a parameter's storage moved, a gradient is sparse or not contiguous)."""
         for b in plan.buckets:
-            if not _same_data_ptrs(b.owners, b.owner_ptrs):
+            if not data_ptrs.same_data_ptrs(b.owners, b.owner_ptrs):
                 return False
             picked = [grads[i] for i in b.positions] if len(b.positions) != len(grads) else grads
             b.grads_changed = not all(map(operator.is_, picked, b.grads))
@@ -300,7 +301,7 @@ class PlanMixin(torch.optim.Optimizer):
         if make is None:
             return
         if bucket.plan is not None and bucket.plan_grad_ptrs is not None:
-            if not bucket.grads_changed or _same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
+            if not bucket.grads_changed or data_ptrs.same_data_ptrs(bucket.grads, bucket.plan_grad_ptrs):
                 return
         if prepared.capturing:
             raise RuntimeError(f"{self._NAME}: a gradient's storage moved during a graph capture; keep gradients "
@@ -388,11 +389,6 @@ class PlanMixin(torch.optim.Optimizer):
             t = self._lr_tensors[key] = torch.empty((), dtype=torch.float32, device=bucket.device)
         t.fill_(lr)
         return t
-
-
-def _same_data_ptrs(tensors: list[torch.Tensor], ptrs: list[int]) -> bool:
-    """Whether ``tensors`` still have the data pointers ``ptrs`` (a storage swap, ``p.data = x``, moves them)."""
-    return list(map(torch.Tensor.data_ptr, tensors)) == ptrs
 
 
 def _position(names: list[str], name: str) -> int | None:
