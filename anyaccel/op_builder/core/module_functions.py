@@ -3,15 +3,19 @@
 An integration (DeepSpeed's module ABI: ``create_adam``, ``multi_tensor_adam``...) registers a provider in
 the ``anyaccel.module_functions`` entry-point group (``name = "module:function"``). The op-builder layer asks
 the providers when it loads a build and never imports an integration itself; the provider named there is
-imported once per process, on the first load.
+imported once per process, on the first load. The group is read through
+:func:`anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
+existed raises :class:`~anyaccel.op_builder.errors.StaleInstallError` instead of loading modules without
+their functions.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 from collections.abc import Callable
+
+from anyaccel.op_builder.core.entry_points import entry_points
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +34,13 @@ def providers() -> tuple[Provider, ...]:
 
     A provider that fails to import is logged and skipped (its functions are then missing from the modules).
 
+    Raises:
+        StaleInstallError: anyaccel's installed metadata lacks its own entries of the group (reinstall).
+
     Side effects: reads the installed distributions' entry points and imports the providers once; cached.
     """
     found: list[Provider] = []
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in entry_points(ENTRY_POINT_GROUP):
         try:
             found.append(ep.load())
         except (ImportError, AttributeError) as exc:
