@@ -179,7 +179,8 @@ DIAGNOSES: dict[str, Diagnosis] = {
             "stale_install",
             "anyaccel's installed metadata lacks entry points its code declares (installed before they existed)",
             "reinstall anyaccel: `pip install -e .` in a source checkout, else `pip install --force-reinstall "
-            "anyaccel`",
+            "anyaccel`; delete a stale `anyaccel.egg-info` left in the checkout (it shadows the installed metadata "
+            "when Python runs from there)",
         ),
         Diagnosis(
             "unknown_op",

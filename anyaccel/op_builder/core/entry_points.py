@@ -1,8 +1,9 @@
 """Entry-point groups through which integrations contribute to the op core, read so a stale install is loud.
 
 The op core never imports an integration: an integration names what it contributes in an entry-point group
-(``anyaccel.module_functions``: DeepSpeed's ``create_adam``, ``multi_tensor_adam``...) and the core reads the
-group. anyaccel's own integrations are declared in its own ``pyproject.toml``, so they exist only in the
+(``anyaccel.module_functions``: DeepSpeed's ``create_adam``, ``multi_tensor_adam``...;
+``anyaccel.builder_aliases``: DeepSpeed's ``FusedAdamBuilder`` on the CPU) and the core reads the group.
+anyaccel's own integrations are declared in its own ``pyproject.toml``, so they exist only in the
 installed distribution metadata: an environment installed (``pip install -e .``) before a group was added has
 source code that relies on the group and metadata that lacks it, and what the group contributes would be
 missing without a word. :func:`entry_points` refuses that case with :class:`StaleInstallError` naming the fix.
@@ -25,7 +26,7 @@ DISTRIBUTION = "anyaccel"
 
 #: The entry-point groups in which anyaccel's own ``pyproject.toml`` declares entries (a test keeps this equal
 #: to ``pyproject.toml``): a group here that anyaccel's installed metadata lacks means a stale install.
-OWN_GROUPS: frozenset[str] = frozenset({"anyaccel.module_functions"})
+OWN_GROUPS: frozenset[str] = frozenset({"anyaccel.module_functions", "anyaccel.builder_aliases"})
 
 
 @functools.cache
@@ -52,11 +53,13 @@ def check_own_group(group: str) -> None:
                        "the source checkout", group)
         return
     if not any(ep.group == group for ep in dist.entry_points):
+        where = dist.locate_file("")
         raise StaleInstallError(
-            f"anyaccel {dist.version}'s installed metadata has no {group!r} entry points, which its "
-            f"pyproject.toml declares: the environment was installed before they existed, and what they "
-            f"contribute would be missing. Reinstall anyaccel: `pip install -e .` in the source checkout, "
-            f"else `pip install --force-reinstall anyaccel`")
+            f"anyaccel {dist.version}'s installed metadata (found in {where}) has no {group!r} entry points, "
+            f"which its pyproject.toml declares: the environment was installed before they existed, and what "
+            f"they contribute would be missing. Reinstall anyaccel: `pip install -e .` in the source checkout, "
+            f"else `pip install --force-reinstall anyaccel`; a stale anyaccel.egg-info directory left in a "
+            f"source checkout shadows the installed metadata when Python runs from there: delete it")
 
 
 def entry_points(group: str) -> tuple[importlib.metadata.EntryPoint, ...]:

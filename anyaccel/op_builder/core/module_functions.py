@@ -51,12 +51,27 @@ def providers() -> tuple[Provider, ...]:
 def for_build(family: str, builder_names: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
     """The first provider's answer for a build of ``family`` answering to ``builder_names``.
 
+    Args:
+        family: the op family of the build.
+        builder_names: the build's own builder names (:attr:`anyaccel.spec.NativeBuild.builder_names`); the
+            aliases integrations contribute for the family's builds of those names
+            (:mod:`anyaccel.op_builder.core.aliases`) are added before the providers are asked, so a module
+            loaded as ``CPUAdamBuilder`` also offers what DeepSpeed calls on it as ``FusedAdamBuilder``.
+
     Returns:
         ``(adapter, function names)``: the ``"module:factory"`` called as ``factory(module, names)`` on the
         first use of one of the names; None when no provider offers functions for the build.
+
+    Raises:
+        StaleInstallError: anyaccel's installed metadata lacks its own entry-point groups (reinstall).
     """
+    from anyaccel.op_builder.core import aliases
+    from anyaccel.spec import op_spec
+
+    builds = [b.name for b in op_spec(family).builds if b.builder in builder_names]
+    names = tuple(dict.fromkeys((*builder_names, *(n for b in builds for n in aliases.names_of(family, b)))))
     for provider in providers():
-        answer = provider(family, builder_names)
+        answer = provider(family, names)
         if answer is not None:
             return answer
     return None

@@ -31,7 +31,8 @@ def _fake_distribution(monkeypatch: pytest.MonkeyPatch, entries: list[importlib.
 
     def distribution(name: str):
         if name == ep_mod.DISTRIBUTION:
-            return SimpleNamespace(version="0.0.stale", entry_points=importlib.metadata.EntryPoints(entries))
+            return SimpleNamespace(version="0.0.stale", entry_points=importlib.metadata.EntryPoints(entries),
+                                   locate_file=lambda path: Path("/checkout") / path)
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
@@ -54,6 +55,7 @@ def test_stale_metadata_raises_naming_the_reinstall(monkeypatch):
         module_functions.providers()
     message = str(info.value)
     assert "anyaccel.module_functions" in message and "pip install -e ." in message and "0.0.stale" in message
+    assert str(Path("/checkout")) in message and "anyaccel.egg-info" in message
     assert isinstance(info.value, RuntimeError) and info.value.fix == DIAGNOSES["stale_install"].fix
 
 
@@ -61,6 +63,20 @@ def test_a_loaded_module_is_not_made_without_its_functions(monkeypatch):
     _fake_distribution(monkeypatch, [])
     with pytest.raises(StaleInstallError):
         module_functions.for_build("adam", ("CPUAdamBuilder",))
+
+
+def test_create_op_builder_of_a_contributed_name_is_not_lost(monkeypatch):
+    from anyaccel.op_builder.core import aliases
+
+    functions = importlib.metadata.EntryPoint("deepspeed", "anyaccel.integrations.deepspeed.abi:module_functions",
+                                              module_functions.ENTRY_POINT_GROUP)
+    _fake_distribution(monkeypatch, [functions])  # metadata from before the builder_aliases group
+    aliases.contributed.cache_clear()
+    try:
+        with pytest.raises(StaleInstallError, match="anyaccel.builder_aliases"):
+            aliases.contributed()
+    finally:
+        aliases.contributed.cache_clear()
 
 
 def test_metadata_with_the_group_passes(monkeypatch):
