@@ -22,7 +22,10 @@ from setuptools.command.build_py import build_py
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
 except ImportError:  # setuptools < 70.1
-    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
+    try:
+        from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
+    except ImportError:  # neither: this environment builds no wheel (pip's build isolation installs `wheel`)
+        bdist_wheel = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger("anyaccel.setup")
 
@@ -86,7 +89,7 @@ def ops_selected() -> bool:
     return bool(selected_builds(os.environ))
 
 
-class BdistWheelWithOps(bdist_wheel):
+class BdistWheelWithOps(bdist_wheel or object):  # type: ignore[misc]
     """A wheel with prebuilt ops is platform-specific: ``py3-none-<platform>`` (the ops use torch's stable C
     ABI and no Python C API, so one wheel serves every Python 3 and every torch from the ABI target on)."""
 
@@ -100,4 +103,5 @@ class BdistWheelWithOps(bdist_wheel):
         return (python, abi, plat) if self.root_is_pure else ("py3", "none", plat)
 
 
-setup(cmdclass={"build_py": BuildPyWithOps, "bdist_wheel": BdistWheelWithOps})
+setup(cmdclass={"build_py": BuildPyWithOps,
+                **({"bdist_wheel": BdistWheelWithOps} if bdist_wheel is not None else {})})

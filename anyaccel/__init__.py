@@ -1,17 +1,16 @@
 """anyaccel: run PyTorch code unchanged on any accelerator, and build the native kernels it needs.
 
 Importing this package is cheap: it imports nothing but its version until a public name is used. The names
-below are loaded on first access (PEP 562), so ``import anyaccel`` imports no torch, and the ``anyaccel``
-command can set up its warning filters before torch is imported (see :mod:`anyaccel.cli`). Device detection
-happens on the first ``get_accelerator()`` call, never at import.
+below are loaded on first access (PEP 562, :mod:`anyaccel.lazy_exports`), so ``import anyaccel`` imports no
+torch, and the ``anyaccel`` command can set up its warning filters before torch is imported (see
+:mod:`anyaccel.cli`). Device detection happens on the first ``get_accelerator()`` call, never at import.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from anyaccel.lazy_exports import lazy_exports
 from anyaccel.version import __version__
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
@@ -40,21 +39,4 @@ __all__ = [
 assert set(__all__) == {"__version__", *_EXPORTS}
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name (or a subpackage such as ``anyaccel.accelerator``) on first access.
-
-    Raises:
-        AttributeError: ``name`` is neither a public name nor a submodule of anyaccel.
-    """
-    module_name = _EXPORTS.get(name)
-    if module_name is not None:
-        value = getattr(importlib.import_module(module_name), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=True)

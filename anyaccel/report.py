@@ -140,7 +140,7 @@ def collect(build: bool = False) -> dict[str, Any]:
             "version": torch.__version__,
             "cuda": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None),
-            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+            "cxx11_abi": bool(torch.compiled_with_cxx11_abi()),
             "threads": torch.get_num_threads(),
         },
         "accelerator": accelerator if accelerator is not None else {"error": _first_error(errors, "accelerator")},

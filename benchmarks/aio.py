@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from _common import GIB, REPO_ROOT, format_table, median
 
-from anyaccel.accelerator.host_memory import available_host_memory_bytes
+from anyaccel.accelerator.host_memory_stats import available_host_memory_bytes
 
 logger = logging.getLogger("benchmarks.aio")
 MIB = 1024**2

@@ -14,7 +14,7 @@ runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not inst
 ``--modes fwd+bwd`` times the forward and ``torch.autograd.grad`` of its outputs with fixed output gradients
 (the backward's kernels and autograd's engine included). ``--launch-ab`` adds, per anyaccel contender, a
 twin named ``... (triton launch)`` that launches its kernels through Triton's ``kernel[grid](...)`` instead
-of anyaccel's fast launcher (:mod:`anyaccel.ops.triton.fast_launch`), taking turns with it in the same loop
+of anyaccel's fast launcher (:mod:`anyaccel._compat.triton_launch`), taking turns with it in the same loop
 order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME...`` adds a
 cProfile of those contenders.
 Needs a CUDA GPU.
@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from _common import backward_of, have, interleaved_times, median  # puts the repository on sys.path
 
 import anyaccel.ops.nn as ann
-from anyaccel.ops.triton import fast_launch
+from anyaccel._compat import triton_launch as fast_launch
 
 DTYPE = torch.bfloat16
 

@@ -6,9 +6,18 @@ A private name is any segment starting with one underscore (``torch._C``, ``torc
 lives in ``anyaccel/_compat/``, one module per dependency, with a public fallback, so a torch or Triton
 release that moves one is fixed in one place.
 
-The check parses every module (strings and comments do not count) and follows import aliases: after
+The check parses every module (comments do not count) and follows import aliases: after
 ``import torch.nn.functional as F`` or ``from torch import _C``, ``F._x`` and ``_C.y`` are seen as
 ``torch.nn.functional._x`` and ``torch._C.y``. ``getattr(torch, "_x")`` with a literal string counts too.
+
+Private internals reached without a ``torch``/``triton`` module path are caught where they can be named:
+
+* string literals (docstrings aside) that spell a private torch/Triton path (``"torch._dynamo"``) or one of
+  the private attributes torch sets on functions and optimizers (``"_dynamo_marked_constant"``,
+  ``"_optimizer_step_code"``, ...; :data:`PRIVATE_ATTRIBUTES`);
+* those attributes read or written on any object (``self._optimizer_step_code()``);
+* ``ctypes`` writes into tensor memory: ``<ctypes type>.from_address(...data_ptr()...)``,
+  ``ctypes.memmove``/``memset`` with a ``data_ptr()`` argument.
 
 Usage: ``python scripts/check_private_names.py [package_dir]``; exit status 1 with one line per use.
 """
@@ -21,6 +30,15 @@ from pathlib import Path
 
 ROOTS = ("torch", "triton")
 ALLOWED = ("_compat",)  # the one subpackage that exists to hold them
+
+#: private attributes torch puts on objects that are not modules (functions, optimizers, Function classes)
+PRIVATE_ATTRIBUTES = frozenset({
+    "_dynamo_marked_constant", "_torchdynamo_disable", "_torchdynamo_orig_callable", "_torchdynamo_inline",
+    "_optimizer_step_code", "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks",
+    "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks",
+    "_optimizer_state_dict_pre_hooks", "_optimizer_state_dict_post_hooks", "_global_optimizer_pre_hooks",
+    "_global_optimizer_post_hooks", "_opoverload", "_schema", "_is_fake",
+})
 
 
 def _is_private(segment: str) -> bool:
@@ -88,6 +106,41 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _docstrings(tree: ast.AST) -> set[int]:
+    """``id()`` of every docstring constant of ``tree`` (module, class and function docstrings)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and \
+                    isinstance(first.value.value, str):
+                found.add(id(first.value))
+    return found
+
+
+def _mentions_data_ptr(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "data_ptr" for n in ast.walk(node))
+
+
+def _other_uses(tree: ast.AST, scanner: _Scanner) -> None:
+    """Private internals not reached through a module path (see the module docstring)."""
+    docstrings = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+            if text in PRIVATE_ATTRIBUTES or (_private_path(text) and " " not in text):
+                scanner._report(node, repr(text))
+        elif isinstance(node, ast.Attribute) and node.attr in PRIVATE_ATTRIBUTES:
+            scanner._report(node, f"<object>.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            ctypes_call = func.attr in ("from_address", "from_buffer") or (
+                func.attr in ("memmove", "memset") and isinstance(func.value, ast.Name) and
+                scanner.aliases.get(func.value.id, func.value.id) == "ctypes")
+            if ctypes_call and any(_mentions_data_ptr(a) for a in node.args):
+                scanner._report(node, f"ctypes {func.attr} into tensor memory")
+
+
 def uses(path: Path) -> list[str]:
     """The private torch/Triton names one source file uses, as ``path:line: name`` lines."""
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -111,6 +164,7 @@ def uses(path: Path) -> list[str]:
                 target = scanner._resolve(node.args[0])
                 if target is not None and _private_path(f"{target}.{node.args[1].value}"):
                     scanner._report(node, f"{target}.{node.args[1].value}")
+    _other_uses(tree, scanner)
     return [f"{path}:{line}: {scanner.found[line]}" for line in sorted(scanner.found)]
 
 

@@ -6,7 +6,9 @@
 # (with the Triton it pins). The main venv (.venv, the README's torch) runs the whole suite; these run the
 # op, accelerator, op-builder and compatibility tests.
 #
-# Usage: bash scripts/test_torch_range.sh ["torch==2.10.0" "torch==2.15.0 triton==3.9.0" ...]
+# Usage: bash scripts/test_torch_range.sh ["torch==2.10.0 numpy<2.4" "torch==2.15.0 triton==3.9.0" ...]
+# (NumPy below 2.4 beside torch 2.10: Triton 3.6's interpreter, which the CPU tests of the Triton kernels run on,
+# cannot run them with NumPy 2.4; with it those tests skip, naming the versions.)
 # Environment: pip's configuration files are bypassed (PIP_CONFIG_FILE=/dev/null) because a machine-wide
 # constraint may cap torch below the newest release. Off an x86-64 Linux with a local CPU wheel this downloads
 # torch's default (CUDA) build from PyPI: about 3 GB and 2 minutes a version here.
@@ -14,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 specs=("$@")
 if [ ${#specs[@]} -eq 0 ]; then
-    specs=("torch==2.10.0" "torch==2.15.0 triton==3.9.0")
+    specs=("torch==2.10.0 numpy<2.4" "torch==2.15.0 triton==3.9.0")
 fi
 for spec in "${specs[@]}"; do
     version=${spec%% *}

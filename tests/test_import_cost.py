@@ -21,10 +21,10 @@ events = []
 def hook(event, args):
     if event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.system"):
         events.append(event)
-sys.addaudithook(hook)
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
+sys.addaudithook(hook)  # after torch: what torch's own import spawns (2.15 runs ldconfig) is not anyaccel's
 baseline = set(sys.modules)
 import anyaccel
 acc = anyaccel.get_accelerator()

@@ -9,7 +9,8 @@ too, written once.
 Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`) plus the
 ``_name`` attribute; everything else has a working default that forwards to the torch device module of the
 accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against the small
-core keeps working as DeepSpeed's interface grows.
+core keeps working as DeepSpeed's interface grows. The pinned host memory members live in
+:class:`~anyaccel.accelerator.host_memory.PinnedHostMemory`, a base of this class.
 
 Plug-ins written for DeepSpeed subclass this class without calling ``super().__init__()``, so no default may
 depend on ``__init__`` having run: per-instance state has class-level defaults and is created lazily.
@@ -27,14 +28,12 @@ from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel.accelerator.device_module import module_function, optional_attribute
 from anyaccel.accelerator.device_names import device_index_of, device_type_of
-from anyaccel.accelerator.errors import (
-    HostRegistrationError,
-    NotHostDeviceError,
-    UnsupportedCompileBackendError,
-)
+from anyaccel.accelerator.errors import UnsupportedCompileBackendError
+from anyaccel.accelerator.host_memory import PinnedHostMemory
 from anyaccel.accelerator.host_sync import HostStream, host_event_class, host_stream_class
 from anyaccel.accelerator.tensor_types import TensorFactory
 
@@ -57,7 +56,7 @@ __all__ = ["DeepSpeedAccelerator", "OP_BUILDER_DIR"]
 OP_BUILDER_DIR = "anyaccel.op_builder"
 
 
-class DeepSpeedAccelerator(abc.ABC):
+class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
     """The accelerator interface. Subclass it (or a concrete accelerator) to add a device.
 
     Required of a subclass: a non-empty ``_name`` (class or instance attribute; also the torch device type
@@ -78,14 +77,8 @@ class DeepSpeedAccelerator(abc.ABC):
             dtype from it.
         _host_streams: use the host ``Stream``/``Event`` stand-ins (``host_sync``) instead of the device
             module's classes; None (default) means "when :meth:`is_synchronized_device`".
-        _torch_pins_host_memory: False where "pinning" host memory is a no-op for this device (CPU, MPS's
-            unified memory): ``pin_memory`` then returns its argument and scratch buffers are not page-locked.
-        _unified_host_memory: host tensors are directly accessible to the device (MPS), so every CPU tensor
-            counts as pinned.
-        _pin_memory_alignment: byte alignment the device runtime needs for :meth:`register_host_memory`.
-        _host_register: how to register host memory with the device runtime, as (runtime accessor on the
-            device module, register function, unregister function, flags), e.g. ``("cudart",
-            "cudaHostRegister", "cudaHostUnregister", 0)``; None where the runtime has no such call.
+        _torch_pins_host_memory, _unified_host_memory, _pin_memory_alignment, _host_register: how the device
+            pins host memory (:class:`~anyaccel.accelerator.host_memory.PinnedHostMemory`, a base of this class).
         _communication_library: the device module's attribute holding the collective library with a
             ``version()`` function (``"nccl"`` on CUDA), for :meth:`communication_backend_version`.
         supports_nvtx_domain: DeepSpeed's public class attribute: :meth:`range_push`/:meth:`range_pop` honour
@@ -103,10 +96,6 @@ class DeepSpeedAccelerator(abc.ABC):
     _fp16_supported: bool = True
     _fp64_supported: bool = True
     _host_streams: bool | None = None
-    _torch_pins_host_memory: bool = True
-    _unified_host_memory: bool = False
-    _pin_memory_alignment: int = 1
-    _host_register: tuple[str, str, str, int] | None = None
     _communication_library: str | None = None
     supports_nvtx_domain: bool = False
 
@@ -134,6 +123,7 @@ class DeepSpeedAccelerator(abc.ABC):
 
     # ------------------------------------------------------------------ helpers
     @property
+    @override
     def device_type(self) -> str:
         """The torch device type string of this accelerator (``_device_type`` or else ``_name``)."""
         return self._device_type or str(self._name)
@@ -533,207 +523,6 @@ class DeepSpeedAccelerator(abc.ABC):
         """Factory of int64 tensors on this device."""
         return self._factory(torch.long)
 
-    # ------------------------------------------------------------------ pinned host memory
-    # The public members follow DeepSpeed 0.19.8's abstract class: they dispatch between a native pinned-memory
-    # backend (:meth:`_native_pinned_memory`, None here; the DeepSpeed integration supplies DeepSpeed's when
-    # ``DS_PIN_MEMORY_BACKEND=native``) and the device's torch primitives (``_torch_*``), which subclasses
-    # describe with the class attributes ``_torch_pins_host_memory`` and ``_unified_host_memory``.
-    def _native_pinned_memory(self) -> Any:
-        """The native pinned-memory backend in use, or None (always None in anyaccel itself).
-
-        A backend has DeepSpeed's ``NativePinnedMemory`` methods: ``pin(tensor, make_copy, match_shape)``,
-        ``pin_empty(template, shape)``, ``is_pinned(tensor)`` and ``unpin(tensor)``.
-        """
-        return None
-
-    def _track_pinned_memory(self, num_bytes: int) -> None:
-        """Account ``num_bytes`` of newly page-locked host memory (logged at DEBUG level here)."""
-        logger.debug("pinned %d bytes of host memory for %s", num_bytes, self._name)
-
-    def _torch_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A page-locked copy of a CPU tensor (``tensor.pin_memory()``); ``tensor`` itself where pinning is a no-op."""
-        if not self._torch_pins_host_memory:
-            return tensor
-        return tensor.pin_memory()
-
-    def _torch_empty_pinned(self, tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-        """A fresh uninitialised host buffer of ``shape`` and ``tensor``'s dtype, page-locked where meaningful."""
-        return tensor.new_empty(tuple(shape), device="cpu", pin_memory=bool(self._torch_pins_host_memory))
-
-    def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` lives in page-locked host memory (every CPU tensor, with unified memory)."""
-        if self._unified_host_memory:
-            return tensor.device.type == "cpu"
-        return bool(tensor.is_pinned())
-
-    @staticmethod
-    def _shape_numel(shape: Sequence[int]) -> int:
-        """Number of elements of a tensor of ``shape``."""
-        numel = 1
-        for dim in shape:
-            numel *= int(dim)
-        return numel
-
-    @staticmethod
-    def _require_host_device(device: Any) -> None:
-        """Check that ``device`` names the host.
-
-        Raises:
-            NotHostDeviceError: (a ``ValueError``) ``device`` is not a CPU device or not a device at all.
-        """
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, TypeError) as err:
-            raise NotHostDeviceError(device) from err
-        if dev.type != "cpu":
-            raise NotHostDeviceError(device)
-
-    def _pin_fresh(self, template: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-        """A fresh pinned scratch buffer of ``shape`` with ``template``'s dtype (native backend first)."""
-        pins = self._native_pinned_memory()
-        if pins is not None or self._torch_pins_host_memory:
-            self._track_pinned_memory(self._shape_numel(shape) * template.element_size())
-        if pins is not None:
-            return pins.pin_empty(template, tuple(shape))
-        return self._torch_empty_pinned(template, shape)
-
-    def pin_memory(self, tensor: torch.Tensor, make_copy: Any = True, match_shape: bool = True,
-                   align_bytes: int = 1) -> torch.Tensor:
-        """Page-locked host memory for ``tensor``.
-
-        Args:
-            tensor: a CPU tensor.
-            make_copy: True (default): return a pinned copy of ``tensor``'s data. False: ``tensor`` is only
-                a template and a fresh, uninitialised pinned buffer of its dtype is returned (DeepSpeed >=
-                0.18). An ``int`` that is not a bool here is the classic signature's ``align_bytes``.
-            match_shape: with ``make_copy=False``, give the buffer ``tensor``'s shape (True) or a flat shape
-                of ``tensor.numel()`` elements (False); the native backend honours it for copies too.
-            align_bytes: classic signature (DeepSpeed <= 0.18.0); torch's pinned allocator already aligns
-                to pages, so it is accepted and ignored.
-
-        Returns:
-            A pinned CPU tensor; ``tensor`` itself where pinning is a no-op (CPU, MPS) and a copy was asked.
-
-        Side effects: counts the pinned bytes (:meth:`_track_pinned_memory`).
-        """
-        if isinstance(make_copy, int) and not isinstance(make_copy, bool):
-            make_copy = True  # classic positional align_bytes
-        pins = self._native_pinned_memory()
-        if pins is not None:
-            self._track_pinned_memory(tensor.nbytes)
-            return pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)
-        if make_copy:
-            if self._torch_pins_host_memory:
-                self._track_pinned_memory(tensor.nbytes)
-            return self._torch_pin_memory(tensor)
-        shape = tensor.shape if match_shape else (tensor.numel(),)
-        return self._pin_fresh(tensor, shape)
-
-    def pin_empty(self, *size: Any, dtype: torch.dtype, device: Any = "cpu") -> torch.Tensor:
-        """A fresh, uninitialised pinned host tensor (DeepSpeed >= 0.19.8), without a pageable template.
-
-        Args:
-            *size: the shape, as integers or one tuple/list/``torch.Size``.
-            dtype: the element type.
-            device: must name the host (``"cpu"``): this allocates host memory.
-
-        Raises:
-            NotHostDeviceError: ``device`` is not the CPU.
-        """
-        self._require_host_device(device)
-        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
-            shape = tuple(size[0])
-        else:
-            shape = tuple(size)
-        return self._pin_fresh(torch.empty(0, dtype=dtype, device="cpu"), shape)
-
-    def pin_empty_like(self, tensor: torch.Tensor, device: Any = "cpu", dtype: torch.dtype | None = None
-                       ) -> torch.Tensor:
-        """A fresh pinned host tensor shaped like ``tensor`` (of ``dtype``, else ``tensor``'s dtype).
-
-        ``tensor`` may live on any device; only its shape and dtype are read. DeepSpeed's
-        ``engine.offload_states()`` and ZeRO-1/2 offload call this.
-
-        Raises:
-            NotHostDeviceError: ``device`` is not the CPU.
-        """
-        self._require_host_device(device)
-        template = torch.empty(0, dtype=tensor.dtype if dtype is None else dtype, device="cpu")
-        return self._pin_fresh(template, tuple(tensor.shape))
-
-    def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is in page-locked host memory (native backend first, then torch)."""
-        pins = self._native_pinned_memory()
-        if pins is not None and pins.is_pinned(tensor):
-            return True
-        return self._torch_is_pinned(tensor)
-
-    def unpin_memory(self, tensor: torch.Tensor) -> Any:
-        """Release pinning of ``tensor``.
-
-        Returns:
-            The native backend's answer (True when it freed the buffer); None otherwise, as DeepSpeed:
-            torch frees its pinned memory when the tensor dies, so there is nothing to do.
-        """
-        pins = self._native_pinned_memory()
-        if pins is not None:
-            return pins.unpin(tensor)
-        return None
-
-    def pin_memory_alignment(self) -> int:
-        """Byte alignment :meth:`register_host_memory` needs (class attribute ``_pin_memory_alignment``; 1: none)."""
-        return int(self._pin_memory_alignment)
-
-    def _host_register_functions(self) -> tuple[Callable[..., Any], Callable[..., Any], int] | None:
-        """(register, unregister, flags) from the device runtime per ``_host_register``, or None if absent."""
-        spec = getattr(self, "_host_register", None)
-        accessor = optional_attribute(self.device_type, spec[0]) if spec else None
-        if spec is None or accessor is None:
-            return None
-        runtime = accessor()
-        register, unregister = getattr(runtime, spec[1], None), getattr(runtime, spec[2], None)
-        if register is None or unregister is None:
-            return None
-        return register, unregister, spec[3]
-
-    def register_host_memory(self, address: int, num_bytes: int) -> bool:
-        """Register ``num_bytes`` of page-locked host memory at ``address`` with the device runtime.
-
-        Used by DeepSpeed's native pinned-memory backend so device copies from mlocked buffers use DMA.
-        ``address`` must be aligned to :meth:`pin_memory_alignment`.
-
-        Returns:
-            True when registered; False when this device's runtime has no host registration (CPU, MPS, XPU,
-            a runtime lacking the call).
-
-        Raises:
-            HostRegistrationError: the runtime call returned an error code.
-
-        Side effects: initialises the device runtime (``torch.cuda.cudart()``, ``torch.npu.npurt()``).
-        """
-        functions = self._host_register_functions()
-        if functions is None:
-            return False
-        register, _, flags = functions
-        code = int(register(address, num_bytes, flags))
-        if code != 0:
-            raise HostRegistrationError(str(self._name), "register", address, code)
-        return True
-
-    def unregister_host_memory(self, address: int) -> None:
-        """Undo :meth:`register_host_memory` for ``address``; nothing where registration is unsupported.
-
-        Raises:
-            HostRegistrationError: the runtime call returned an error code.
-        """
-        functions = self._host_register_functions()
-        if functions is None:
-            return None
-        code = int(functions[1](address))
-        if code != 0:
-            raise HostRegistrationError(str(self._name), "unregister", address, code)
-        return None
-
     # ------------------------------------------------------------------ tensor placement
     def on_accelerator(self, tensor: torch.Tensor | torch.device | str, *, exclude_cpu: bool = False) -> bool:
         """True when ``tensor`` lives on a device of this accelerator's type (DeepSpeed's member).
@@ -810,17 +599,15 @@ class DeepSpeedAccelerator(abc.ABC):
         return getattr(self, "_compile_backend", None) or "inductor"
 
     def set_compile_backend(self, backend: str) -> None:
-        """Choose the ``torch.compile`` backend after checking ``torch._dynamo`` knows it.
+        """Choose the ``torch.compile`` backend after checking torch knows it.
 
-        Side effects: imports ``torch._dynamo`` (about 1 s the first time).
+        Side effects: imports Dynamo (about 1 s the first time).
 
         Raises:
             UnsupportedCompileBackendError: (a ``ValueError``) ``backend`` is not in
-                ``torch._dynamo.list_backends(exclude_tags=())``; the message lists the supported names.
+                ``torch.compiler.list_backends(exclude_tags=())``; the message lists the supported names.
         """
-        import torch._dynamo
-
-        supported = torch._dynamo.list_backends(exclude_tags=())
+        supported = torch.compiler.list_backends(exclude_tags=())
         if backend not in supported:
             raise UnsupportedCompileBackendError(backend, supported)
         self._compile_backend = backend

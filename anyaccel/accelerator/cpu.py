@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 import torch
 from typing_extensions import override
 
+from anyaccel._compat import devices
 from anyaccel.accelerator.device_names import device_index_of
-from anyaccel.accelerator.host_memory import (
+from anyaccel.accelerator.host_memory_stats import (
     PeakGauge,
     available_host_memory_bytes,
     process_rss_bytes,
@@ -222,8 +223,5 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
 
     @override
     def is_fp16_supported(self) -> bool:
-        """True only where oneDNN reports fast float16 (``torch.ops.mkldnn._is_mkldnn_fp16_supported``)."""
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-        except (AttributeError, RuntimeError):
-            return False
+        """True only where oneDNN reports fast float16 (:func:`anyaccel._compat.devices.mkldnn_fp16_supported`)."""
+        return devices.mkldnn_fp16_supported()

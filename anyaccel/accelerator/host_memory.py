@@ -1,85 +1,248 @@
-"""Host (process and machine) memory figures for accelerators without a device allocator: CPU and MPS.
+"""Pinned host memory: page-locked buffers and host registration, as DeepSpeed 0.19.8's accelerator offers them.
 
-Uses psutil when it is installed (as DeepSpeed's CPU accelerator does) and otherwise the POSIX interfaces
-(``/proc/self/statm``, ``/proc/meminfo``, ``os.sysconf``, ``resource.getrusage``). All sizes are in bytes.
+:class:`PinnedHostMemory` is a base of :class:`~anyaccel.accelerator.abstract.DeepSpeedAccelerator`. Its public
+members dispatch between a native pinned-memory backend (:meth:`~PinnedHostMemory._native_pinned_memory`, None
+here; the DeepSpeed integration supplies DeepSpeed's when ``DS_PIN_MEMORY_BACKEND=native``) and the device's
+torch primitives (``_torch_*``). How a device pins is data, in class attributes a subclass sets:
+
+Attributes:
+    _torch_pins_host_memory: False where "pinning" host memory is a no-op for this device (CPU, MPS's
+        unified memory): ``pin_memory`` then returns its argument and scratch buffers are not page-locked.
+    _unified_host_memory: host tensors are directly accessible to the device (MPS), so every CPU tensor
+        counts as pinned.
+    _pin_memory_alignment: byte alignment the device runtime needs for :meth:`~PinnedHostMemory.register_host_memory`.
+    _host_register: how to register host memory with the device runtime, as (runtime accessor on the
+        device module, register function, unregister function, flags), e.g. ``("cudart",
+        "cudaHostRegister", "cudaHostUnregister", 0)``; None where the runtime has no such call.
+
+As for the rest of the accelerator, no member depends on ``__init__`` having run (plug-ins written for
+DeepSpeed do not call ``super().__init__()``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
+import abc
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["process_rss_bytes", "total_host_memory_bytes", "available_host_memory_bytes", "PeakGauge"]
+import torch
 
-_HAS_PSUTIL = importlib.util.find_spec("psutil") is not None
+from anyaccel.accelerator.device_module import optional_attribute
+from anyaccel.accelerator.errors import HostRegistrationError, NotHostDeviceError
 
+logger = logging.getLogger(__name__)
 
-def process_rss_bytes() -> int:
-    """Resident set size of this process in bytes."""
-    if _HAS_PSUTIL:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+__all__ = ["PinnedHostMemory"]
 
 
-def total_host_memory_bytes() -> int:
-    """Physical memory of the machine in bytes."""
-    if _HAS_PSUTIL:
-        import psutil
+class PinnedHostMemory(abc.ABC):
+    """Page-locked host buffers and host-memory registration of an accelerator (see the module docstring)."""
 
-        return int(psutil.virtual_memory().total)
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    _name: str | None = None
+    _torch_pins_host_memory: bool = True
+    _unified_host_memory: bool = False
+    _pin_memory_alignment: int = 1
+    _host_register: tuple[str, str, str, int] | None = None
 
+    @property
+    @abc.abstractmethod
+    def device_type(self) -> str:
+        """The torch device type string of the accelerator (its device module holds the registration runtime)."""
 
-def available_host_memory_bytes() -> int:
-    """Memory available to new allocations without swapping, in bytes (``MemAvailable`` on Linux)."""
-    if _HAS_PSUTIL:
-        import psutil
+    def _native_pinned_memory(self) -> Any:
+        """The native pinned-memory backend in use, or None (always None in anyaccel itself).
 
-        return int(psutil.virtual_memory().available)
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+        A backend has DeepSpeed's ``NativePinnedMemory`` methods: ``pin(tensor, make_copy, match_shape)``,
+        ``pin_empty(template, shape)``, ``is_pinned(tensor)`` and ``unpin(tensor)``.
+        """
+        return None
 
+    def _track_pinned_memory(self, num_bytes: int) -> None:
+        """Account ``num_bytes`` of newly page-locked host memory (logged at DEBUG level here)."""
+        logger.debug("pinned %d bytes of host memory for %s", num_bytes, self._name)
 
-class PeakGauge:
-    """Peaks of memory figures that have no peak counter of their own, sampled at each query.
+    def _torch_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A page-locked copy of a CPU tensor (``tensor.pin_memory()``); ``tensor`` itself where pinning is a no-op."""
+        if not self._torch_pins_host_memory:
+            return tensor
+        return tensor.pin_memory()
 
-    The peak is the largest value observed by ``observe`` since the last ``reset``: an honest lower bound
-    of the true peak, exact when the figure is queried at its high points (DeepSpeed's memory reports are).
-    """
+    def _torch_empty_pinned(self, tensor: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """A fresh uninitialised host buffer of ``shape`` and ``tensor``'s dtype, page-locked where meaningful."""
+        return tensor.new_empty(tuple(shape), device="cpu", pin_memory=bool(self._torch_pins_host_memory))
 
-    def __init__(self) -> None:
-        self._peaks: dict[str, int] = {}
+    def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives in page-locked host memory (every CPU tensor, with unified memory)."""
+        if self._unified_host_memory:
+            return tensor.device.type == "cpu"
+        return bool(tensor.is_pinned())
 
-    def observe(self, key: str, value: int) -> int:
-        """Record ``value`` for ``key`` and return it."""
-        self._peaks[key] = max(self._peaks.get(key, value), value)
-        return value
+    @staticmethod
+    def _shape_numel(shape: Sequence[int]) -> int:
+        """Number of elements of a tensor of ``shape``."""
+        numel = 1
+        for dim in shape:
+            numel *= int(dim)
+        return numel
 
-    def peak(self, key: str, current: int) -> int:
-        """The peak of ``key`` including the ``current`` value."""
-        return max(self._peaks.get(key, current), current)
+    @staticmethod
+    def _require_host_device(device: Any) -> None:
+        """Check that ``device`` names the host.
 
-    def reset(self, key: str | None = None, current: dict[str, int] | None = None) -> None:
-        """Forget the peak of ``key`` (all keys when None), restarting from ``current`` values if given."""
-        if key is None:
-            self._peaks = dict(current or {})
+        Raises:
+            NotHostDeviceError: (a ``ValueError``) ``device`` is not a CPU device or not a device at all.
+        """
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise NotHostDeviceError(device) from err
+        if dev.type != "cpu":
+            raise NotHostDeviceError(device)
+
+    def _pin_fresh(self, template: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+        """A fresh pinned scratch buffer of ``shape`` with ``template``'s dtype (native backend first)."""
+        pins = self._native_pinned_memory()
+        if pins is not None or self._torch_pins_host_memory:
+            self._track_pinned_memory(self._shape_numel(shape) * template.element_size())
+        if pins is not None:
+            return pins.pin_empty(template, tuple(shape))
+        return self._torch_empty_pinned(template, shape)
+
+    def pin_memory(self, tensor: torch.Tensor, make_copy: Any = True, match_shape: bool = True,
+                   align_bytes: int = 1) -> torch.Tensor:
+        """Page-locked host memory for ``tensor``.
+
+        Args:
+            tensor: a CPU tensor.
+            make_copy: True (default): return a pinned copy of ``tensor``'s data. False: ``tensor`` is only
+                a template and a fresh, uninitialised pinned buffer of its dtype is returned (DeepSpeed >=
+                0.18). An ``int`` that is not a bool here is the classic signature's ``align_bytes``.
+            match_shape: with ``make_copy=False``, give the buffer ``tensor``'s shape (True) or a flat shape
+                of ``tensor.numel()`` elements (False); the native backend honours it for copies too.
+            align_bytes: classic signature (DeepSpeed <= 0.18.0); torch's pinned allocator already aligns
+                to pages, so it is accepted and ignored.
+
+        Returns:
+            A pinned CPU tensor; ``tensor`` itself where pinning is a no-op (CPU, MPS) and a copy was asked.
+
+        Side effects: counts the pinned bytes (:meth:`_track_pinned_memory`).
+        """
+        if isinstance(make_copy, int) and not isinstance(make_copy, bool):
+            make_copy = True  # classic positional align_bytes
+        pins = self._native_pinned_memory()
+        if pins is not None:
+            self._track_pinned_memory(tensor.nbytes)
+            return pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)
+        if make_copy:
+            if self._torch_pins_host_memory:
+                self._track_pinned_memory(tensor.nbytes)
+            return self._torch_pin_memory(tensor)
+        shape = tensor.shape if match_shape else (tensor.numel(),)
+        return self._pin_fresh(tensor, shape)
+
+    def pin_empty(self, *size: Any, dtype: torch.dtype, device: Any = "cpu") -> torch.Tensor:
+        """A fresh, uninitialised pinned host tensor (DeepSpeed >= 0.19.8), without a pageable template.
+
+        Args:
+            *size: the shape, as integers or one tuple/list/``torch.Size``.
+            dtype: the element type.
+            device: must name the host (``"cpu"``): this allocates host memory.
+
+        Raises:
+            NotHostDeviceError: ``device`` is not the CPU.
+        """
+        self._require_host_device(device)
+        if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+            shape = tuple(size[0])
         else:
-            self._peaks.pop(key, None)
-            if current and key in current:
-                self._peaks[key] = current[key]
+            shape = tuple(size)
+        return self._pin_fresh(torch.empty(0, dtype=dtype, device="cpu"), shape)
+
+    def pin_empty_like(self, tensor: torch.Tensor, device: Any = "cpu", dtype: torch.dtype | None = None
+                       ) -> torch.Tensor:
+        """A fresh pinned host tensor shaped like ``tensor`` (of ``dtype``, else ``tensor``'s dtype).
+
+        ``tensor`` may live on any device; only its shape and dtype are read. DeepSpeed's
+        ``engine.offload_states()`` and ZeRO-1/2 offload call this.
+
+        Raises:
+            NotHostDeviceError: ``device`` is not the CPU.
+        """
+        self._require_host_device(device)
+        template = torch.empty(0, dtype=tensor.dtype if dtype is None else dtype, device="cpu")
+        return self._pin_fresh(template, tuple(tensor.shape))
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is in page-locked host memory (native backend first, then torch)."""
+        pins = self._native_pinned_memory()
+        if pins is not None and pins.is_pinned(tensor):
+            return True
+        return self._torch_is_pinned(tensor)
+
+    def unpin_memory(self, tensor: torch.Tensor) -> Any:
+        """Release pinning of ``tensor``.
+
+        Returns:
+            The native backend's answer (True when it freed the buffer); None otherwise, as DeepSpeed:
+            torch frees its pinned memory when the tensor dies, so there is nothing to do.
+        """
+        pins = self._native_pinned_memory()
+        if pins is not None:
+            return pins.unpin(tensor)
+        return None
+
+    def pin_memory_alignment(self) -> int:
+        """Byte alignment :meth:`register_host_memory` needs (class attribute ``_pin_memory_alignment``; 1: none)."""
+        return int(self._pin_memory_alignment)
+
+    def _host_register_functions(self) -> tuple[Callable[..., Any], Callable[..., Any], int] | None:
+        """(register, unregister, flags) from the device runtime per ``_host_register``, or None if absent."""
+        spec = getattr(self, "_host_register", None)
+        accessor = optional_attribute(self.device_type, spec[0]) if spec else None
+        if spec is None or accessor is None:
+            return None
+        runtime = accessor()
+        register, unregister = getattr(runtime, spec[1], None), getattr(runtime, spec[2], None)
+        if register is None or unregister is None:
+            return None
+        return register, unregister, spec[3]
+
+    def register_host_memory(self, address: int, num_bytes: int) -> bool:
+        """Register ``num_bytes`` of page-locked host memory at ``address`` with the device runtime.
+
+        Used by DeepSpeed's native pinned-memory backend so device copies from mlocked buffers use DMA.
+        ``address`` must be aligned to :meth:`pin_memory_alignment`.
+
+        Returns:
+            True when registered; False when this device's runtime has no host registration (CPU, MPS, XPU,
+            a runtime lacking the call).
+
+        Raises:
+            HostRegistrationError: the runtime call returned an error code.
+
+        Side effects: initialises the device runtime (``torch.cuda.cudart()``, ``torch.npu.npurt()``).
+        """
+        functions = self._host_register_functions()
+        if functions is None:
+            return False
+        register, _, flags = functions
+        code = int(register(address, num_bytes, flags))
+        if code != 0:
+            raise HostRegistrationError(str(self._name), "register", address, code)
+        return True
+
+    def unregister_host_memory(self, address: int) -> None:
+        """Undo :meth:`register_host_memory` for ``address``; nothing where registration is unsupported.
+
+        Raises:
+            HostRegistrationError: the runtime call returned an error code.
+        """
+        functions = self._host_register_functions()
+        if functions is None:
+            return None
+        code = int(functions[1](address))
+        if code != 0:
+            raise HostRegistrationError(str(self._name), "unregister", address, code)
+        return None
+

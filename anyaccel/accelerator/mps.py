@@ -13,13 +13,16 @@ and with unified memory every host tensor counts as pinned while pinning itself 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from typing_extensions import override
 
-from anyaccel.accelerator.host_memory import PeakGauge
+from anyaccel._compat import devices
+from anyaccel.accelerator.host_memory_stats import PeakGauge
+from anyaccel.accelerator.host_sync import HostStream, host_stream_class
 from anyaccel.accelerator.registry import ProbeResult
 from anyaccel.accelerator.torch_device import TorchDeviceAccelerator
 
@@ -33,7 +36,7 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     accelerator_priority = 100
     _communication_backend = "gloo"
     _synchronized_device = True
-    #: torch.mps has events but no streams: Stream is the host stand-in, Event is ``torch.mps.Event``.
+    #: Event is ``torch.mps.Event``; streams are the host stand-ins (see :attr:`Stream`).
     _host_streams = False
     _fp64_supported = False
     _torch_pins_host_memory = False
@@ -95,6 +98,33 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         self._check_index(device_index)
         torch.mps.synchronize()
 
+    # streams: host stand-ins on every torch
+    @property
+    @override
+    def Stream(self) -> type:  # noqa: N802 (DeepSpeed's name)
+        """The host stream stand-in (synchronizes the device), on every torch version.
+
+        DeepSpeed's MPS accelerator has no streams, and torch had none for MPS before 2.15; torch 2.15's
+        ``torch.mps.Stream`` is not used, so MPS behaves the same on every supported torch.
+        """
+        return host_stream_class(self.device_type, lambda: self.synchronize())
+
+    @override
+    def stream(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        """A no-op context yielding ``stream`` (MPS work runs in one in-order queue)."""
+        return contextlib.nullcontext(stream)
+
+    @override
+    def current_stream(self, device_index: int | None = None) -> HostStream:
+        """A host stream stand-in."""
+        self._check_index(device_index)
+        return self.Stream()
+
+    @override
+    def default_stream(self, device_index: int | None = None) -> HostStream:
+        """A host stream stand-in."""
+        return self.current_stream(device_index)
+
     # RNG
     @override
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
@@ -118,9 +148,13 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
 
     @override
     def default_generator(self, device_index: int) -> torch.Generator:
-        """The MPS default generator (``torch.mps._get_default_mps_generator()``)."""
+        """The MPS default generator.
+
+        Raises:
+            anyaccel._compat.PrivateAPIUnavailableError: this torch has no way to reach it.
+        """
         self._check_index(device_index)
-        return torch.mps._get_default_mps_generator()
+        return devices.mps_default_generator()
 
     # memory (bytes)
     @override

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import threading
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.accelerator.abstract import DeepSpeedAccelerator
 from anyaccel.accelerator.errors import (
     AcceleratorUnavailableError,
@@ -47,9 +47,10 @@ __all__ = [
 ]
 
 #: Environment variables naming the accelerator, first set wins.
-OVERRIDE_ENVS: tuple[str, ...] = ("ANYACCEL_ACCELERATOR", "DS_ACCELERATOR")
+_OVERRIDES = (settings.ACCELERATOR, settings.DS_ACCELERATOR)
+OVERRIDE_ENVS: tuple[str, ...] = tuple(s.name for s in _OVERRIDES)
 #: ``1``/``true``/``yes`` turns "GPU stack installed but unusable" into an error.
-STRICT_ENV = "ANYACCEL_STRICT"
+STRICT_ENV = settings.STRICT.name
 
 NOT_PROBED = "not probed: a higher-priority accelerator was chosen first"
 
@@ -115,15 +116,15 @@ _warned_unusable: set = set()
 
 
 def _strict() -> bool:
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return settings.STRICT.get()
 
 
 def _override() -> tuple[str | None, str | None]:
     """(variable, lower-cased value) of the first set override variable, or (None, None)."""
-    for env in OVERRIDE_ENVS:
-        value = os.environ.get(env, "").strip()
+    for setting in _OVERRIDES:
+        value = setting.get()
         if value:
-            return env, value.lower()
+            return setting.name, value
     return None, None
 
 

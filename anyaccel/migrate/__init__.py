@@ -10,23 +10,14 @@ Importing this package imports no libcst; ``migrate_source`` is loaded on first 
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 __all__ = ["migrate_source", "Finding", "MigrationResult", "MissingLibcstError"]
 
 
-def __getattr__(name: str) -> Any:
-    """Load the public API lazily, so that ``anyaccel --help`` never imports libcst."""
-    if name == "migrate_source":
-        from anyaccel.migrate.engine import migrate_source
-
-        return migrate_source
-    if name in ("Finding", "MigrationResult"):
-        from anyaccel.migrate import findings
-
-        return getattr(findings, name)
-    if name == "MissingLibcstError":
-        from anyaccel.migrate._libcst import MissingLibcstError
-
-        return MissingLibcstError
-    raise AttributeError(f"module 'anyaccel.migrate' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "migrate_source": "anyaccel.migrate.engine",
+    "Finding": "anyaccel.migrate.findings",
+    "MigrationResult": "anyaccel.migrate.findings",
+    "MissingLibcstError": "anyaccel.migrate._libcst",
+})

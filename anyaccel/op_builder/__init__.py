@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from anyaccel.lazy_exports import lazy_exports
+
 _CORE = {
     "OpBuilder": "anyaccel.op_builder.core.builder:OpBuilder",
     "OpModule": "anyaccel.op_builder.core.module:OpModule",
@@ -31,26 +33,29 @@ _CORE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """``OpBuilder`` & co, or a builder class by its DeepSpeed name (the host row, else CUDA's).
+def _builder_class(name: str) -> Any:
+    """A builder class by its DeepSpeed name, made from the op specs (the host row, else CUDA's); not stored.
+
+    This is the op-builder layer's own view (specs only): a row replaced through
+    :func:`anyaccel.ops.registry.register` is seen through ``create_op_builder`` and the registry.
 
     Raises:
-        AttributeError: neither a core name nor a known builder.
+        AttributeError: ``name`` is no known builder.
     """
-    from anyaccel.spec import resolve
-
-    if name in _CORE:
-        return resolve(_CORE[name])
     if name.endswith("Builder"):
         from anyaccel.op_builder.classes import spec_builder_class
 
         cls = spec_builder_class(name)
         if cls is not None:
             return cls
-    raise AttributeError(f"module 'anyaccel.op_builder' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
+def _builder_names() -> list[str]:
     from anyaccel.op_builder.classes import spec_rows
 
-    return sorted(set(_CORE) | set(spec_rows()))
+    return list(spec_rows())
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _CORE, fallback=_builder_class, more_names=_builder_names,
+                                    dir_lists_globals=False)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from anyaccel import settings
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -321,9 +323,9 @@ class ISAError(OpBuilderError, ValueError):
     CODE = "isa_unavailable"
 
 
-class SettingError(OpBuilderError, ValueError):
+class SettingError(OpBuilderError, settings.SettingError):
     """An environment variable of the op builders has a value that is not accepted (the message names the
-    variable, its value, what is accepted and an example)."""
+    variable, its value, what is accepted and an example); :mod:`anyaccel.settings` raises it for them."""
 
     CODE = "bad_setting"
 

@@ -16,7 +16,7 @@ attribute access and load their op on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "CPUAdam": "anyaccel.ops.adam.cpu:CPUAdam",
@@ -33,9 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        from anyaccel.spec import resolve
-
-        return resolve(_EXPORTS[name])
-    raise AttributeError(f"module 'anyaccel.ops' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,12 +29,14 @@ from typing import Any
 
 import torch
 
+from anyaccel import settings
+
 __all__ = ["ENV", "apply_thread_policy", "thread_plan"]
 
 logger = logging.getLogger(__name__)
 
 #: The environment variable of the thread policy.
-ENV = "ANYACCEL_CPU_THREADS"
+ENV = settings.CPU_THREADS.name
 #: Environment variables giving the number of ranks on this host, in the order they are read.
 LOCAL_SIZE_ENVS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
 #: Elements per worker below which the kernels wake no further thread (host_optimizer.h kGrainElements).
@@ -44,7 +46,7 @@ _applied = False
 _lock = threading.Lock()
 
 
-class ThreadPolicyError(ValueError):
+class ThreadPolicyError(settings.SettingError):
     """``ANYACCEL_CPU_THREADS`` holds a value that is not ``auto``, ``torch`` or a positive integer."""
 
 
@@ -93,7 +95,7 @@ def thread_plan() -> dict[str, Any]:
         "busy_threads": busy,
         "oversubscribed": busy > mask,
         "recommended_threads": recommended,
-        "policy": os.environ.get(ENV, "auto"),
+        "policy": settings.CPU_THREADS.raw() or settings.CPU_THREADS.default_choice,
         "grain_elements": GRAIN_ELEMENTS,
     }
 
@@ -111,7 +113,7 @@ def apply_thread_policy() -> int:
     with _lock:
         if _applied:
             return torch.get_num_threads()
-        policy = os.environ.get(ENV, "auto").strip().lower() or "auto"
+        policy = settings.CPU_THREADS.get(error=ThreadPolicyError)
         if policy == "torch":
             pass
         elif policy == "auto":
@@ -123,12 +125,8 @@ def apply_thread_policy() -> int:
                     "cores, e.g. deepspeed --bind_cores_to_rank)", plan["local_ranks"], plan["local_ranks_from"],
                     plan["torch_threads"], plan["affinity_cpus"], plan["recommended_threads"], ENV)
                 torch.set_num_threads(plan["recommended_threads"])
-        elif policy.isdigit() and int(policy) >= 1:
-            torch.set_num_threads(int(policy))
-        else:
-            raise ThreadPolicyError(f"{ENV}={os.environ.get(ENV)!r} is invalid; accepted: auto (default: share the "
-                                    "CPUs among unbound ranks of this host), torch (keep torch's count) or a "
-                                    "thread count >= 1")
+        elif isinstance(policy, int):
+            torch.set_num_threads(policy)
         _applied = True
         return torch.get_num_threads()
 

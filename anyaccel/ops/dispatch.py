@@ -23,11 +23,11 @@ front ends call ``impl.adam_step(...)`` whichever was chosen.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.ops import registry
 from anyaccel.ops.registry import ImplementationError, RegisteredImplementation, UnknownImplementationError
 
@@ -85,7 +85,7 @@ def _probe(impl: RegisteredImplementation, device_type: str) -> tuple[bool, str]
 
 def forced_name(op: str, name: str | None = None) -> str | None:
     """The implementation name forced by the caller or by ``ANYACCEL_IMPL_<OP>`` (caller wins)."""
-    return name or os.environ.get(ENV_PREFIX + op.upper()) or None
+    return name or settings.IMPL.get(name=ENV_PREFIX + op.upper())
 
 
 def explain(op: str, device_type: str, name: str | None = None) -> list[Candidate]:

@@ -285,9 +285,9 @@ def check_no_overlap(op: str, params: Sequence[Any], grads: Sequence[Any], state
 
 
 def _is_fake(t: Any) -> bool:
-    from torch._subclasses.fake_tensor import is_fake
+    from anyaccel._compat.fake_tensor import is_fake
 
-    return bool(is_fake(t))
+    return is_fake(t)
 
 
 def _strided() -> Any:

@@ -32,8 +32,19 @@ def use_interpreter_without_gpu() -> None:
 
 def interpreter() -> bool:
     """Whether the Triton kernels run in the interpreter here (Triton installed, ``TRITON_INTERPRET=1``, no
-    CUDA device)."""
-    return HAS_TRITON and not HAS_CUDA and os.environ.get("TRITON_INTERPRET") == "1"
+    CUDA device, and an interpreter that runs them with this NumPy: :func:`interpreter_reason`)."""
+    return HAS_TRITON and not HAS_CUDA and os.environ.get("TRITON_INTERPRET") == "1" and \
+        interpreter_reason() == ""
+
+
+def interpreter_reason() -> str:
+    """Why the interpreter cannot run the kernels here ("" when it can, or when it is not switched on)."""
+    if not HAS_TRITON or HAS_CUDA or os.environ.get("TRITON_INTERPRET") != "1":
+        return ""
+    from anyaccel._compat.triton_interpreter import scalar_loop_bounds
+
+    works, reason = scalar_loop_bounds()
+    return "" if works else reason
 
 
 def gpu_marks(need_triton: bool = False) -> list[pytest.MarkDecorator]:
@@ -49,7 +60,8 @@ def impl_params() -> list[object]:
     return [
         pytest.param(("cpu", "torch"), id="cpu-torch"),
         pytest.param(("cpu", "triton_interpreter"), id="cpu-triton_interpreter",
-                     marks=pytest.mark.skipif(not interpreter(), reason="needs triton, TRITON_INTERPRET=1, no GPU")),
+                     marks=pytest.mark.skipif(not interpreter(), reason=interpreter_reason() or
+                                              "needs triton, TRITON_INTERPRET=1, no GPU")),
         pytest.param(("cuda", "triton"), id="cuda-triton", marks=gpu_marks(need_triton=True)),
         pytest.param(("cuda", "torch"), id="cuda-torch", marks=gpu_marks()),
     ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from anyaccel.op_builder.backends.cpu import TorchCPUOpBuilder
-from anyaccel.op_builder.core.builder import PACKAGE_DIR
+from anyaccel.op_builder.core.hooks import PACKAGE_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "toy"
 #: anyaccel's shared kernel headers (stable/boxing.h, stable/tensor.h, ...).

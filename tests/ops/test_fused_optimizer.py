@@ -1,4 +1,4 @@
-"""The device optimizers (FusedAdam, FusedLion on anyaccel/ops/optimizer.py's ListOptimizer), without a GPU.
+"""The device optimizers (FusedAdam, FusedLion on anyaccel/ops/optimizer's ListOptimizer), without a GPU.
 
 ``FusedAdam`` / ``FusedLion`` choose their kernel per device type through the implementation loader, so on
 CPU tensors they run the family's ``cpu`` implementation (the host kernel, same schema) or a forced one (here

@@ -1,4 +1,4 @@
-"""The shared optimizer front end (anyaccel/ops/optimizer.py), on CPU tensors for every family.
+"""The shared optimizer front end (anyaccel/ops/optimizer/), on CPU tensors for every family.
 
 Each test states the guarantee it checks: validation before mutation (a failed step changes nothing),
 aliasing refused, version counters bumped, inference tensors refused, hyper-parameters checked against the

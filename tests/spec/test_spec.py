@@ -14,7 +14,7 @@ import pytest
 
 import anyaccel.spec as spec_mod
 from anyaccel.op_builder import classes
-from anyaccel.op_builder.core.builder import PACKAGE_DIR
+from anyaccel.op_builder.core.hooks import PACKAGE_DIR
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 from anyaccel.ops import registry
 from anyaccel.spec import (

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 from typing_extensions import override
 
-from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
+from anyaccel.op_builder.core.builder import OpBuilder
+from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 from anyaccel.spec import resolve

@@ -31,8 +31,9 @@ from typing import Any, ClassVar
 
 from typing_extensions import override
 
-from anyaccel.op_builder.core.builder import OpBuilder, prebuilt_root
+from anyaccel.op_builder.core.builder import OpBuilder
 from anyaccel.op_builder.core.environ import scoped_environ
+from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.toolchains import torch_abi

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import OpBuilderError
 
 logger = logging.getLogger(__name__)
 
-ALL_OPS_ENV = "ANYACCEL_BUILD_OPS"
+ALL_OPS_ENV = settings.BUILD_OPS.name
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,11 @@ def selected_builds(env: Mapping[str, str]) -> list[Any]:
     """
     from anyaccel.op_builder.classes import builder_class, spec_builds
 
-    everything = env.get(ALL_OPS_ENV, "0") == "1"
+    everything = settings.BUILD_OPS.get(env)
     chosen = []
     for s, b in spec_builds():
-        flag = env.get(b.build_var)
-        if flag == "1" or (everything and flag != "0"):
+        flag = settings.BUILD.state(env, name=b.build_var)
+        if flag or (everything and flag is not False):
             chosen.append(builder_class(s.family, b.name))
     return chosen
 

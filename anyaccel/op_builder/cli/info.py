@@ -5,9 +5,9 @@ Unlike the load path, this runs ``--version`` of each tool and may call py-cpuin
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.op_builder.core.cache import default_cache_root
 from anyaccel.op_builder.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import cpu_isa
@@ -48,10 +48,10 @@ def describe() -> dict[str, Any]:
         except ValueError as exc:
             facts["nvcc"]["version"] = f"unknown ({exc})"
     facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                      "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
+                      "cxx11_abi": bool(torch.compiled_with_cxx11_abi())}
     facts["python_tag"] = toolchain.python_tag()
     isa: dict[str, Any] = {"torch_capability": cpu_isa.torch_capability(),
-                           "supported": list(cpu_isa.supported_levels()), "env": os.environ.get(cpu_isa.ISA_ENV)}
+                           "supported": list(cpu_isa.supported_levels()), "env": settings.CPU_ISA.raw()}
     try:
         isa["chosen"] = cpu_isa.resolve_isa().name
     except OpBuilderError as exc:

@@ -31,11 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import CacheSecurityError, CacheUnusableError, OpBuilderError
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = "ANYACCEL_CACHE_DIR"
+CACHE_ENV = settings.CACHE_DIR.name
 SUBDIRS = ("ops", "tmp", "locks", "logs", "quarantine")
 #: Modes of what the cache creates: private to the user whatever the umask.
 DIR_MODE = 0o700
@@ -57,9 +58,10 @@ def default_cache_root(env: Mapping[str, str] | None = None) -> Path:
     Args:
         env: environment to read; ``os.environ`` when None.
     """
+    explicit = settings.CACHE_DIR.get(env)
+    if explicit is not None:
+        return explicit
     env = os.environ if env is None else env
-    if env.get(CACHE_ENV):
-        return Path(env[CACHE_ENV]).expanduser()
     if env.get("XDG_CACHE_HOME"):
         return Path(env["XDG_CACHE_HOME"]).expanduser() / "anyaccel"
     return Path("~/.cache/anyaccel").expanduser()

@@ -27,28 +27,26 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from anyaccel import settings
 from anyaccel.op_builder.core.cache import FILE_MODE, cache_os_error
-from anyaccel.op_builder.errors import CacheSecurityError, LockTimeoutError
+from anyaccel.op_builder.errors import CacheSecurityError, LockTimeoutError, SettingError
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT_ENV = "ANYACCEL_BUILD_LOCK_TIMEOUT"
-DEFAULT_TIMEOUT_S = 1800.0
+TIMEOUT_ENV = settings.BUILD_LOCK_TIMEOUT.name
+DEFAULT_TIMEOUT_S = settings.BUILD_LOCK_TIMEOUT.default_s
 
 
 def default_timeout_s() -> float:
     """``ANYACCEL_BUILD_LOCK_TIMEOUT`` in seconds, else 1800.
 
-    Parsed by the same function as ``ANYACCEL_BUILD_TIMEOUT``
-    (:func:`anyaccel.op_builder.toolchains.ninja.positive_seconds`).
+    Parsed by :data:`anyaccel.settings.BUILD_LOCK_TIMEOUT`, as every duration setting.
 
     Raises:
         SettingError: the variable is not a finite positive number of seconds (``nan``, ``inf``, ``1e308``,
             ``-1``, ``abc``): each would mean a wait without end or no wait at all.
     """
-    from anyaccel.op_builder.toolchains.ninja import positive_seconds
-
-    return positive_seconds(TIMEOUT_ENV, os.environ.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
+    return settings.BUILD_LOCK_TIMEOUT.get(error=SettingError)
 
 
 def open_lock_file(path: Path) -> int:

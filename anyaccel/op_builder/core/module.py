@@ -133,7 +133,7 @@ def with_adapted_functions(module: Any, extras: dict[str, Any]) -> Any:
 
     Args:
         module: the object whose attributes are the op's torch ops.
-        extras: :meth:`~anyaccel.op_builder.core.builder.OpBuilder._module_extras` of its builder.
+        extras: :meth:`~anyaccel.op_builder.core.loading.LoadingBuilder._module_extras` of its builder.
 
     Returns:
         A forwarding wrapper offering ``module``'s attributes and the added functions, or ``module`` itself

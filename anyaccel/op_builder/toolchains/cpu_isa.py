@@ -19,11 +19,12 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import ISAError
 
 logger = logging.getLogger(__name__)
 
-ISA_ENV = "ANYACCEL_CPU_ISA"
+ISA_ENV = settings.CPU_ISA.name
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def resolve_isa(
     levels = supported_levels(capability, machine)
     if implemented is not None:
         levels = tuple(lv for lv in levels if lv in implemented or lv == "portable")
-    forced = env.get(ISA_ENV, "").strip().lower()
+    forced = (settings.CPU_ISA.raw(env) or "").lower()
     if not forced:
         return ISA_LEVELS[levels[0]]
     level = ISA_LEVELS.get(forced)

@@ -22,11 +22,12 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import ToolchainError
 
 logger = logging.getLogger(__name__)
 
-SKIP_CHECK_ENV = "ANYACCEL_SKIP_CUDA_CHECK"
+SKIP_CHECK_ENV = settings.SKIP_CUDA_CHECK.name
 ARCH_LIST_ENV = "TORCH_CUDA_ARCH_LIST"
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 # One arch entry: "9.0", "9.0a", "10.0f", "8.6+PTX", "sm_90" is not accepted by torch either.
@@ -121,7 +122,7 @@ def check_cuda_versions(
     t_major, t_minor = (toolkit.split(".") + ["0"])[:2]
     r_major, r_minor = (torch_cuda.split(".") + ["0"])[:2]
     if t_major != r_major:
-        if env.get(SKIP_CHECK_ENV) == "1":
+        if settings.SKIP_CUDA_CHECK.get(env):
             logger.warning("CUDA toolkit %s vs torch CUDA %s: major versions differ; check skipped by %s=1",
                            toolkit, torch_cuda, SKIP_CHECK_ENV)
             return

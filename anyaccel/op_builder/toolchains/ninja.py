@@ -16,7 +16,6 @@ still the one that schedules and runs the commands, as in torch's JIT.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import selectors
@@ -28,12 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import OpBuilderError, SettingError
 
-TIMEOUT_ENV = "ANYACCEL_BUILD_TIMEOUT"
+TIMEOUT_ENV = settings.BUILD_TIMEOUT.name
 #: Default wall-time bound of one build, in seconds: far above any build of ours (CUDA ops take 20-30 s
 #: on 16 cores, CPU ops 2-5 s on 2), short enough that a hung compiler is noticed within the hour.
-DEFAULT_TIMEOUT_S = 3600.0
+DEFAULT_TIMEOUT_S = settings.BUILD_TIMEOUT.default_s
 
 
 class BuildTimeoutError(OpBuilderError, TimeoutError):
@@ -52,46 +52,13 @@ class BuildTimeoutError(OpBuilderError, TimeoutError):
         self.seconds = seconds
 
 
-def positive_seconds(name: str, raw: str, default: float) -> float:
-    """Parse a positive, finite number of seconds from a variable's text (empty: ``default``).
-
-    The one parser of the op builders' time settings (``ANYACCEL_BUILD_TIMEOUT``,
-    ``ANYACCEL_BUILD_LOCK_TIMEOUT``).
-
-    Args:
-        name: the variable, for the message.
-        raw: its text.
-        default: the value for an empty text, in seconds.
-
-    Returns:
-        The number of seconds.
-
-    Raises:
-        SettingError: not a number (``abc``), not finite (``nan``, ``inf``), above 1e9 s (``1e308``: an
-            unbounded wait in practice) or not positive (``0``, ``-1``); the message names the variable, its
-            value, the accepted range and an example.
-    """
-    raw = raw.strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 1e9):
-        raise SettingError(f"{name}={raw!r} is not a finite positive number of seconds (0 < seconds <= 1e9); set "
-                           f"it to e.g. {default:g} or unset it")
-    return value
-
-
 def build_timeout_s(env: Mapping[str, str] | None = None) -> float:
-    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S` (see :func:`positive_seconds`).
+    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S` (:data:`anyaccel.settings.BUILD_TIMEOUT`).
 
     Raises:
         SettingError: the variable is set to something else than a finite positive number of seconds.
     """
-    env = os.environ if env is None else env
-    return positive_seconds(TIMEOUT_ENV, env.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
+    return settings.BUILD_TIMEOUT.get(env, error=SettingError)
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import ToolchainError
 from anyaccel.op_builder.toolchains.host import find_tool
 
 logger = logging.getLogger(__name__)
 
 #: The override variable, read like ``CXX``: its first word is a compiler name or path.
-SYCL_CXX_ENV = "ANYACCEL_SYCL_CXX"
+SYCL_CXX_ENV = settings.SYCL_CXX.name
 #: torch's variable for the device architectures of SYCL ahead-of-time compilation ("pvc,bmg").
 ARCH_LIST_ENV = "TORCH_XPU_ARCH_LIST"
 #: The compiler name torch's ninja rule runs (``sycl = icpx`` in ``_write_ninja_file``).

@@ -18,16 +18,16 @@ Nothing here imports ``torch.utils.cpp_extension``: the include and library dire
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
+from anyaccel import settings
 from anyaccel.op_builder.errors import OpBuilderError
 
 #: The oldest torch the kernels support, as (major, minor).
 DEFAULT_TARGET: tuple[int, int] = (2, 10)
 #: Overrides the target (``"2.11"``), e.g. to use a newer stable-ABI feature in a custom op.
-TARGET_ENV = "ANYACCEL_TORCH_TARGET"
+TARGET_ENV = settings.TORCH_TARGET.name
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)")
 
@@ -64,9 +64,8 @@ def target(env: dict[str, str] | None = None) -> tuple[int, int]:
         TorchABIError: the variable is malformed, older than :data:`DEFAULT_TARGET` (the kernels need
             2.10's ABI) or newer than the running torch (whose headers could not provide it).
     """
-    env = dict(os.environ) if env is None else env
-    raw = env.get(TARGET_ENV, "").strip()
-    if not raw:
+    raw = settings.TORCH_TARGET.get(env)
+    if raw is None:
         wanted = DEFAULT_TARGET
     else:
         try:

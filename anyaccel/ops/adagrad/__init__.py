@@ -7,14 +7,11 @@ access.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 __all__ = ["CPUAdagrad"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "CPUAdagrad":
-        from anyaccel.ops.adagrad.cpu import CPUAdagrad
-
-        return CPUAdagrad
-    raise AttributeError(f"module 'anyaccel.ops.adagrad' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CPUAdagrad": "anyaccel.ops.adagrad.cpu",
+})

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.optimizer import PARAM_DTYPES, Hyper, ListOptimizer, step_entry
+from anyaccel.ops.optimizer.base import PARAM_DTYPES, Hyper, ListOptimizer
+from anyaccel.ops.optimizer.hooks import step_entry
 
 __all__ = ["ADAGRAD_HYPERS", "CPUAdagrad"]
 

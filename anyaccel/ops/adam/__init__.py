@@ -7,18 +7,12 @@ are imported on first attribute access.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 __all__ = ["CPUAdam", "FusedAdam"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "CPUAdam":
-        from anyaccel.ops.adam.cpu import CPUAdam
-
-        return CPUAdam
-    if name == "FusedAdam":
-        from anyaccel.ops.adam.fused import FusedAdam
-
-        return FusedAdam
-    raise AttributeError(f"module 'anyaccel.ops.adam' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CPUAdam": "anyaccel.ops.adam.cpu",
+    "FusedAdam": "anyaccel.ops.adam.fused",
+})

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.optimizer import Hyper, ListOptimizer
+from anyaccel.ops.optimizer.base import Hyper, ListOptimizer
 
 __all__ = ["ADAM_HYPERS", "CPUAdam"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from anyaccel.ops.adam.cpu import ADAM_HYPERS
-from anyaccel.ops.optimizer import Hyper, ListOptimizer
+from anyaccel.ops.optimizer.base import Hyper, ListOptimizer
 
 __all__ = ["FusedAdam"]
 

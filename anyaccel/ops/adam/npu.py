@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from anyaccel._compat import foreach
 from anyaccel.ops import validation
 from anyaccel.ops.npu._lists import as_fp32, write_back
 
@@ -118,16 +119,16 @@ def _foreach_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
     ps, gs, ms, vs = as_fp32(params), as_fp32(grads), as_fp32(exp_avgs), as_fp32(exp_avg_sqs)
     if weight_decay != 0.0:
         if adamw_mode:
-            torch._foreach_mul_(ps, 1.0 - lr * weight_decay)
+            foreach.mul_(ps, 1.0 - lr * weight_decay)
         else:
-            gs = list(torch._foreach_add(gs, ps, alpha=weight_decay))
-    torch._foreach_lerp_(ms, gs, 1.0 - beta1)
-    torch._foreach_mul_(vs, beta2)
-    torch._foreach_addcmul_(vs, gs, gs, value=1.0 - beta2)
-    denom = torch._foreach_sqrt(vs)
-    torch._foreach_mul_(denom, 1.0 / math.sqrt(bc2))
-    torch._foreach_add_(denom, eps)
-    torch._foreach_addcdiv_(ps, ms, denom, value=-lr / bc1)
+            gs = list(foreach.add(gs, ps, alpha=weight_decay))
+    foreach.lerp_(ms, gs, 1.0 - beta1)
+    foreach.mul_(vs, beta2)
+    foreach.addcmul_(vs, gs, gs, value=1.0 - beta2)
+    denom = foreach.sqrt(vs)
+    foreach.mul_(denom, 1.0 / math.sqrt(bc2))
+    foreach.add_(denom, eps)
+    foreach.addcdiv_(ps, ms, denom, value=-lr / bc1)
     write_back(params, ps)
     write_back(exp_avgs, ms)
     write_back(exp_avg_sqs, vs)

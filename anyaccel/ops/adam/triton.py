@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel._compat.triton_launch import fast
 from anyaccel.ops.triton import multi_tensor
-from anyaccel.ops.triton.fast_launch import fast
 from anyaccel.ops.triton.launch import device_of
 
 #: Elements per Triton program and warps per program (16 elements, four 16-byte fp32 accesses per

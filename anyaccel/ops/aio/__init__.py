@@ -20,7 +20,7 @@ Importing this package loads nothing (see ``docs/aio.md``).
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "AsyncIOHandle": "anyaccel.ops.aio.handle:AsyncIOHandle",
@@ -30,9 +30,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        from anyaccel.spec import resolve
-
-        return resolve(_EXPORTS[name])
-    raise AttributeError(f"module 'anyaccel.ops.aio' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

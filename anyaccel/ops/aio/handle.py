@@ -32,14 +32,14 @@ from typing import Any
 
 import torch
 
-from anyaccel.op_builder.toolchains.ninja import positive_seconds
+from anyaccel import settings
 from anyaccel.ops.aio import errors, pinned
 
 logger = logging.getLogger(__name__)
 
 #: Seconds ``wait()`` waits by default; ``ANYACCEL_AIO_TIMEOUT`` overrides it.
-DEFAULT_TIMEOUT_S = 600.0
-TIMEOUT_ENV = "ANYACCEL_AIO_TIMEOUT"
+DEFAULT_TIMEOUT_S = settings.AIO_TIMEOUT.default_s
+TIMEOUT_ENV = settings.AIO_TIMEOUT.name
 #: Longest single wait inside the kernel (seconds): Python gets control back this often (Ctrl-C works).
 _WAIT_SLICE_S = 0.25
 #: DeepSpeed's O_DIRECT alignment unit; ``get_alignment()`` is this times ``intra_op_parallelism``.
@@ -50,9 +50,9 @@ def default_timeout_s() -> float:
     """``ANYACCEL_AIO_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S`.
 
     Raises:
-        ValueError: the variable is not a finite positive number of seconds.
+        SettingError: (a ``ValueError``) the variable is not a finite positive number of seconds.
     """
-    return positive_seconds(TIMEOUT_ENV, os.environ.get(TIMEOUT_ENV, ""), DEFAULT_TIMEOUT_S)
+    return settings.AIO_TIMEOUT.get()
 
 
 class AsyncIOHandle:

@@ -7,18 +7,12 @@ attribute access.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 __all__ = ["CPULamb", "FusedLamb"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "FusedLamb":
-        from anyaccel.ops.lamb.fused import FusedLamb
-
-        return FusedLamb
-    if name == "CPULamb":
-        from anyaccel.ops.lamb.cpu import CPULamb
-
-        return CPULamb
-    raise AttributeError(f"module 'anyaccel.ops.lamb' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "FusedLamb": "anyaccel.ops.lamb.fused",
+    "CPULamb": "anyaccel.ops.lamb.cpu",
+})

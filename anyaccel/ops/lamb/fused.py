@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from anyaccel.ops.optimizer import Hyper, ListOptimizer, _Bucket, _Prepared, step_entry
+from anyaccel.ops.optimizer.base import Hyper, ListOptimizer
+from anyaccel.ops.optimizer.hooks import step_entry
+from anyaccel.ops.optimizer.plans import Bucket, Prepared
 
 __all__ = ["CPULamb", "FusedLamb"]
 
@@ -155,7 +157,7 @@ class FusedLamb(ListOptimizer):
         self._coeffs = []
         return super().step(closure)
 
-    def _launch_scalars(self, prepared: _Prepared, bucket: _Bucket) -> dict[str, Any]:
+    def _launch_scalars(self, prepared: Prepared, bucket: Bucket) -> dict[str, Any]:
         coeffs = bucket.extras.get("lamb_coeffs")
         if coeffs is None or coeffs.numel() != len(bucket.targets):
             coeffs = bucket.extras["lamb_coeffs"] = torch.empty(len(bucket.targets), dtype=torch.float32,

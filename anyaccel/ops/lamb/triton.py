@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel._compat.triton_launch import fast
 from anyaccel.ops.triton import multi_tensor
-from anyaccel.ops.triton.fast_launch import fast
 from anyaccel.ops.triton.launch import device_of
 
 BLOCK = 4096

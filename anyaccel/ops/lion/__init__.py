@@ -7,18 +7,12 @@ are imported on first attribute access.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 __all__ = ["CPULion", "FusedLion"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "CPULion":
-        from anyaccel.ops.lion.cpu import CPULion
-
-        return CPULion
-    if name == "FusedLion":
-        from anyaccel.ops.lion.fused import FusedLion
-
-        return FusedLion
-    raise AttributeError(f"module 'anyaccel.ops.lion' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CPULion": "anyaccel.ops.lion.cpu",
+    "FusedLion": "anyaccel.ops.lion.fused",
+})

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from anyaccel.ops.lion.cpu import LION_HYPERS
-from anyaccel.ops.optimizer import Hyper, ListOptimizer
+from anyaccel.ops.optimizer.base import Hyper, ListOptimizer
 
 __all__ = ["FusedLion"]
 

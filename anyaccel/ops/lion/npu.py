@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from anyaccel._compat import foreach
 from anyaccel.ops import validation
 from anyaccel.ops.npu._lists import as_fp32, write_back
 
@@ -52,10 +53,10 @@ def lion_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
                                      [c.as_tuple() for c in SPEC.dtypes], params[0].device.type)
     ps, gs, ms = as_fp32(params), as_fp32(grads), as_fp32(exp_avgs)
     if weight_decay != 0.0:
-        torch._foreach_mul_(ps, 1.0 - lr * weight_decay)
-    c = torch._foreach_lerp(ms, gs, 1.0 - beta1)
-    torch._foreach_add_(ps, torch._foreach_sign(c), alpha=-lr)
-    torch._foreach_lerp_(ms, gs, 1.0 - beta2)
+        foreach.mul_(ps, 1.0 - lr * weight_decay)
+    c = foreach.lerp(ms, gs, 1.0 - beta1)
+    foreach.add_(ps, foreach.sign(c), alpha=-lr)
+    foreach.lerp_(ms, gs, 1.0 - beta2)
     write_back(params, ps)
     write_back(exp_avgs, ms)
     if model_copies:

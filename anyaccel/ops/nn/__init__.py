@@ -14,7 +14,7 @@ Importing this package imports neither Triton nor the implementations.
 
 from __future__ import annotations
 
-from typing import Any
+from anyaccel.lazy_exports import lazy_exports
 
 _FUNCTIONS = ("cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax",
               "rms_norm", "rope", "rope_qk", "silu", "softmax", "swiglu")
@@ -22,15 +22,8 @@ _FUNCTIONS = ("cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy
 __all__ = sorted((*_FUNCTIONS, "patch", "unpatch"))
 
 
-def __getattr__(name: str) -> Any:
-    """Imports the front ends on first use; the attribute is then set on the package, so later lookups
-    (one per eager call in ``anyaccel.ops.nn.rms_norm(...)``) skip this function."""
-    if name in _FUNCTIONS:
-        from anyaccel.ops.nn import functional as module
-    elif name in ("patch", "unpatch"):
-        from anyaccel.ops.nn import hf_patch as module  # type: ignore[no-redef]
-    else:
-        raise AttributeError(f"module 'anyaccel.ops.nn' has no attribute {name!r}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **{name: "anyaccel.ops.nn.functional" for name in _FUNCTIONS},
+    "patch": "anyaccel.ops.nn.hf_patch",
+    "unpatch": "anyaccel.ops.nn.hf_patch",
+})

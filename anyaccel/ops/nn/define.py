@@ -22,7 +22,10 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   ``wrap_triton``'s higher-order op outside of tracing) costs a hundred microseconds and more per call on
   the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
   eager mode when no dispatch mode is active, and the torch ops otherwise
-  (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas.
+  (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
+  Functions' ``apply`` skips torch's per-call signature bind where torch allows
+  (:mod:`anyaccel._compat.autograd_function`), and Triton implementations run with ``wrap_triton`` passing
+  kernels through (:func:`anyaccel._compat.library.untraced`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from anyaccel._compat import autograd_function, dispatcher, library
 from anyaccel.spec import OpSpec, SpecError
 
 #: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
@@ -39,68 +43,6 @@ Formula = tuple[Callable[..., None], Callable[..., Any]]
 
 _LOCK = threading.Lock()
 _DEFINED: dict[str, SimpleNamespace] = {}
-
-
-def _untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with ``wrap_triton`` returning the plain kernel (what ``triton_op`` does around its eager
-    calls): launching through the higher-order op outside of tracing costs about a millisecond."""
-    import functools
-
-    from torch._library import triton as triton_lib
-
-    state = triton_lib.wrap_triton_enabled
-
-    # ``wraps`` keeps ``fn``'s signature visible (``__wrapped__``): the eager ``autograd.Function``'s fast
-    # ``apply`` needs the arity, and without it falls back to torch's per-call ``inspect.signature`` bind
-    @functools.wraps(fn)
-    def call(*args: Any) -> Any:
-        prev = getattr(state, "value", triton_lib.wrap_triton_enabled_default)
-        state.value = False
-        try:
-            return fn(*args)
-        finally:
-            state.value = prev
-
-    return call
-
-
-def _function(name: str, forward: Callable[..., Any], formula: Formula) -> Any:
-    """A ``torch.autograd.Function`` running ``forward`` with ``formula``'s context setup and backward.
-
-    Its ``apply`` skips ``torch.autograd.Function.apply``'s per-call ``inspect.signature(forward).bind`` (which
-    only fills in defaults, and costs tens of microseconds per eager call) when every parameter of
-    ``forward`` is passed positionally and no functorch transform is active; otherwise it is torch's. When,
-    besides, there is no graph to record (grad mode off, or no tensor argument requiring grad) and no
-    forward-mode AD level is open, it calls ``forward`` directly: the same outputs, without the autograd
-    node and context ``Function.apply`` builds (about 10 us).
-    """
-    import inspect
-
-    import torch
-    from torch._functorch.utils import unwrap_dead_wrappers
-    from torch.autograd import forward_ad
-
-    setup, backward = formula
-    params = inspect.signature(forward).parameters.values()
-    positional = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
-    arity = len(params) if positional else -1
-
-    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        if kwargs or len(args) != arity or torch._C._are_functorch_transforms_active():
-            return torch.autograd.Function.apply.__func__(cls, *args, **kwargs)  # type: ignore[attr-defined]
-        # what torch's Function.apply does once its bind found nothing to fill in
-        args = unwrap_dead_wrappers(args)
-        if forward_ad._current_level < 0 and (not torch.is_grad_enabled() or not any(
-                [isinstance(a, torch.Tensor) and a.requires_grad for a in args])):
-            return forward(*args)
-        return super(torch.autograd.Function, cls).apply(*args)
-
-    return type(f"{name}_eager", (torch.autograd.Function,), {
-        "forward": staticmethod(forward),
-        "setup_context": staticmethod(setup),
-        "backward": staticmethod(backward),
-        "apply": classmethod(apply),
-    })
 
 
 def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *, triton: bool,
@@ -138,7 +80,9 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             qualname = f"{namespace}::{name}"
             if triton:
                 op: Any = torch.library.triton_op(qualname, impl, mutates_args=fn.mutated)
-                _check_schema(qualname, str(op._opoverload._schema), fn.schema)
+                registered = dispatcher.registered_schema(op)
+                if registered is not None:
+                    _check_schema(qualname, registered, fn.schema)
             else:
                 op = torch.library.custom_op(qualname, impl, mutates_args=fn.mutated, schema=fn.schema)
                 fake = fn.load_fake()
@@ -146,14 +90,15 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
                     op.register_fake(fake)
             defs[name] = op
             ops[name] = getattr(getattr(torch.ops, namespace), name)
-        plain = {name: (_untraced(fn) if triton else fn) for name, fn in impls.items()}
+        plain = {name: (library.untraced(fn) if triton else fn) for name, fn in impls.items()}
         eager = SimpleNamespace(**plain)
         result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, plain=SimpleNamespace(**plain), **ops)
         if autograd is not None:
             for name, (setup, backward) in autograd(result).items():
                 defs[name].register_autograd(backward, setup_context=setup)
             for name, formula in autograd(eager).items():
-                setattr(eager, name, _function(f"{namespace}_{name}", plain[name], formula).apply)
+                setattr(eager, name, autograd_function.function(f"{namespace}_{name}_eager", plain[name],
+                                                                 *formula).apply)
         _DEFINED[namespace] = result
         return result
 
@@ -161,9 +106,8 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
 def _check_schema(qualname: str, registered: str, declared: str) -> None:
     """Raise unless the schema torch inferred for ``qualname`` is the declared one (argument names and types,
     returns)."""
-    import torch
-
-    want = str(torch._C.parse_schema(f"{qualname}{declared}"))
-    if registered.replace("SymInt", "int") != want:  # annotations' ``int`` is inferred as SymInt
+    want = dispatcher.canonical_schema(f"{qualname}{declared}")
+    # annotations' ``int`` is inferred as SymInt
+    if dispatcher.canonical_schema(registered.replace("SymInt", "int")) != want:
         raise SpecError(f"{qualname}: the implementation's annotations give the schema {registered!r} but the op "
                         f"spec declares {want!r}; make the annotations match the spec")

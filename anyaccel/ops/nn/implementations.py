@@ -5,9 +5,9 @@ The front ends (:mod:`anyaccel.ops.nn.functional`) look up the op namespace of t
 (:func:`anyaccel.ops.dispatch.load`: forced name, ``ANYACCEL_IMPL_<FAMILY>``, else priority) and call
 ``torch.ops.<namespace>.<function>``. The lookup is marked as ``torch.compiler.assume_constant_result``
 marks functions: Dynamo runs it once while tracing (loading the implementation may register ops, which
-Dynamo must not trace) and bakes the namespace into the graph as a constant. The mark is set directly
-(``_dynamo_marked_constant``, what that decorator sets; a test checks it still is), because calling the
-decorator imports Dynamo, and with it Triton, which importing the front ends must not.
+Dynamo must not trace) and bakes the namespace into the graph as a constant. The mark is set without
+importing Dynamo (and with it Triton), which importing the front ends must not
+(:func:`anyaccel._compat.dynamo.mark_constant_result`).
 
 Consequence: a compiled function keeps the implementation chosen when it was traced; changing
 ``ANYACCEL_IMPL_<FAMILY>`` afterwards needs ``torch._dynamo.reset()``.
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from anyaccel._compat import dispatcher, dynamo
 
 
 def namespace(family: str, device_type: str, impl: str | None = None) -> str:
@@ -41,15 +43,13 @@ def namespace(family: str, device_type: str, impl: str | None = None) -> str:
     return str(dispatch.load(family, device_type, impl).namespace)
 
 
-#: torch.compiler.assume_constant_result's mark (torch/_dynamo/decorators.py), set without importing Dynamo.
-DYNAMO_CONSTANT_MARK = "_dynamo_marked_constant"
-setattr(namespace, DYNAMO_CONSTANT_MARK, True)
+dynamo.mark_constant_result(namespace)
 
 
 def tracing() -> bool:
     """Whether calls are being traced rather than run eagerly: ``torch.compile`` compiling, or a torch dispatch
     mode active (fake tensors, functionalisation, ``make_fx``, ``opcheck``, user modes)."""
-    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+    return torch.compiler.is_compiling() or dispatcher.dispatch_mode_active()
 
 
 def ops(family: str, device_type: str, impl: str | None = None) -> Any:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from anyaccel._compat import dispatcher
 from anyaccel.ops.override import aten_ops
 from anyaccel.ops.override.policy import Policy
 
@@ -54,7 +55,7 @@ def _device_type() -> str:
 
 
 def _dispatch_key(device_type: str) -> str:
-    return str(torch._C._dispatch_key_for_device(device_type))
+    return dispatcher.dispatch_key_for_device(device_type)
 
 
 def _device_name(device_type: str) -> str:
@@ -105,7 +106,7 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
         plan = []
         for entry in selected:
             qual = f"aten::{entry.name}"
-            if not torch._C._dispatch_has_kernel_for_dispatch_key(qual, dkey):
+            if not dispatcher.has_kernel(qual, dkey):
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
             if not pol.registrable(entry.name):
@@ -128,7 +129,10 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
                 for entry, ns, original in plan:
-                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True)
+                    # a nested layer overrides the enclosing one's kernel: explicit, as torch 2.10's default
+                    # is to refuse (2.11 and later allow it by default)
+                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True,
+                             allow_override=True)
         _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,

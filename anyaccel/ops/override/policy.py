@@ -27,6 +27,8 @@ import re
 import threading
 from pathlib import Path
 
+from anyaccel import settings
+
 logger = logging.getLogger(__name__)
 
 #: Policy modes.
@@ -35,7 +37,7 @@ MODES = ("tuned", "always", "never")
 MARGIN = 0.03
 #: The slowest a registered op may make any measured call, relative to aten.
 FLOOR = 0.95
-ENV_MODE = "ANYACCEL_OVERRIDE_POLICY"
+ENV_MODE = settings.OVERRIDE_POLICY.name
 
 
 def bucket(rows: int) -> int:
@@ -104,7 +106,7 @@ class Policy:
     def load(cls, device_name: str, mode: str | None = None, root: Path | None = None) -> Policy:
         """The policy for ``device_name`` from its table file (an empty table when there is none or it is
         unreadable, logged)."""
-        mode = mode or os.environ.get(ENV_MODE) or "tuned"
+        mode = mode or settings.OVERRIDE_POLICY.get() or "tuned"
         path = table_path(device_name, root)
         speedups: dict[str, float] = {}
         fallbacks: dict[str, float] = {}

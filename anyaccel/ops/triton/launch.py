@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from anyaccel.ops.triton.fast_launch import fast
+from anyaccel._compat import library
+from anyaccel._compat.triton_launch import fast
 
 #: Elements a program keeps in registers per tile (rows x columns) before switching to a looped walk.
 MAX_TILE = 16384
@@ -118,19 +119,8 @@ def device_of(t: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
 
 def wrap(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
-    the kernel's eager fast launcher (:func:`anyaccel.ops.triton.fast_launch.fast`, launched with the same
-    ``[grid](*args, **kwargs)``). Decides with torch's own switch
-    (``torch._library.triton.is_wrap_triton_enabled``), but only calls ``wrap_triton`` (several imports per
-    call, 5 us of an eager launch's host time) when it is on.
+    the kernel's eager fast launcher (:func:`anyaccel._compat.triton_launch.fast`, launched with the same
+    ``[grid](*args, **kwargs)``). Decides with torch's own switch, and only calls ``wrap_triton`` (several
+    imports per call, 5 us of an eager launch's host time) when it is on (:func:`anyaccel._compat.library.wrap`).
     """
-    if not _torch_triton().is_wrap_triton_enabled():
-        return fast(kernel)
-    return _torch_triton().wrap_triton(kernel)
-
-
-@functools.cache
-def _torch_triton() -> Any:
-    """``torch._library.triton`` (imported on first use: it is not needed before the first launch)."""
-    import torch._library.triton
-
-    return torch._library.triton
+    return library.wrap(kernel, fast)

@@ -18,7 +18,7 @@ The callable:
   walks contiguously (:func:`anyaccel.ops.triton.broadcast.coalesce`), so a contiguous call indexes one
   flat dimension and vectorises;
 - passes **Python scalars** (``int``, ``float``, ``bool``) as kernel arguments (not tensors);
-- applies **torch's type promotion** (``torch._prims_common.elementwise_dtypes``, the rules
+- applies **torch's type promotion** (:func:`anyaccel._compat.prims.elementwise_dtypes`, the rules
   ``torch.result_type`` follows for any number of operands, 0-dim tensors and scalars included): inputs
   are converted to the computation dtype (fp32 for 16-bit floats, as torch's opmath), outputs written in
   the result dtype (or the dtypes given per call);
@@ -45,8 +45,8 @@ from typing import Any
 
 import torch
 import triton.language as tl
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from anyaccel._compat import dispatcher, prims
 from anyaccel.ops.triton.broadcast import broadcast_shape, coalesce, empty_output
 from anyaccel.ops.triton.launch import device_of, wrap
 
@@ -54,13 +54,8 @@ from anyaccel.ops.triton.launch import device_of, wrap
 BLOCK = 1024
 NUM_WARPS = 4
 
-#: Promotion rule names -> torch's kinds (``torch/_prims_common/__init__.py``).
-PROMOTIONS: dict[str, ELEMENTWISE_TYPE_PROMOTION_KIND] = {
-    "default": ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
-    "int_to_float": ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT,
-    "always_bool": ELEMENTWISE_TYPE_PROMOTION_KIND.ALWAYS_BOOL,
-    "no_opmath": ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH,
-}
+#: Promotion rule names (torch's elementwise kinds, :data:`anyaccel._compat.prims.RULES`).
+PROMOTIONS: tuple[str, ...] = tuple(prims.RULES)
 
 _TL_DTYPES: dict[torch.dtype, Any] = {
     torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float64: tl.float64,
@@ -111,7 +106,7 @@ class Pointwise:
         key = tuple((a.dtype, a.dim() == 0) if isinstance(a, torch.Tensor) else type(a) for a in args)
         cached = self._dtypes.get(key)
         if cached is None:
-            cached = elementwise_dtypes(*args, type_promotion_kind=PROMOTIONS[self.promotion])
+            cached = prims.elementwise_dtypes(*args, rule=self.promotion)
             self._dtypes[key] = cached
         return cached
 
@@ -139,7 +134,7 @@ class Pointwise:
         call with the same metadata goes straight to allocation and launch.
         """
         key = None
-        if out is None and torch._C._len_torch_dispatch_stack() == 0 and not torch.compiler.is_compiling():
+        if out is None and not dispatcher.dispatch_mode_active() and not torch.compiler.is_compiling():
             key = _call_key(args, out_dtypes)
             hit = self._calls.get(key) if key is not None else None
             if hit is not None:
@@ -192,7 +187,7 @@ class Pointwise:
                 self._calls[key] = plan
         with device_of(outs[0]):
             wrap(kernel)[(-(-n // BLOCK),)](
-                *operands, *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
+                *map(_scalar_arg, operands), *outs, n, *sizes, *flat_strides, COMPUTE=_TL_DTYPES[compute], BLOCK=BLOCK,
                 num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
@@ -207,8 +202,8 @@ class Pointwise:
             outs = [torch.empty(plan.shape, dtype=dt, device=plan.device) for dt in plan.out_dtypes]
         with device_of(outs[0]):
             wrap(plan.kernel)[(-(-plan.n // BLOCK),)](
-                *args, *outs, plan.n, *plan.sizes, *plan.flat_strides, COMPUTE=plan.compute, BLOCK=BLOCK,
-                num_warps=NUM_WARPS)
+                *map(_scalar_arg, args), *outs, plan.n, *plan.sizes, *plan.flat_strides, COMPUTE=plan.compute,
+                BLOCK=BLOCK, num_warps=NUM_WARPS)
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
     def _plan(self, shape: torch.Size, tensors: list[torch.Tensor], outs: list[torch.Tensor],
@@ -216,7 +211,7 @@ class Pointwise:
         """Coalesced sizes, flattened strides and the kernel of a launch; cached by the operands' shapes and
         strides for real tensors (fake or symbolic ones, while tracing, are planned afresh)."""
         key = None
-        if torch._C._len_torch_dispatch_stack() == 0:
+        if not dispatcher.dispatch_mode_active():
             key = (kinds, tuple(shape), *((tuple(t.shape), t.stride()) for t in tensors),
                    *(o.stride() for o in outs))
             hit = self._plans.get(key)
@@ -280,6 +275,12 @@ def pointwise(num_inputs: int, num_outputs: int = 1, promotion: str = "default")
         return Pointwise(body, num_inputs, num_outputs, promotion)
 
     return decorate
+
+
+def _scalar_arg(a: Any) -> Any:
+    """A kernel argument: a Python bool as the int it equals (the kernel adds a scalar to a ``COMPUTE`` zero,
+    so the value is the same; Triton 3.6's interpreter refuses bool arguments), anything else as is."""
+    return int(a) if type(a) is bool else a
 
 
 def generate_source(name: str, kinds: Sequence[bool], rank: int, num_outputs: int,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from anyaccel.op_builder import CPUAdamBuilder, CPULionBuilder, TorchCPUOpBuilder
-from anyaccel.op_builder.core.builder import PACKAGE_DIR
+from anyaccel.op_builder.core.hooks import PACKAGE_DIR
 from anyaccel.op_builder.errors import ISAError, OpBuilderError
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS, supported_levels

@@ -18,7 +18,7 @@ import pytest
 from opb_helpers import REAL_CXX, make_wrapper, unique
 from toy_builder import ToyBuilder
 
-from anyaccel.op_builder.errors import BuildError, OpBuilderError
+from anyaccel.op_builder.errors import BuildError, OpBuilderError, SettingError
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains.host import require_ninja
 
@@ -216,6 +216,7 @@ def test_a_builder_whose_compiler_hangs_fails_with_the_timeout_diagnosis(tmp_pat
 
 def test_a_negative_or_nan_bound_never_reaches_ninja() -> None:
     for raw in ("nan", "-5"):
-        with pytest.raises(ValueError):
-            nj.positive_seconds("X", raw, 1.0)
-    assert nj.positive_seconds("X", "", 7.0) == 7.0 and math.isfinite(nj.positive_seconds("X", "1e9", 1.0))
+        with pytest.raises(SettingError):
+            nj.build_timeout_s({nj.TIMEOUT_ENV: raw})
+    assert nj.build_timeout_s({}) == nj.DEFAULT_TIMEOUT_S
+    assert math.isfinite(nj.build_timeout_s({nj.TIMEOUT_ENV: "1e9"}))

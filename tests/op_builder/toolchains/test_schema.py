@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from opb_helpers import REAL_CXX
 
-from anyaccel.op_builder.core.builder import PACKAGE_DIR
+from anyaccel.op_builder.core.hooks import PACKAGE_DIR
 from anyaccel.op_builder.toolchains import schema, torch_abi
 from anyaccel.spec import SCALAR_TYPES, DtypeCombo, Function, NativeBuild, OpSpec, all_op_specs
 

@@ -15,6 +15,9 @@ from anyaccel.ops.override import aten_ops, mode
 from anyaccel.ops.override.policy import Policy, key
 from anyaccel.testing.tolerances import assert_close
 
+#: bound of every thread wait in these tests (seconds): a failure must not hang the suite
+WAIT_S = 120.0
+
 
 class CountingPolicy(Policy):
     """Policy "always" that counts the calls routed to anyaccel."""
@@ -78,19 +81,27 @@ def test_exit_restores_aten_and_nesting_unwinds(interpreter_impls: None) -> None
 
 def test_out_of_order_exit_across_threads_restores_aten(interpreter_impls: None) -> None:
     pols = [CountingPolicy() for _ in range(4)]
-    entered, release = threading.Barrier(4), threading.Event()
+    # every wait is bounded: a worker that fails inside use_ops breaks the barrier instead of hanging the others
+    entered, release = threading.Barrier(4, timeout=WAIT_S), threading.Event()
+    errors: list[BaseException] = []
 
     def worker(p: Policy) -> None:
-        with anyaccel.ops.use_ops(include=["silu"], policy=p):
-            entered.wait()
-            release.wait()
+        try:
+            with anyaccel.ops.use_ops(include=["silu"], policy=p):
+                entered.wait()
+                assert release.wait(WAIT_S), "the main thread never released the workers"
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            errors.append(exc)
+            entered.abort()
 
-    threads = [threading.Thread(target=worker, args=(p,)) for p in pols]
+    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in pols]
     for t in threads:
         t.start()
     release.set()
     for t in threads:
-        t.join()
+        t.join(WAIT_S)
+    assert not any(t.is_alive() for t in threads), f"a worker is still waiting after {WAIT_S} s"
+    assert not errors, errors
     F.silu(torch.randn(5))
     assert all(p.ours == [] for p in pols) and mode.replaced_ops() == []
 

@@ -1,4 +1,4 @@
-"""The eager fast launcher of Triton kernels (:mod:`anyaccel.ops.triton.fast_launch`).
+"""The eager fast launcher of Triton kernels (:mod:`anyaccel._compat.triton_launch`).
 
 On the CPU the kernel's compiled path is faked at its two seams (the binder that classifies arguments and
 ``JITFunction.run``, which compiles and returns a compiled kernel), so the caching and every fallback are
@@ -25,8 +25,8 @@ from triton import knobs  # noqa: E402
 from triton.runtime.driver import driver as triton_driver  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-from anyaccel.ops.triton import fast_launch  # noqa: E402
-from anyaccel.ops.triton.fast_launch import FastLaunch, fast  # noqa: E402
+from anyaccel._compat import triton_launch as fast_launch  # noqa: E402
+from anyaccel._compat.triton_launch import FastLaunch, fast  # noqa: E402
 
 _GLOBAL_SCALE = 2
 
@@ -214,3 +214,15 @@ def test_fast_launch_matches_triton_on_the_gpu(dtype: torch.dtype) -> None:
             torch.cuda.synchronize()
             assert torch.equal(ours, theirs) and torch.equal(ours, x * 2)
     assert 2 <= launcher.cached() <= 8
+
+
+def test_a_triton_without_the_private_members_launches_through_run(fake: _Fake,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback where a Triton release renames a member the fast path reads: every launch is
+    ``kernel[grid](...)`` (Triton's ``run``), with the same results."""
+    x, y = torch.zeros(4), torch.zeros(4)
+    monkeypatch.delattr(fake.kernel, "device_caches")
+    launcher = FastLaunch(fake.kernel)
+    for _ in range(3):
+        launcher[(1,)](x, y, 4, BLOCK=4)
+    assert len(fake.runs) == 3 and launcher.cached() == 0

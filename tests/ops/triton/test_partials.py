@@ -15,6 +15,10 @@ if importlib.util.find_spec("triton") is not None and not torch.cuda.is_availabl
 pytest.importorskip("triton")
 
 from anyaccel.ops.triton.partials import sum_partials  # noqa: E402
+from anyaccel.testing.nn_impls import interpreter_reason  # noqa: E402
+
+if interpreter_reason():  # an interpreter that cannot run the kernels with this NumPy (the reason names versions)
+    pytest.skip(interpreter_reason(), allow_module_level=True)
 
 _DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -80,12 +80,12 @@ def test_manifest_fields_decide_trust(monkeypatch, counting_cxx):
         return man
 
     tamper(built_with_torch="2.10.0")
-    assert b._valid_entry(entry, key, b.key_inputs()) is not None  # built under another torch: still trusted
+    assert b._check_entry(entry, key, b.key_inputs()).ok  # built under another torch: still trusted
     assert run_json(toy_load_cmd(variant), env)["source"] == "cache" and count() == 1
     tamper(abi_target="9.99")  # needs a torch this process does not have
-    assert b._valid_entry(entry, key, b.key_inputs()) is None
+    assert not b._check_entry(entry, key, b.key_inputs()).ok
     tamper(isa="avx512" if b.isa() != "avx512" else "portable")
-    assert b._valid_entry(entry, key, b.key_inputs()) is None
+    assert not b._check_entry(entry, key, b.key_inputs()).ok
     run_json(toy_load_cmd(variant), env)
     assert count() == 2  # rebuilt
     assert json.loads(path.read_text())["inputs"] == b.key_inputs() | {"compiler": json.loads(path.read_text())[
@@ -156,7 +156,7 @@ def test_sigkill_during_the_build_then_load(tmp_path, monkeypatch, when):
     y = x.clone()
     m.scale_(x, 2.0)
     torch.testing.assert_close(x, y * 2.0)
-    assert b._valid_entry(cache.entry("toy", key), key, b.key_inputs()) is not None
+    assert b._check_entry(cache.entry("toy", key), key, b.key_inputs()).ok
 
 
 def test_a_failed_key_fails_fast_and_another_key_still_builds(monkeypatch):
@@ -180,7 +180,8 @@ def test_a_gold_linker_that_cannot_link_does_not_fail_the_build(tmp_path, monkey
 
 
 def test_prebuilt_root_follows_the_variable(monkeypatch, tmp_path):
-    from anyaccel.op_builder.core.builder import PACKAGE_DIR, prebuilt_root
+    from anyaccel.op_builder.core.hooks import PACKAGE_DIR
+    from anyaccel.op_builder.core.loading import prebuilt_root
 
     monkeypatch.delenv("ANYACCEL_PREBUILT_DIR", raising=False)
     assert prebuilt_root() == PACKAGE_DIR / "_prebuilt"

@@ -8,6 +8,12 @@ key, checks the kernel's globals, builds a launch-metadata dictionary for the la
 to thirty arguments, that is a large part of an eager call's host time (the GPU idles while the host
 works at small and medium shapes). FlagGems's ``libentry`` answers the same problem the same way.
 
+Private Triton internals used: ``JITFunction.device_caches`` (the binder), ``JITFunction.used_global_vals``,
+``JITFunction.pre_run_hooks``, ``knobs.runtime.launch_enter_hook``/``launch_exit_hook`` and
+``CompiledKernel.run``/``function``/``packed_metadata``. The members are checked once per kernel (Triton 3.6.0
+with torch 2.10.0, Triton 3.9.0 with torch 2.15.0; the launch itself runs only on a GPU, whose numbers are
+measured there); where one is missing every launch is the public ``kernel[grid](...)``.
+
 :class:`FastLaunch` keeps, per device and per specialization, the ``CompiledKernel`` that ``JITFunction.run``
 returned, and launches it directly:
 
