@@ -2,10 +2,11 @@
 
 Every :class:`~anyaccel.spec.NativeBuild` of every op spec (:func:`anyaccel.spec.all_op_specs`) becomes a
 builder class, made on first use by :func:`builder_class` from its backend's base (:data:`BACKEND_BASES`) and
-named after the build's builder name (``"CPUAdamBuilder"``); an alias name of the build
-(:class:`~anyaccel.spec.BuilderAlias`) gets a subclass under that name (same ``NAME``, cache entry and loaded
-library). Which class answers a builder name on an accelerator, overrides included, is the op registry's
-business (:mod:`anyaccel.ops.registry`); this module knows the specs only.
+named after the build's builder name (``"CPUAdamBuilder"``); a name an integration contributes for the build
+(:class:`~anyaccel.op_builder.core.aliases.BuilderAlias`: DeepSpeed's ``FusedAdamBuilder`` on the CPU) gets a
+subclass under that name (same ``NAME``, cache entry and loaded library). Which class answers a builder name
+on an accelerator, overrides included, is the op registry's business (:mod:`anyaccel.ops.registry`); this
+module knows the specs and the contributed aliases only.
 
 Importing this module is cheap: specs are read and classes made when first asked for.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+from anyaccel.op_builder.core import aliases
 from anyaccel.spec import NativeBuild, OpSpec, SpecError, all_op_specs, op_spec, resolve
 
 #: The accelerator name of rows that serve every accelerator (host ops).
@@ -36,7 +38,7 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
     Args:
         family: the op family.
         build_name: the build's ``NAME``.
-        builder: one of the build's alias names (``"FusedAdamBuilder"`` for ``cpu_adam``): the class is then
+        builder: one of the build's contributed alias names (``"FusedAdamBuilder"`` for ``cpu_adam``): the class is then
             a subclass of the build's class named after the alias (same ``NAME``, ``BUILD``, key and cache
             entry). None or the build's own builder name: the build's class.
 
@@ -52,9 +54,9 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
     if build is None:
         s.build(build_name)  # raises SpecError naming the builds
         raise AssertionError("unreachable")
-    if builder is not None and builder not in build.builder_names:
-        raise SpecError(f"op {family!r}: build {build_name!r} answers to {list(build.builder_names)}, not "
-                        f"{builder!r}")
+    names = builder_names(family, build.name)
+    if builder is not None and builder not in names:
+        raise SpecError(f"op {family!r}: build {build_name!r} answers to {list(names)}, not {builder!r}")
     return _make_class(family, build_name, None if builder == build.builder else builder)
 
 
@@ -68,7 +70,7 @@ def _make_class(family: str, build_name: str, alias: str | None) -> type:
         return type(alias, (primary,), {
             "__module__": "anyaccel.op_builder",
             "__doc__": f"{alias}: the {build.builder} build ({build.name}) under another builder name on "
-                       f"{', '.join(a for al in build.aliases if al.builder == alias for a in al.accelerators)}. "
+                       f"{', '.join(a for al in aliases.contributed() if al.name == alias for a in al.accelerators)}. "
                        f"{s.summary}.",
         })
     base = resolve(DELEGATING_BASE if build.module else BACKEND_BASES[build.backend])
@@ -83,16 +85,29 @@ def _make_class(family: str, build_name: str, alias: str | None) -> type:
     })
 
 
+def builder_names(family: str, build_name: str) -> tuple[str, ...]:
+    """Every builder name build ``build_name`` (its ``NAME``) of ``family`` answers to: its own, then the
+    aliases integrations contribute (:func:`anyaccel.op_builder.core.aliases.names_of`).
+
+    Raises:
+        SpecError: no such family or build.
+    """
+    build = op_spec(family).build(build_name)
+    return tuple(dict.fromkeys((build.builder, *aliases.names_of(family, build.name))))
+
+
 def spec_builds() -> list[tuple[OpSpec, NativeBuild]]:
     """Every (spec, build) pair, in spec then build order (``anyaccel build`` and the report walk these)."""
     return [(s, b) for s in all_op_specs() for b in s.builds]
 
 
 def spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
-    """Builder name -> accelerator -> (spec, build), from every build's rows (aliases included).
+    """Builder name -> accelerator -> (spec, build), from every build's rows, then the contributed aliases'.
 
     Raises:
         SpecError: two specs claim the same (builder name, accelerator) row.
+
+    An alias whose row a build already fills is logged and ignored: the spec's build keeps the row.
     """
     rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
     for s, b in spec_builds():
@@ -102,7 +117,23 @@ def spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
                 raise SpecError(f"builder {builder!r} on {acc!r} is claimed by op families {taken[0].family!r} "
                                 f"and {s.family!r}")
             rows[builder][acc] = (s, b)
+    for alias in aliases.contributed():
+        s = op_spec(alias.family)
+        b = s.build(alias.build)
+        for acc in alias.accelerators:
+            taken = rows.setdefault(alias.name, {}).get(acc)
+            if taken is not None and taken[1] is not b:
+                _log_alias_clash(alias, acc, taken[1])
+                continue
+            rows[alias.name][acc] = (s, b)
     return rows
+
+
+@functools.cache
+def _log_alias_clash(alias: aliases.BuilderAlias, accelerator: str, build: NativeBuild) -> None:
+    """Warn once that ``alias`` names a row ``build`` already fills."""
+    aliases.logger.warning("builder alias %s of build %s on %r ignored: build %s already fills that row",
+                           alias.name, alias.build, accelerator, build.name)
 
 
 def spec_builder_class(name: str) -> type | None:

@@ -178,6 +178,13 @@ DIAGNOSES: dict[str, Diagnosis] = {
             "set the variable named above to a value the message lists, or unset it",
         ),
         Diagnosis(
+            "stale_install",
+            "anyaccel's installed metadata lacks entry points its code declares (installed before they existed)",
+            "reinstall anyaccel: `pip install -e .` in a source checkout, else `pip install --force-reinstall "
+            "anyaccel`; delete a stale `anyaccel.egg-info` left in the checkout (it shadows the installed metadata "
+            "when Python runs from there)",
+        ),
+        Diagnosis(
             "unknown_op",
             "no op builder has this name",
             "use one of the names the message lists (`anyaccel report` shows them all)",
@@ -300,6 +307,14 @@ class UnknownOpError(OpBuilderError, ValueError):
     """An op name that no accelerator knows; the message lists every known name."""
 
     CODE = "unknown_op"
+
+
+class StaleInstallError(OpBuilderError, RuntimeError):
+    """anyaccel's installed distribution metadata lacks an entry-point group its code relies on: the
+    environment was installed (``pip install -e .``) before the group was added to ``pyproject.toml``, so
+    what the group contributes (DeepSpeed's ``create_adam``...) would silently be missing."""
+
+    CODE = "stale_install"
 
 
 class ISAError(OpBuilderError, ValueError):

@@ -23,7 +23,7 @@ neither torch nor a builder; fakes and loaders are named as ``"module:attribute"
 
 from __future__ import annotations
 
-from anyaccel.spec.builds import BACKENDS, REGISTRATION_CXX_ARGS, BuilderAlias, NativeBuild
+from anyaccel.spec.builds import BACKENDS, REGISTRATION_CXX_ARGS, NativeBuild
 from anyaccel.spec.discovery import ENTRY_POINT_GROUP, all_op_specs, op_spec
 from anyaccel.spec.errors import SpecError
 from anyaccel.spec.family import OpSpec
@@ -49,7 +49,6 @@ __all__ = [
     "REGISTRATION_CXX_ARGS",
     "SCALAR_TYPES",
     "Argument",
-    "BuilderAlias",
     "DtypeCombo",
     "Function",
     "Implementation",

@@ -1,29 +1,8 @@
-"""Native builds: what one compiled library of an op family is made of, and the builder names it answers to."""
+"""Native builds: what one compiled library of an op family is made of, and the builder class it makes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class BuilderAlias:
-    """One more DeepSpeed builder name a build answers to, on some accelerators.
-
-    A build is compiled once, under its own ``NAME``; an alias publishes the same build (same sources, same
-    cache entry, same loaded library) under another builder class name where DeepSpeed asks for it by
-    that name. Example: DeepSpeed's ``FusedAdam`` on the CPU asks for ``FusedAdamBuilder``, which anyaccel
-    serves with its CPU Adam build (``BuilderAlias("FusedAdamBuilder", ("cpu",))`` on ``cpu_adam``).
-
-    Attributes:
-        builder: the builder class name (``"FusedAdamBuilder"``).
-        accelerators: the accelerators (``_name``) on which ``create_op_builder(builder)`` returns the build;
-            never ``"*"`` (an alias serves named accelerators only, so it cannot hide another build's row).
-    """
-
-    builder: str
-    accelerators: tuple[str, ...]
-
-
 
 #: Host-compiler flags for a CPU build's registration translation unit (the stable-ABI wrappers and the
 #: per-call list validation; the SIMD loops are in the ``*_kernel.cpp`` unit, at ``-O3``). Parsing torch's
@@ -34,10 +13,15 @@ REGISTRATION_CXX_ARGS: tuple[str, ...] = ("-O1",)
 
 @dataclass(frozen=True)
 class NativeBuild:
-    """One compiled build of an op family: sources and flags for one backend, under a DeepSpeed builder name.
+    """One compiled build of an op family: sources and flags for one backend, and the builder class it makes.
+
+    Integrations may publish a build under more builder names on named accelerators (DeepSpeed's
+    ``FusedAdamBuilder`` on the CPU is the CPU Adam build); those names are theirs, contributed through the
+    ``anyaccel.builder_aliases`` entry-point group (:mod:`anyaccel.op_builder.core.aliases`), not the spec's.
 
     Attributes:
-        builder: the builder class name DeepSpeed callers pass to ``create_op_builder`` (``"CPUAdamBuilder"``).
+        builder: the name of the builder class made from the build, which ``create_op_builder`` takes
+            (``"CPUAdamBuilder"``; the accelerator interface's names are DeepSpeed's).
         name: the build's ``NAME``: the cache directory, the namespace prefix and the AOT variable
             (``ANYACCEL_BUILD_<NAME>``).
         backend: ``"cpu"``, ``"cuda"``, ``"xpu"`` or ``"npu"``: which op-builder backend base compiles it.
@@ -53,7 +37,6 @@ class NativeBuild:
             is registration and per-call validation (torch's stable-ABI headers make them the slowest to
             compile) rather than the vectorised kernels.
         module: for builds that compile nothing (NPU delegation), ``"module:load"`` returning the op module.
-        aliases: more builder names the build answers to on given accelerators (:class:`BuilderAlias`).
     """
 
     builder: str
@@ -67,7 +50,6 @@ class NativeBuild:
     nvcc_args: tuple[str, ...] = ()
     source_cxx_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     module: str | None = None
-    aliases: tuple[BuilderAlias, ...] = ()
 
     @property
     def build_var(self) -> str:
@@ -76,13 +58,15 @@ class NativeBuild:
 
     @property
     def builder_names(self) -> tuple[str, ...]:
-        """Every builder class name the build answers to: :attr:`builder`, then its aliases'."""
-        return (self.builder, *(a.builder for a in self.aliases if a.builder != self.builder))
+        """The builder names the spec gives the build: :attr:`builder` alone. What the op-builder layer passes
+        to module-function providers, which then add the aliases integrations contribute
+        (:func:`anyaccel.op_builder.core.module_functions.for_build`)."""
+        return (self.builder,)
 
     def rows(self) -> tuple[tuple[str, str], ...]:
-        """``(builder name, accelerator)`` for every registry row the build fills (aliases included)."""
-        return (tuple((self.builder, acc) for acc in self.accelerators)
-                + tuple((a.builder, acc) for a in self.aliases for acc in a.accelerators))
+        """``(builder name, accelerator)`` for every registry row the spec gives the build (contributed aliases:
+        :func:`anyaccel.op_builder.classes.spec_rows`)."""
+        return tuple((self.builder, acc) for acc in self.accelerators)
 
 
 #: The op-builder backends a :class:`NativeBuild` may name.

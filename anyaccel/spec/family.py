@@ -108,10 +108,6 @@ class OpSpec:
             if stray:
                 raise SpecError(f"op {self.family!r}: build {b.name!r} gives source_cxx_args for {stray}, which are "
                                 f"not among its .cpp sources {list(b.sources)}")
-            for alias in b.aliases:
-                if not alias.builder.isidentifier() or not alias.accelerators or "*" in alias.accelerators:
-                    raise SpecError(f"op {self.family!r}: build {b.name!r} has alias {alias!r}; accepted: an "
-                                    "identifier and at least one named accelerator (not '*')")
         rows = [row for b in self.builds for row in b.rows()]
         repeated = sorted({row for row in rows if rows.count(row) > 1})
         if repeated:

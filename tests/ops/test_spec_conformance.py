@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from anyaccel.op_builder import classes
-from anyaccel.op_builder.core import module_functions
+from anyaccel.op_builder.core import aliases, module_functions
 from anyaccel.op_builder.toolchains import schema
 from anyaccel.ops import registry
 from anyaccel.spec import OpSpec, all_op_specs
@@ -63,7 +63,9 @@ def test_schema_headers_carry_every_function_range_and_dtype(s: OpSpec) -> None:
 @pytest.mark.parametrize("s", SPECS, ids=[s.family for s in SPECS])
 def test_registry_and_loader_are_derived_from_the_spec(s: OpSpec) -> None:
     for b in s.builds:
-        for builder, acc in b.rows():  # the build's own rows and its aliases'
+        contributed = [(a.name, acc) for a in aliases.contributed() if (a.family, a.build) == (s.family, b.name)
+                       for acc in a.accelerators]
+        for builder, acc in (*b.rows(), *contributed):  # the build's own rows and the integrations' aliases
             cls = registry.get_builder_class(builder, "cuda" if acc == "*" else acc)
             assert cls is not None and cls.NAME == b.name and cls.BUILD == b and cls.__name__ == builder
     assert {i.name for i in registry.implementations(s.family)} == {i.name for i in s.implementations}

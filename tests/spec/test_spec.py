@@ -21,7 +21,6 @@ from anyaccel.spec import (
     BACKENDS,
     CXX_TYPES,
     SCALAR_TYPES,
-    BuilderAlias,
     DtypeCombo,
     Function,
     Implementation,
@@ -239,42 +238,31 @@ def test_spec_error_is_a_value_error() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _toy_with_aliases(**changes: object) -> OpSpec:
+def _toy(**changes: object) -> OpSpec:
     base = OpSpec(
         family="toy",
         summary="toy",
         functions=(Function("toy_step", "(Tensor(a!)[] params, float lr) -> ()"),),
         builds=(NativeBuild("CPUToyBuilder", "cpu_toy", "cpu", sources=("x.cpp",), functions=("toy_step",),
-                            accelerators=("*",), aliases=(BuilderAlias("FusedToyBuilder", ("cpu",)),)),
+                            accelerators=("*",)),
                 NativeBuild("FusedToyBuilder", "fused_toy", "cuda", sources=("x.cu",), functions=("toy_step",),
                             accelerators=("cuda",))),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def test_build_rows_include_aliases_and_builder_names_list_them():
-    cpu, cuda = _toy_with_aliases().builds
-    assert cpu.rows() == (("CPUToyBuilder", "*"), ("FusedToyBuilder", "cpu"))
-    assert cpu.builder_names == ("CPUToyBuilder", "FusedToyBuilder") and cuda.builder_names == ("FusedToyBuilder",)
-    _toy_with_aliases().validate()
-
-
-@pytest.mark.parametrize("bad,words", [
-    (BuilderAlias("FusedToyBuilder", ("*",)), "not '*'"),
-    (BuilderAlias("FusedToyBuilder", ()), "at least one"),
-    (BuilderAlias("Fused Toy", ("cpu",)), "identifier"),
-])
-def test_aliases_must_name_accelerators(bad: BuilderAlias, words: str):
-    cpu, cuda = _toy_with_aliases().builds
-    with pytest.raises(SpecError, match=words):
-        _toy_with_aliases(builds=(dataclasses.replace(cpu, aliases=(bad,)), cuda)).validate()
+def test_build_rows_are_the_specs_own_builder_names():
+    cpu, cuda = _toy().builds
+    assert cpu.rows() == (("CPUToyBuilder", "*"),) and cpu.builder_names == ("CPUToyBuilder",)
+    assert cuda.builder_names == ("FusedToyBuilder",)
+    _toy().validate()
 
 
 def test_a_row_served_twice_is_refused():
-    cpu, cuda = _toy_with_aliases().builds
-    clash = dataclasses.replace(cuda, accelerators=("cuda", "cpu"))
-    with pytest.raises(SpecError, match=r"\('FusedToyBuilder', 'cpu'\)"):
-        _toy_with_aliases(builds=(cpu, clash)).validate()
+    cpu, cuda = _toy().builds
+    clash = dataclasses.replace(cpu, name="cpu_toy2", accelerators=("*",))
+    with pytest.raises(SpecError, match=r"\('CPUToyBuilder', '\*'\)"):
+        _toy(builds=(cpu, clash, cuda)).validate()
 
 
 def test_alias_builder_class_is_the_build_under_deepspeeds_name():

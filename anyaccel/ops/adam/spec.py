@@ -11,8 +11,9 @@ Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch
     p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - beta_i**step (1 without bias correction)
 
 With ``model_copies``, ``params`` are fp32 master weights and the updated value is also written, rounded
-to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's; the CPU build
-also answers to ``FusedAdamBuilder`` on the CPU accelerator (DeepSpeed's ``FusedAdam`` on CPU tensors).
+to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's; that the CPU build
+also answers to ``FusedAdamBuilder`` on the CPU (DeepSpeed's ``FusedAdam`` on CPU tensors) is the DeepSpeed
+integration's (:mod:`anyaccel.integrations.deepspeed.builder_names`).
 
 ``adam_rollback_step`` undoes one step given its gradients and arguments (DeepSpeed's ``adam_rollback``; rules
 in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_update``, ``adam_rollback``,
@@ -23,7 +24,6 @@ in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_
 from anyaccel.ops.plans import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
-    BuilderAlias,
     DtypeCombo,
     Function,
     Implementation,
@@ -103,8 +103,7 @@ SPEC = OpSpec(
                     sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
                     source_cxx_args=(("csrc/adam/cpu_adam.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("adam_step", "adam_rollback_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable"),
-                    aliases=(BuilderAlias("FusedAdamBuilder", ("cpu",)),)),
+                    isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
                     functions=("adam_step", "adam_plan", "adam_step_planned", "adam_step_planned_capturable"),
                     accelerators=("cuda",)),

@@ -14,8 +14,9 @@ LAMB (You et al., ICLR 2020, https://arxiv.org/abs/1904.00962) as DeepSpeed's ``
 The norms are the L2 norms of the whole tensor (its trust ratio); the coefficient of each tensor is
 written into ``lamb_coeffs`` (one fp32 entry per parameter, on the parameters' device), which DeepSpeed's
 ``get_lamb_coeffs()`` reports. With ``model_copies``, ``params`` are fp32 masters and the updated value is
-also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); the CPU build also
-answers to ``FusedLambBuilder`` on the CPU accelerator. DeepSpeed's module function ``lamb(...)`` is
+also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); that the CPU build
+also answers to ``FusedLambBuilder`` on the CPU is the DeepSpeed integration's
+(:mod:`anyaccel.integrations.deepspeed.builder_names`). DeepSpeed's module function ``lamb(...)`` is
 :mod:`anyaccel.integrations.deepspeed.abi.lamb`.
 """
 
@@ -29,7 +30,6 @@ from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
-    BuilderAlias,
     Function,
     Implementation,
     NativeBuild,
@@ -87,8 +87,7 @@ SPEC = OpSpec(
                     sources=("csrc/lamb/cpu_lamb.cpp", "csrc/lamb/cpu_lamb_kernel.cpp"),
                     source_cxx_args=(("csrc/lamb/cpu_lamb.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lamb_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable"),
-                    aliases=(BuilderAlias("FusedLambBuilder", ("cpu",)),)),
+                    isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedLambBuilder", "fused_lamb", "cuda", sources=("csrc/lamb/fused_lamb_cuda.cu",),
                     functions=("lamb_step", "lamb_plan", "lamb_step_planned", "lamb_step_planned_capturable"),
                     accelerators=("cuda",)),

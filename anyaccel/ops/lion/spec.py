@@ -8,8 +8,9 @@ Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algori
     m = beta2 * m + (1 - beta2) * g
 
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy.
-Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); the CPU build also answers to
-``FusedLionBuilder`` on the CPU accelerator, which DeepSpeed itself lacks there. DeepSpeed's module ABI
+Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); that the CPU build also answers to
+``FusedLionBuilder`` on the CPU is the DeepSpeed integration's (:mod:`anyaccel.integrations.deepspeed.builder_names`).
+DeepSpeed's module ABI
 (``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is the DeepSpeed integration's
 (:mod:`anyaccel.integrations.deepspeed.abi.lion`).
 """
@@ -19,7 +20,6 @@ from anyaccel.ops.adam.spec import SPEC as _ADAM
 from anyaccel.ops.plans import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
-    BuilderAlias,
     Function,
     Implementation,
     NativeBuild,
@@ -69,8 +69,7 @@ SPEC = OpSpec(
                     sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_kernel.cpp"),
                     source_cxx_args=(("csrc/lion/cpu_lion.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lion_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable"),
-                    aliases=(BuilderAlias("FusedLionBuilder", ("cpu",)),)),
+                    isa_levels=("avx512", "avx2", "neon", "portable")),
         NativeBuild("FusedLionBuilder", "fused_lion", "cuda", sources=("csrc/lion/fused_lion_cuda.cu",),
                     functions=("lion_step", "lion_plan", "lion_step_planned", "lion_step_planned_capturable"),
                     accelerators=("cuda",)),

@@ -14,8 +14,8 @@ class DeepSpeedABI:
 
     The functions are Python adapters over the family's torch ops (anyaccel's own functions stay on the
     module). Which of them a loaded module offers follows from the builder names its build answers to
-    (the build's ``builder`` and its :class:`~anyaccel.spec.BuilderAlias` names): the CPU Adam build offers
-    ``CPUAdamBuilder``'s functions and, as ``FusedAdamBuilder`` on the CPU, ``multi_tensor_adam``.
+    (the build's ``builder`` and the aliases of :mod:`anyaccel.integrations.deepspeed.builder_names`): the CPU
+    Adam build offers ``CPUAdamBuilder``'s functions and, as ``FusedAdamBuilder`` on the CPU, ``multi_tensor_adam``.
 
     Attributes:
         family: the op family whose builds' modules offer the functions (``"adam"``).
@@ -57,7 +57,9 @@ class DeepSpeedABI:
             SpecError: it names builders no build of ``spec`` answers to, or functions with the names of spec
                 functions (torch ops), which would hide them on the loaded module.
         """
-        served = {name for b in spec.builds for name in b.builder_names}
+        from anyaccel.op_builder.core.aliases import names_of
+
+        served = {name for b in spec.builds for name in (b.builder, *names_of(spec.family, b.name))}
         unknown = [name for name, _ in self.builders if name not in served]
         if unknown:
             raise SpecError(f"op {spec.family!r}: deepspeed ABI names builders {unknown} that no build answers to; "

@@ -11,14 +11,14 @@ import pytest
 
 from anyaccel.integrations.deepspeed.abi import DeepSpeedABI, abi_of, all_abis, module_functions
 from anyaccel.op_builder import classes
-from anyaccel.spec import BuilderAlias, Function, NativeBuild, OpSpec, SpecError, all_op_specs, resolve
+from anyaccel.spec import Function, NativeBuild, OpSpec, SpecError, all_op_specs, resolve
 
 TOY = OpSpec(
     family="toy",
     summary="toy",
     functions=(Function("toy_step", "(Tensor(a!)[] params, float lr) -> ()"),),
     builds=(NativeBuild("CPUToyBuilder", "cpu_toy", "cpu", sources=("x.cpp",), functions=("toy_step",),
-                        accelerators=("*",), aliases=(BuilderAlias("FusedToyBuilder", ("cpu",)),)),
+                        accelerators=("*",)),
             NativeBuild("FusedToyBuilder", "fused_toy", "cuda", sources=("x.cu",), functions=("toy_step",),
                         accelerators=("cuda",))),
 )

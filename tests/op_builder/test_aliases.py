@@ -1,0 +1,62 @@
+"""Builder aliases contributed by integrations (``anyaccel.builder_aliases``): validated against the specs,
+published through the op registry, never hiding a build's own row."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from anyaccel.integrations.deepspeed import builder_names
+from anyaccel.op_builder import classes
+from anyaccel.op_builder.core import aliases
+from anyaccel.ops import registry
+from anyaccel.spec import SpecError
+
+
+@pytest.fixture
+def extra_aliases(monkeypatch: pytest.MonkeyPatch):
+    """Replace the contributed aliases with DeepSpeed's plus the given ones."""
+
+    def install(*extra: aliases.BuilderAlias) -> None:
+        found = (*builder_names.builder_aliases(), *extra)
+        monkeypatch.setattr(aliases, "contributed", lambda: found)
+
+    return install
+
+
+def test_deepspeeds_table_is_what_the_registry_serves():
+    assert set(aliases.contributed()) == set(builder_names.builder_aliases())
+    for name, family, build, accelerators in builder_names.ALIASES:
+        for acc in accelerators:
+            cls = registry.get_builder_class(name, acc)
+            assert cls is not None and cls.__name__ == name and cls.NAME == build
+        assert name in classes.builder_names(family, build)
+
+
+@pytest.mark.parametrize("bad,words", [
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "cpu_adam", ("*",)), "not '\\*'"),
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "cpu_adam", ()), "at least one"),
+    (aliases.BuilderAlias("Fused Toy", "adam", "cpu_adam", ("cpu",)), "identifier"),
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "no_such_build", ("cpu",)), "no build"),
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "CPUAdamBuilder", ("cpu",)), "NAME"),
+])
+def test_an_alias_names_an_identifier_a_build_and_named_accelerators(bad: aliases.BuilderAlias, words: str):
+    with pytest.raises(SpecError, match=words):
+        bad.validate()
+
+
+def test_an_alias_never_takes_a_builds_own_row(extra_aliases, caplog):
+    extra_aliases(aliases.BuilderAlias("FusedAdamBuilder", "adam", "cpu_adam", ("cuda",)))
+    classes._log_alias_clash.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=aliases.__name__):
+        cls = registry.get_builder_class("FusedAdamBuilder", "cuda")
+    assert cls is not None and cls.NAME == "fused_adam"
+    assert "already fills that row" in caplog.text
+
+
+def test_a_new_alias_answers_through_the_registry(extra_aliases):
+    extra_aliases(aliases.BuilderAlias("AdagradOnMpsBuilder", "adagrad", "cpu_adagrad", ("mps",)))
+    cls = registry.get_builder_class("AdagradOnMpsBuilder", "mps")
+    assert cls is not None and cls.NAME == "cpu_adagrad" and cls.__name__ == "AdagradOnMpsBuilder"
+    assert registry.get_builder_class("AdagradOnMpsBuilder", "cuda") is None
