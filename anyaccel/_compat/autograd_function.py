@@ -59,20 +59,31 @@ def function(name: str, forward: Callable[..., Any], setup_context: Callable[...
     """
     members: dict[str, Any] = {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
                                "backward": staticmethod(backward)}
-    privates = _privates()
-    if privates is None:
-        return type(name, (torch.autograd.Function,), members)
-    transforms_active, unwrap_dead_wrappers, forward_ad = privates
     signature = inspect.signature(forward)
     params = signature.parameters.values()
     positional = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
     arity = len(params) if positional else -1
     klass: Any = None
+    privates = _privates()
+    if privates is None:
+        def public_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs and positional:
+                # keywords become positions: some torch versions' apply hands keywords on to the C apply,
+                # which refuses them
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                args, kwargs = tuple(bound.args), {}
+            return super(klass, cls).apply(*args, **kwargs)  # torch's own apply
+
+        members["apply"] = classmethod(public_apply)
+        klass = type(name, (torch.autograd.Function,), members)
+        return klass
+    transforms_active, unwrap_dead_wrappers, forward_ad = privates
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs and positional:
-            # keywords become positions here: torch 2.10's apply binds them but then hands them on to the C
-            # apply, which refuses keywords
+            # keywords become positions here: some torch versions' apply (2.10, 2.11) binds them but then hands
+            # them on to the C apply, which refuses keywords
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             args, kwargs = tuple(bound.args), {}
