@@ -100,7 +100,7 @@ def test_symlinked_lock_is_never_followed(template, tmp_path):
     assert victim.read_text() == "precious"
 
 
-def test_lock_file_created_private_and_fixed(tmp_path):
+def test_lock_file_created_private_and_a_widened_one_refused_untouched(tmp_path):
     path = tmp_path / "x.lock"
     old = os.umask(0)
     try:
@@ -108,9 +108,11 @@ def test_lock_file_created_private_and_fixed(tmp_path):
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
     finally:
         os.umask(old)
-    path.chmod(0o666)
-    with BuildLock(path, "x", timeout_s=1):
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_bytes(b"keep")
+    path.chmod(0o666)  # not what anyaccel makes: refused, neither chmod-ed nor truncated
+    with pytest.raises(CacheSecurityError, match="has mode 0666, not 0600"), BuildLock(path, "x", timeout_s=1):
+        pass
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 and path.read_bytes() == b"keep"
 
 
 @as_root
