@@ -211,3 +211,12 @@ def test_wheels_ship_the_startup_hook(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     module, location = proc.stdout.split()[-2:]
     assert module == "anyaccel.integrations.deepspeed.view" and location.startswith(str(target))
+
+
+def test_no_test_folder_stands_in_for_deepspeed():
+    """A ``deepspeed`` folder among the tests would be found as a namespace package on the runner's
+    ``sys.path`` when DeepSpeed is missing, and every ``needs_deepspeed`` test would run and fail."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("deepspeed")
+    assert spec is None or spec.origin is not None, f"'deepspeed' resolves to folders {spec.submodule_search_locations}"

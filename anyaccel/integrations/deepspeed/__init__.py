@@ -94,8 +94,8 @@ def status() -> dict[str, Any]:
     Returns:
         A JSON-able dict: ``installed`` (bool), ``version`` (str or None), ``tested`` (bool),
         ``tested_versions``, ``env`` (the value of ``ANYACCEL_DEEPSPEED`` or None), ``startup_hook``
-        (path of ``anyaccel-deepspeed.pth`` or None), ``hook_active`` (the variable is on and the hook file
-        present: ``import deepspeed`` will install anyaccel), ``installed_in_process`` (``install()`` was
+        (path of ``anyaccel-deepspeed.pth`` or None), ``hook_active`` (DeepSpeed is installed, the variable
+        is on and the hook file present: ``import deepspeed`` will install anyaccel), ``installed_in_process`` (``install()`` was
         called here) and ``wired`` (DeepSpeed is imported here and uses anyaccel).
     """
     version = installed_version()
@@ -109,7 +109,7 @@ def status() -> dict[str, Any]:
         "tested_versions": list(TESTED_VERSIONS),
         "env": env,
         "startup_hook": str(hook) if hook else None,
-        "hook_active": bool(enabled and hook is not None),
+        "hook_active": bool(version is not None and enabled and hook is not None),
         "installed_in_process": is_installed(),
         "wired": is_wired(),
     }
