@@ -95,8 +95,8 @@ def status() -> dict[str, Any]:
         A JSON-able dict: ``installed`` (bool), ``version`` (str or None), ``tested`` (bool),
         ``tested_versions``, ``env`` (the value of ``ANYACCEL_DEEPSPEED`` or None), ``startup_hook``
         (path of ``anyaccel-deepspeed.pth`` or None), ``hook_active`` (DeepSpeed is installed, the variable
-        is on and the hook file present: ``import deepspeed`` will install anyaccel), ``installed_in_process`` (``install()`` was
-        called here) and ``wired`` (DeepSpeed is imported here and uses anyaccel).
+        is on and the hook file present: ``import deepspeed`` will install anyaccel), ``installed_in_process``
+        (``install()`` was called here) and ``wired`` (DeepSpeed is imported here and uses anyaccel).
     """
     version = installed_version()
     env = os.environ.get(ENABLE_ENV)
