@@ -203,7 +203,9 @@ class LoadingBuilder(CompilingBuilder):
             raise ArtifactError("wrong_library", self.NAME, path,
                                 f"op {self.NAME}: registering the fake implementations of {namespace} failed: {exc}. "
                                 f"fix: {DIAGNOSES['wrong_library'].fix}") from exc
-        module = OpModule(self.NAME, namespace, path, isa, key, source, self._module_extras())
+        # the integrations are asked on the module's first use of a name its torch ops do not answer
+        module = OpModule(self.NAME, namespace, path, isa, key, source,
+                          {"functions": lambda: self._module_extras().get("functions")})
         logger.debug("loaded %r from %s", module, source)
         return module
 

@@ -11,39 +11,59 @@ __all__ = ["OpModule", "AdaptedFunctions", "with_adapted_functions"]
 
 
 class AdaptedFunctions:
-    """The functions an integration adds to one loaded op module, made on first use.
+    """The functions an integration adds to one loaded op module, found and made on first use.
 
     An integration (:mod:`anyaccel.op_builder.core.module_functions`; DeepSpeed's module ABI) names an adapter
     factory (``"module:factory"``) and the functions a module of this build offers (``create_adam``,
-    ``adam_update``, ...). The factory is called only when one of those names is first asked for, so loading
-    an op makes no adapter object.
+    ``adam_update``, ...). Asking the integrations reads the installed entry points and imports their
+    declarations, so it is deferred to the first name a module's torch ops do not answer: loading an op, and
+    calling its torch ops, asks no integration and makes no adapter object.
 
     Args:
         owner: the loaded module the functions work on (passed to the factory).
-        target: the factory, ``"module:factory"``; called as ``factory(owner, functions)``.
-        functions: the names offered.
+        offer: ``(target, functions)`` (the factory ``"module:factory"``, called as ``factory(owner,
+            functions)``, and the names offered), or a no-argument callable returning that or None, called
+            once on first need.
     """
 
-    def __init__(self, owner: Any, target: str | None, functions: tuple[str, ...]) -> None:
+    def __init__(self, owner: Any, offer: Any) -> None:
         self._owner = owner
-        self._target = target
-        self.functions = functions if target else ()
+        self._offer = offer
+        self._resolved: tuple[str | None, tuple[str, ...]] | None = None
         self._adapter: Any = None
         self._lock = threading.Lock()
+
+    def _resolve(self) -> tuple[str | None, tuple[str, ...]]:
+        with self._lock:
+            if self._resolved is None:
+                offer = self._offer() if callable(self._offer) else self._offer
+                target, functions = offer if offer else (None, ())
+                self._resolved = (target, tuple(functions) if target else ())
+            return self._resolved
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        """The names offered (empty when no integration offers any for the build).
+
+        Side effects: on the first call, asks the integrations (entry points, their declarations).
+        """
+        return self._resolve()[1]
 
     def get(self, name: str) -> Callable[..., Any] | None:
         """The function ``name`` if the module offers it, else None.
 
-        Side effects: imports and calls the adapter factory on the first hit.
+        Side effects: asks the integrations on the first call; imports and calls the adapter factory on the
+        first hit.
         """
-        if name not in self.functions:
+        target, functions = self._resolve()
+        if name not in functions:
             return None
         with self._lock:
             if self._adapter is None:
                 from anyaccel.spec import resolve
 
-                assert self._target is not None
-                self._adapter = resolve(self._target)(self._owner, self.functions)
+                assert target is not None
+                self._adapter = resolve(target)(self._owner, functions)
         fn: Callable[..., Any] = getattr(self._adapter, name)
         return fn
 
@@ -64,7 +84,8 @@ class OpModule:
         key: the full cache key (64 hex digits) of the build.
         source: where it was found: "prebuilt", "cache" or "built".
         adapted_functions: the integrations' functions this module offers besides its torch ops (empty when
-            none offers any for the build).
+            none offers any for the build); the integrations are asked on first use of this or of a name the
+            torch ops do not answer.
     """
 
     def __init__(self, op: str, namespace: str, path: Path, isa: str | None, key: str, source: str,
@@ -75,9 +96,12 @@ class OpModule:
         self.isa = isa
         self.key = key
         self.source = source
-        target, functions = (extras or {}).get("functions", (None, ()))
-        self._abi = AdaptedFunctions(self, target, tuple(functions))
-        self.adapted_functions: tuple[str, ...] = self._abi.functions
+        self._abi = AdaptedFunctions(self, (extras or {}).get("functions"))
+
+    @property
+    def adapted_functions(self) -> tuple[str, ...]:
+        """The integrations' functions this module offers besides its torch ops (asks them on first use)."""
+        return self._abi.functions
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -87,10 +111,10 @@ class OpModule:
         ns = getattr(torch.ops, self.namespace)
         fn: Callable[..., Any] | None = None
         abi = self.__dict__.get("_abi")
-        if abi is not None and name in abi.functions:
-            fn = abi.get(name)
-        elif hasattr(ns, name):
+        if hasattr(ns, name):  # a torch op of the library (never one of the integrations' names)
             fn = getattr(ns, name)
+        elif abi is not None:
+            fn = abi.get(name)
         if fn is None:
             raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function "
                                  f"{name!r}")
@@ -109,7 +133,7 @@ class _WithAdaptedFunctions:
 
     def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
         self._module = module
-        self._abi = AdaptedFunctions(self, target, functions)
+        self._abi = AdaptedFunctions(self, (target, functions))
         self.adapted_functions = self._abi.functions
 
     def __getattr__(self, name: str) -> Any:

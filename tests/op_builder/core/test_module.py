@@ -30,3 +30,17 @@ def test_the_adapted_functions_answer_other_names_and_only_those_declared() -> N
     with pytest.raises(AttributeError, match="has no function 'adam_update'"):  # not declared for this build
         m.adam_update  # noqa: B018
     assert OpModule("toy", "aten", Path("/x/op.so"), None, "k" * 64, "cache").adapted_functions == ()
+
+
+def test_integrations_are_asked_once_and_only_for_a_name_the_torch_ops_do_not_answer() -> None:
+    calls: list[int] = []
+
+    def offer() -> tuple[str, tuple[str, ...]]:
+        calls.append(1)
+        return ("anyaccel.integrations.deepspeed.abi.adam:adapter", ("create_adam",))
+
+    m = OpModule("toy", "aten", Path("/x/op.so"), None, "k" * 64, "cache", {"functions": offer})
+    assert callable(m.add) and calls == []  # a torch op: loading and calling ops ask no integration
+    with pytest.raises(AttributeError, match="has no function 'no_such_function'"):
+        m.no_such_function  # noqa: B018
+    assert calls == [1] and m.adapted_functions == ("create_adam",) and calls == [1]
