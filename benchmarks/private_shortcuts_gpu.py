@@ -13,8 +13,6 @@ private``:
 * ``no fast launch``: Triton's own ``kernel[grid](...)`` (``ANYACCEL_TRITON_FAST_LAUNCH=0``);
 * ``no fast apply``: torch's ``autograd.Function.apply`` (:mod:`anyaccel._compat.autograd_function`);
 * ``no wrap switch``: ``torch.library.wrap_triton`` asked on every launch (:mod:`anyaccel._compat.library`);
-* ``no dynamo mark``: ``torch.compiler.assume_constant_result``, with Dynamo imported first
-  (:mod:`anyaccel._compat.dynamo`);
 * ``all public``: every fallback at once.
 
 Usage (GPU machine, from the repository root)::
@@ -34,7 +32,7 @@ import time
 
 _START = time.perf_counter()
 
-VARIANTS = ("all private", "no fast launch", "no fast apply", "no wrap switch", "no dynamo mark", "all public")
+VARIANTS = ("all private", "no fast launch", "no fast apply", "no wrap switch", "all public")
 
 
 def _force_fallbacks(variant: str) -> None:
@@ -50,8 +48,6 @@ def _force_fallbacks(variant: str) -> None:
         from anyaccel._compat import library
 
         library._switch = lambda: None  # type: ignore[assignment]
-    if public or variant == "no dynamo mark":
-        import torch._dynamo  # noqa: F401  (the public path is taken where Dynamo is imported)
 
 
 def child(variant: str, steps: int) -> dict[str, float]:
