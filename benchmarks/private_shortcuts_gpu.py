@@ -10,10 +10,10 @@ interleaved round-robin; the table gives each variant's median over the rounds a
 private``:
 
 * ``all private``: every shortcut on (the default);
-* ``no fast launch``: Triton's own ``kernel[grid](...)`` (``ANYACCEL_TRITON_FAST_LAUNCH=0``);
-* ``no fast apply``: torch's ``autograd.Function.apply`` (:mod:`anyaccel._compat.autograd_function`);
-* ``no wrap switch``: ``torch.library.wrap_triton`` asked on every launch (:mod:`anyaccel._compat.library`);
-* ``all public``: every fallback at once.
+* ``no wrap switch``: ``torch.library.wrap_triton`` asked on every launch (:mod:`anyaccel._compat.library`).
+
+Two earlier variants, a fast Triton launcher and a fast ``autograd.Function.apply``, measured no gain beyond
+run-to-run noise here and were removed with their private internals (``docs/nn_ops.md``).
 
 Usage (GPU machine, from the repository root)::
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,19 +31,12 @@ import time
 
 _START = time.perf_counter()
 
-VARIANTS = ("all private", "no fast launch", "no fast apply", "no wrap switch", "all public")
+VARIANTS = ("all private", "no wrap switch")
 
 
 def _force_fallbacks(variant: str) -> None:
     """Patch the chosen shortcuts to their public fallbacks before anyaccel defines any op."""
-    public = variant == "all public"
-    if public or variant == "no fast launch":
-        os.environ["ANYACCEL_TRITON_FAST_LAUNCH"] = "0"
-    if public or variant == "no fast apply":
-        from anyaccel._compat import autograd_function
-
-        autograd_function._privates = lambda: None  # type: ignore[assignment]
-    if public or variant == "no wrap switch":
+    if variant == "no wrap switch":
         from anyaccel._compat import library
 
         library._switch = lambda: None  # type: ignore[assignment]

@@ -82,7 +82,7 @@ def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
     eager calls); ``fn`` itself where torch has no such switch.
 
     ``functools.wraps`` keeps ``fn``'s signature visible (``__wrapped__``), which the eager
-    ``autograd.Function``'s fast ``apply`` needs for the arity.
+    ``autograd.Function``'s ``apply`` uses to bind keyword arguments to positions.
     """
     switch = _switch()
     if switch is None:

@@ -23,9 +23,10 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
   eager mode when no dispatch mode is active, and the torch ops otherwise
   (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
-  Functions' ``apply`` skips torch's per-call signature bind where torch allows
-  (:mod:`anyaccel._compat.autograd_function`), and Triton implementations run with ``wrap_triton`` passing
-  kernels through (:func:`anyaccel._compat.library.untraced`).
+  Functions' ``apply`` is torch's own (public); a shortcut past its per-call signature bind, built on
+  functorch and forward-AD internals, was measured end to end on a patched Llama and gave no gain beyond
+  run-to-run noise, so it was dropped. Triton implementations run with ``wrap_triton`` passing kernels
+  through (:func:`anyaccel._compat.library.untraced`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from anyaccel._compat import autograd_function, dispatcher, library
+from anyaccel._compat import dispatcher, library
 from anyaccel.spec import OpSpec, SpecError
 
 #: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
@@ -97,10 +98,36 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             for name, (setup, backward) in autograd(result).items():
                 defs[name].register_autograd(backward, setup_context=setup)
             for name, formula in autograd(eager).items():
-                setattr(eager, name, autograd_function.function(f"{namespace}_{name}_eager", plain[name],
-                                                                 *formula).apply)
+                setattr(eager, name, _eager_function(f"{namespace}_{name}_eager", plain[name], *formula).apply)
         _DEFINED[namespace] = result
         return result
+
+
+def _eager_function(name: str, forward: Callable[..., Any], setup_context: Callable[..., None],
+                    backward: Callable[..., Any]) -> Any:
+    """A ``torch.autograd.Function`` subclass named ``name`` over ``forward`` with the family's formulas.
+
+    Its ``apply`` binds keyword arguments to positions first: torch 2.10 and 2.11's ``Function.apply`` binds
+    them but then hands them on to the C ``apply``, which refuses keywords.
+    """
+    import inspect
+
+    import torch
+
+    signature = inspect.signature(forward)
+    klass: Any = None
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = tuple(bound.args), dict(bound.kwargs)
+        return super(klass, cls).apply(*args, **kwargs)  # torch's own apply
+
+    klass = type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "apply": classmethod(apply)})
+    return klass
 
 
 def _check_schema(qualname: str, registered: str, declared: str) -> None:

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import anyaccel.ops.nn as nn
-from anyaccel._compat import autograd_function, dynamo
+from anyaccel._compat import dynamo
 from anyaccel.ops import dispatch, registry
 from anyaccel.spec import all_op_specs
-from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, impl_params, interpreter
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, interpreter
 
 NN_SPECS = [s for s in all_op_specs() if s.source.startswith("anyaccel.ops.nn.")]
 REPO = Path(__file__).resolve().parents[3]
@@ -219,44 +219,10 @@ def test_eager_fast_path_matches_the_torch_op_path_and_yields_to_dispatch_modes(
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("device_impl", impl_params())
-def test_eager_forward_functions_skip_torchs_per_call_signature_bind(device_impl: tuple[str, str],
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every eager forward (``autograd.Function``) of every implementation takes the fast ``apply`` on a
-    positional call: torch's ``Function.apply`` (an ``inspect.signature(...).bind`` per call, 15-50 us of host
-    time) is never entered. A wrapper that hides the implementation's signature (the Triton implementations'
-    ``wrap_triton`` switch) once made every Triton forward fall back to it."""
-    device, impl = device_impl
-    if not autograd_function.fast_apply_available():
-        pytest.skip(f"torch {torch.__version__} lacks the internals of the fast apply (every call is torch's)")
-    entered: list[str] = []
-    # torch's apply as stored on the class: a classmethod (torch <= 2.14) or a C classmethod descriptor (2.15)
-    torch_apply = torch.autograd.Function.__dict__["apply"]
-
-    def spy(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        entered.append(cls.__name__)
-        return torch_apply.__get__(None, cls)(*args, **kwargs)
-
-    monkeypatch.setattr(torch.autograd.Function, "apply", classmethod(spy))
-    samples = _samples(device)
-    called = []
-    for s in NN_SPECS:
-        eager = dispatch.load(s.family, device, impl).eager
-        for fn in s.functions:
-            forward = getattr(eager, fn.name)
-            if getattr(forward, "__self__", None) is None:  # a backward function: no autograd.Function
-                continue
-            out = forward(*samples[fn.name]())
-            assert out is not None
-            called.append(fn.name)
-    assert {"rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"} <= set(called)
-    assert entered == []
-
-
 def test_eager_forward_without_a_graph_to_record_equals_the_op_and_forward_ad_still_refuses() -> None:
-    """With grad mode off, or no input requiring grad, the eager forward calls the implementation directly:
-    its outputs equal the torch op's, carry no graph, and a forward-mode AD level still goes to torch's
-    ``Function.apply`` (which refuses: the families define no ``jvp``) instead of dropping the tangents."""
+    """With grad mode off, or no input requiring grad, the eager forward's outputs equal the torch op's and
+    carry no graph, and under a forward-mode AD level torch's ``Function.apply`` refuses (the families define
+    no ``jvp``) instead of dropping the tangents."""
     import torch.autograd.forward_ad as fwad
 
     from anyaccel.ops.nn.implementations import ops
