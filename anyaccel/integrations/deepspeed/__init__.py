@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from anyaccel import settings
 from anyaccel.integrations.deepspeed.builders import DEEPSPEED_MODULE_ABI, DeepSpeedBuilderAdapter
 from anyaccel.integrations.deepspeed.errors import (
     DeepSpeedABIMissingError,
@@ -61,7 +62,7 @@ __all__ = [
 ]
 
 #: ``1``/``true``/``yes``/``on``: the startup hook installs anyaccel into DeepSpeed at ``import deepspeed``.
-ENABLE_ENV = "ANYACCEL_DEEPSPEED"
+ENABLE_ENV = settings.DEEPSPEED.name
 #: The startup-hook file placed in site-packages (its content: ``_anyaccel_deepspeed_startup.PTH_LINE``).
 PTH_NAME = "anyaccel-deepspeed.pth"
 
@@ -101,7 +102,7 @@ def status() -> dict[str, Any]:
     version = installed_version()
     env = os.environ.get(ENABLE_ENV)
     hook = startup_hook_file()
-    enabled = (env or "").strip().lower() in ("1", "true", "yes", "on")
+    enabled = settings.DEEPSPEED.get()
     return {
         "installed": version is not None,
         "version": version,

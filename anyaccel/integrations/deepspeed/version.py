@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from anyaccel import settings
 from anyaccel.integrations.deepspeed.errors import DeepSpeedNotInstalledError, UntestedDeepSpeedVersionError
 
 logger = logging.getLogger(__name__)
@@ -24,9 +24,8 @@ __all__ = ["TESTED_VERSIONS", "ALLOW_UNTESTED_ENV", "installed_version", "is_tes
 #: DeepSpeed releases the integration was tested with (``tests/integrations``, ``scripts/run_deepspeed_tests.py``).
 TESTED_VERSIONS: tuple[str, ...] = ("0.19.8",)
 #: ``1``/``true``/``yes``/``on``: accept an untested DeepSpeed with a warning instead of an error.
-ALLOW_UNTESTED_ENV = "ANYACCEL_DEEPSPEED_ALLOW_UNTESTED"
+ALLOW_UNTESTED_ENV = settings.DEEPSPEED_ALLOW_UNTESTED.name
 
-_TRUE = ("1", "true", "yes", "on")
 
 
 def installed_version() -> str | None:
@@ -62,12 +61,11 @@ def check_version(environ: Mapping[str, str] | None = None) -> str:
 
     Side effects: logs one warning when an untested version is allowed by the override.
     """
-    environ = os.environ if environ is None else environ
     found = installed_version()
     if found is None:
         raise DeepSpeedNotInstalledError()
     if not is_tested(found):
-        if environ.get(ALLOW_UNTESTED_ENV, "").strip().lower() not in _TRUE:
+        if not settings.DEEPSPEED_ALLOW_UNTESTED.get(environ):
             raise UntestedDeepSpeedVersionError(found, TESTED_VERSIONS, ALLOW_UNTESTED_ENV)
         logger.warning("DeepSpeed %s is untested with anyaccel (tested: %s); continuing because %s is set",
                        found, ", ".join(TESTED_VERSIONS), ALLOW_UNTESTED_ENV)
