@@ -21,7 +21,7 @@ in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_
 (:mod:`anyaccel.integrations.deepspeed.abi.adam`).
 """
 
-from anyaccel.ops.plans import make_plan_fake
+from anyaccel.ops.plan_fakes import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     DtypeCombo,
@@ -72,7 +72,7 @@ SPEC = OpSpec(
             "adam_step_planned",
             "(Tensor plan, int combo, int count, int chunks, int step, float lr, float beta1, float beta2, "
             "float eps, float weight_decay, bool bias_correction, bool adamw_mode) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_PLAN_RANGES + (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"),
                                    ("beta2", "[0, 1)"), ("eps", "(0, inf)"), ("weight_decay", "[0, inf)")),
             doc="adam_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
@@ -81,7 +81,7 @@ SPEC = OpSpec(
             "adam_step_planned_capturable",
             "(Tensor plan, int combo, int count, int chunks, Tensor step, Tensor lr, float beta1, float beta2, "
             "float eps, float weight_decay, bool bias_correction, bool adamw_mode) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_PLAN_RANGES + (("beta1", "[0, 1)"), ("beta2", "[0, 1)"), ("eps", "(0, inf)"),
                                    ("weight_decay", "[0, inf)")),
             doc="adam_step_planned reading the step and the learning rate from device memory (CUDA graphs)",

@@ -27,7 +27,7 @@ from typing import Any
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.plans import make_plan_fake
+from anyaccel.ops.plan_fakes import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     Function,
@@ -67,7 +67,7 @@ SPEC = OpSpec(
             "(Tensor plan, int combo, int count, int chunks, Tensor(a!) lamb_coeffs, int step, float lr, "
             "float beta1, float beta2, float eps, float weight_decay, float grad_scale, float max_coeff, "
             "float min_coeff, bool bias_correction, bool eps_inside_sqrt) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_PLAN_RANGES + _RANGES,
             doc="lamb_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
         ),
@@ -76,7 +76,7 @@ SPEC = OpSpec(
             "(Tensor plan, int combo, int count, int chunks, Tensor(a!) lamb_coeffs, Tensor step, Tensor lr, "
             "float beta1, float beta2, float eps, float weight_decay, float grad_scale, float max_coeff, "
             "float min_coeff, bool bias_correction, bool eps_inside_sqrt) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_PLAN_RANGES + tuple(r for r in _RANGES if r[0] not in ("step", "lr")),
             doc="lamb_step_planned reading the step and the learning rate from device memory (CUDA graphs)",
         ),

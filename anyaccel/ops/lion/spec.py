@@ -17,7 +17,7 @@ DeepSpeed's module ABI
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES
 from anyaccel.ops.adam.spec import SPEC as _ADAM
-from anyaccel.ops.plans import make_plan_fake
+from anyaccel.ops.plan_fakes import make_plan_fake
 from anyaccel.spec import (
     REGISTRATION_CXX_ARGS,
     Function,
@@ -49,7 +49,7 @@ SPEC = OpSpec(
             "lion_step_planned",
             "(Tensor plan, int combo, int count, int chunks, float lr, float beta1, float beta2, "
             "float weight_decay) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_ADAM_PLAN_RANGES + (("lr", "[0, inf)"), ("beta1", "[0, 1]"), ("beta2", "[0, 1]"),
                                         ("weight_decay", "[0, inf)")),
             doc="lion_step over a plan's tensors: no tensor list, a cost independent of the tensor count",
@@ -58,7 +58,7 @@ SPEC = OpSpec(
             "lion_step_planned_capturable",
             "(Tensor plan, int combo, int count, int chunks, Tensor lr, float beta1, float beta2, "
             "float weight_decay) -> ()",
-            fake="anyaccel.ops.plans:planned_fake",
+            fake="anyaccel.ops.plan_fakes:planned_fake",
             ranges=_ADAM_PLAN_RANGES + (("beta1", "[0, 1]"), ("beta2", "[0, 1]"), ("weight_decay", "[0, inf)")),
             doc="lion_step_planned reading the learning rate from device memory (CUDA graphs)",
         ),

@@ -343,7 +343,7 @@ def planned(op: str, family: str, plan: torch.Tensor, combo: int, count: int, ch
             plan's; or a list's first tensor no longer has the data pointer it had when the plan was built
             (its storage was replaced: ``p.data = ...``, ``set_``, ``resize_``).
     """
-    from anyaccel.ops.plans import plan_size
+    from anyaccel.ops.plan_fakes import plan_size
 
     hit = _plans.get(_plan_key(plan)) if isinstance(plan, torch.Tensor) else None
     if hit is None or hit[1].family != family or plan.dtype != torch.int64 or \

@@ -101,7 +101,7 @@ def test_a_planned_step_equals_the_unplanned_one_bit_for_bit(family: str, dtype:
 
 @pytest.mark.parametrize("family", ["adam", "lion", "lamb"])
 def test_the_plan_header_and_size_are_the_cuda_plans_and_its_fakes(family: str) -> None:
-    from anyaccel.ops.plans import plan_size
+    from anyaccel.ops.plan_fakes import plan_size
     from anyaccel.ops.triton.multi_tensor import PLAN_MAGIC
     from anyaccel.spec import op_spec as family_spec
 
