@@ -1,0 +1,179 @@
+"""Where a patched Llama's training memory goes: anyaccel against eager and Liger-Kernel, component by component.
+
+The model is the Llama 3.2 1B shape (16 layers, hidden 2048, intermediate 8192, vocab 128256, tied embeddings:
+1.24B parameters) in bf16, sequence 4096, batch 1, trained with ``torch.optim.AdamW``. Each variant runs in a
+fresh process (Liger patches transformers' classes process-wide, and the caching allocator's history would
+otherwise carry over), and prints one JSON line:
+
+* ``tokens_per_s`` over the timed steps and ``peak_gib`` (``torch.cuda.max_memory_allocated`` over them);
+* ``activations_gib``: memory allocated by one forward (what the backward keeps, by whatever means);
+* ``saved_by_module``: bytes of the tensors saved for backward through autograd (``save_for_backward`` and
+  autograd's own saves; ``torch.autograd.graph.saved_tensors_hooks``), by the class of the innermost module
+  running when they were saved, each storage counted once and parameters left out. Tensors a custom
+  ``autograd.Function`` keeps as plain ``ctx`` attributes are not seen there, only in ``activations_gib``.
+
+Variants: ``eager``, ``anyaccel`` (every patch), ``anyaccel -X`` (every patch but X: ``rms_norm``, ``swiglu``,
+``rope``, ``loss``), ``liger`` (``apply_liger_kernel_to_llama`` defaults) and ``liger -X`` likewise
+(``rms_norm``, ``swiglu``, ``rope``, ``loss`` = its fused linear cross-entropy). Liger variants are skipped
+where ``liger_kernel`` is not installed.
+
+Usage (GPU machine, repository root)::
+
+    python benchmarks/llama_memory.py [--steps 4] [--variants eager anyaccel liger]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+COMPONENTS = ("rms_norm", "swiglu", "rope", "loss")
+VARIANTS = ("eager", "anyaccel", *(f"anyaccel -{c}" for c in COMPONENTS), "liger",
+            *(f"liger -{c}" for c in COMPONENTS))
+
+
+def _patch(variant: str, model: Any) -> None:
+    if variant == "eager":
+        return
+    base, _, minus = variant.partition(" -")
+    flags = {c: c != minus for c in COMPONENTS}
+    if base == "anyaccel":
+        import anyaccel.ops
+
+        anyaccel.ops.patch(model, **flags)
+    else:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(rope=flags["rope"], rms_norm=flags["rms_norm"], swiglu=flags["swiglu"],
+                                    cross_entropy=False, fused_linear_cross_entropy=flags["loss"], model=model)
+
+
+def _saved_by_module(model: Any, step_forward: Any) -> dict[str, int]:
+    import torch
+
+    stack: list[str] = []
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: set[int] = set()
+    by_module: dict[str, int] = {}
+
+    def pre(module: Any, _args: Any) -> None:
+        stack.append(type(module).__name__)
+
+    def post(_module: Any, _args: Any, _out: Any) -> None:
+        stack.pop()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = t.untyped_storage()
+            key = storage.data_ptr()
+            if key not in params and key not in seen and storage.nbytes():
+                seen.add(key)
+                name = stack[-1] if stack else "(outside modules)"
+                by_module[name] = by_module.get(name, 0) + storage.nbytes()
+        except (RuntimeError, NotImplementedError):
+            pass  # a tensor without storage (a subclass): not counted
+        return t
+
+    handles = [m.register_forward_pre_hook(pre) for m in model.modules()]
+    handles += [m.register_forward_hook(post) for m in model.modules()]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = step_forward()
+        loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return dict(sorted(by_module.items(), key=lambda kv: -kv[1]))
+
+
+def child(variant: str, steps: int) -> dict[str, Any]:
+    """One variant in this process."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                      num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                                      max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=500000.0)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    model.train()
+    _patch(variant, model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(0, config.vocab_size, (1, 4096), device="cuda")
+
+    def forward() -> Any:
+        return model(input_ids=ids, labels=ids).loss
+
+    def step() -> float:
+        loss = forward()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss)
+
+    step()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    loss = forward()
+    torch.cuda.synchronize()
+    activations = torch.cuda.memory_allocated() - before
+    loss.backward()
+    opt.zero_grad(set_to_none=True)
+    del loss
+    saved = _saved_by_module(model, forward)
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    last = 0.0
+    for _ in range(steps):
+        last = step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    gib = 2**30
+    return {"variant": variant, "tokens_per_s": round(steps * ids.numel() / dt),
+            "peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
+            "activations_gib": round(activations / gib, 3), "loss": round(last, 5),
+            "saved_by_module": {k: round(v / gib, 3) for k, v in saved.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per variant (default 4)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(args.child, args.steps)))
+        return 0
+    has_liger = importlib.util.find_spec("liger_kernel") is not None
+    rows = []
+    for variant in args.variants:
+        if variant.startswith("liger") and not has_liger:
+            print(f"{variant}: skipped (liger_kernel not installed)")
+            continue
+        out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps)],
+                             capture_output=True, text=True, timeout=900)
+        if out.returncode != 0:
+            print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)
+            continue
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    eager = next((r for r in rows if r["variant"] == "eager"), None)
+    print("\nvariant | tokens/s | x eager | peak GiB | activations GiB | loss")
+    for r in rows:
+        ratio = f"{r['tokens_per_s'] / eager['tokens_per_s']:.3f}" if eager else "-"
+        print(f"{r['variant']} | {r['tokens_per_s']} | {ratio} | {r['peak_gib']} | {r['activations_gib']} | "
+              f"{r['loss']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
