@@ -16,7 +16,7 @@ from anyaccel.ops.nn.implementations import ops
 
 __all__ = [
     "cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax", "rms_norm",
-    "rope", "rope_qk", "silu", "softmax", "swiglu",
+    "rope", "rope_qk", "silu", "softmax", "swiglu", "swiglu_linear",
 ]
 
 
@@ -148,6 +148,40 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, *, impl: str | None = None) -> torc
         OpInputError: bad dtype/device or shapes that do not broadcast.
     """
     return ops("swiglu", a.device.type, impl).swiglu(a, b)
+
+
+def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                  impl: str | None = None) -> torch.Tensor:
+    """``torch.nn.functional.linear(swiglu(a, b), weight, bias)`` (a Llama MLP's ``down_proj(act(gate) * up)``),
+    keeping ``a`` and ``b`` for the backward and recomputing ``swiglu(a, b)`` there instead of keeping it.
+
+    Saves ``a.numel()`` elements of activation memory per call against the unfused pair (Liger-Kernel's
+    included) for one extra element-wise pass in the backward
+    (:mod:`anyaccel.ops.nn.families.swiglu.linear`).
+
+    Args:
+        a: the gate, ``[..., I]``, float32/bfloat16/float16.
+        b: the up projection, ``a``'s shape and dtype.
+        weight: ``[O, I]``, ``a``'s dtype.
+        bias: ``[O]`` or None.
+        impl: force the SwiGLU implementation.
+
+    Returns:
+        ``[..., O]`` in ``a``'s dtype.
+
+    Raises:
+        OpInputError: ``a`` and ``b`` differ in shape or dtype, or ``weight`` is not ``[O, I]`` of their
+            dtype (the unfused :func:`swiglu` broadcasts; this does not).
+    """
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise OpInputError(f"swiglu_linear: a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} must "
+                           "have one shape and dtype; use swiglu() then linear() to broadcast")
+    if weight.dim() != 2 or weight.shape[1] != a.shape[-1] or weight.dtype != a.dtype:
+        raise OpInputError(f"swiglu_linear: weight {tuple(weight.shape)} {weight.dtype} must be [O, "
+                           f"{a.shape[-1]}] of a's dtype {a.dtype}")
+    from anyaccel.ops.nn.families.swiglu.linear import SwiGLULinear
+
+    return SwiGLULinear.apply(a, b, weight, bias, impl)
 
 
 def silu(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:

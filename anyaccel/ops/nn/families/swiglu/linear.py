@@ -1,0 +1,53 @@
+"""``linear(silu(a) * b, weight, bias)`` that keeps ``a`` and ``b`` for the backward, not the product.
+
+In a Llama MLP (``down_proj(act(gate_proj(x)) * up_proj(x))``) autograd keeps three tensors of the
+intermediate size per layer: ``a`` and ``b`` for the SwiGLU backward and their product ``c`` for
+``down_proj``'s weight gradient. ``c`` is cheap to recompute from ``a`` and ``b`` (one element-wise pass), so
+this function saves ``a``, ``b`` and the weight and recomputes ``c`` in the backward: a third of the MLP's
+activation memory (``tokens x intermediate`` elements per layer) for one extra element-wise kernel per layer
+in the backward. The same trade as activation checkpointing, confined to the one tensor where it is
+cheapest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class SwiGLULinear(torch.autograd.Function):
+    """``apply(a, b, weight, bias, impl)``; see :func:`anyaccel.ops.nn.functional.swiglu_linear`."""
+
+    @staticmethod
+    def forward(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                impl: str | None) -> torch.Tensor:
+        from anyaccel.ops.nn.implementations import ops
+
+        c = ops("swiglu", a.device.type, impl).swiglu(a, b)
+        return torch.nn.functional.linear(c, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        a, b, weight, bias, impl = inputs
+        ctx.save_for_backward(a, b, weight)
+        ctx.impl = impl
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:
+        from anyaccel.ops.nn.implementations import ops
+
+        a, b, weight = ctx.saved_tensors
+        ns = ops("swiglu", a.device.type, ctx.impl)
+        grad_a = grad_b = grad_w = grad_bias = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            grad_c = grad_y.matmul(weight)
+            grad_a, grad_b = ns.swiglu_backward(grad_c, a, b)
+        if ctx.needs_input_grad[2]:
+            with torch.no_grad():
+                c = ns.swiglu(a, b)
+            grad_w = grad_y.reshape(-1, grad_y.shape[-1]).t().matmul(c.reshape(-1, c.shape[-1])).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[3]:
+            grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
+        return grad_a, grad_b, grad_w, grad_bias, None

@@ -1,0 +1,107 @@
+"""``swiglu_linear``: ``linear(swiglu(a, b), w, bias)`` keeping ``a`` and ``b``, not their product.
+
+Compared with the float64 unfused reference (outputs and every gradient), eager and under
+``torch.compile(fullgraph=True)``, and checked to save no tensor of the product's size for the backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from anyaccel.ops.nn import functional as F
+from anyaccel.ops.nn.errors import OpInputError
+from anyaccel.testing.nn_impls import impl_params
+
+TOL = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+def _inputs(device: str, dtype: torch.dtype, lead: tuple[int, ...], i: int, o: int, bias: bool
+            ) -> list[torch.Tensor | None]:
+    g = torch.Generator().manual_seed(0)
+    ts: list[torch.Tensor | None] = [torch.randn(*lead, i, generator=g), torch.randn(*lead, i, generator=g),
+                                     torch.randn(o, i, generator=g) / i ** 0.5,
+                                     torch.randn(o, generator=g) if bias else None]
+    return [None if t is None else t.to(device, dtype).requires_grad_() for t in ts]
+
+
+def _reference(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.nn.functional.linear(torch.nn.functional.silu(a) * b, w, bias)
+
+
+@pytest.mark.parametrize("device_impl", impl_params())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("lead", "i", "o", "bias"), [((3, 5), 7, 9, False), ((13,), 33, 17, True)])
+def test_matches_the_unfused_float64_reference(device_impl: tuple[str, str], dtype: torch.dtype,
+                                               lead: tuple[int, ...], i: int, o: int, bias: bool) -> None:
+    device, impl = device_impl
+    xs = _inputs(device, dtype, lead, i, o, bias)
+    y = F.swiglu_linear(*xs, impl=impl)  # type: ignore[misc]
+    refs = [None if t is None else t.detach().double().cpu().requires_grad_() for t in xs]
+    want = _reference(*refs)  # type: ignore[arg-type]
+    gy = torch.randn(want.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    rtol, atol = TOL[dtype]
+    assert y.dtype == dtype and y.shape == want.shape
+    torch.testing.assert_close(y.detach().cpu().double(), want.detach(), rtol=rtol, atol=atol)
+    live = [t for t in xs if t is not None]
+    grads = torch.autograd.grad(y, live, gy.to(device, dtype))
+    want_grads = torch.autograd.grad(want, [t for t in refs if t is not None], gy)
+    for got, ref in zip(grads, want_grads, strict=True):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu().double(), ref, rtol=rtol, atol=atol * 4)
+
+
+def test_keeps_a_and_b_but_not_their_product() -> None:
+    a, b, w, _ = _inputs("cpu", torch.float32, (64,), 128, 8, False)
+    saved: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> Any:
+        saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        F.swiglu_linear(a, b, w, impl="torch").sum().backward()  # type: ignore[arg-type]
+    # a, b and the weight; the unfused pair would also keep silu(a) * b for the weight gradient
+    assert sorted(saved) == sorted([(64, 128), (64, 128), (8, 128)])
+    assert a.grad is not None and b.grad is not None and w.grad is not None  # type: ignore[union-attr]
+
+
+def test_frozen_weight_and_frozen_inputs() -> None:
+    a, b, w, bias = _inputs("cpu", torch.float32, (4,), 6, 5, True)
+    w.requires_grad_(False)  # type: ignore[union-attr]
+    F.swiglu_linear(a, b, w, bias, impl="torch").sum().backward()  # type: ignore[arg-type]
+    assert w.grad is None and a.grad is not None and bias.grad is not None  # type: ignore[union-attr]
+    a2, b2, w2, _ = (t.detach().requires_grad_(False) if t is not None else None for t in _inputs(
+        "cpu", torch.float32, (4,), 6, 5, False))
+    w2.requires_grad_()  # type: ignore[union-attr]
+    F.swiglu_linear(a2, b2, w2, impl="torch").sum().backward()  # type: ignore[arg-type]
+    assert w2.grad is not None  # type: ignore[union-attr]
+
+
+def test_compiled_equals_eager() -> None:
+    a, b, w, bias = _inputs("cpu", torch.float32, (5, 3), 11, 7, True)
+    live = [a, b, w, bias]
+
+    def run(fn: Any) -> list[torch.Tensor]:
+        for t in live:
+            t.grad = None  # type: ignore[union-attr]
+        y = fn(a, b, w, bias)
+        (y * torch.arange(y.numel()).reshape(y.shape)).sum().backward()
+        return [y.detach(), *(t.grad for t in live)]  # type: ignore[union-attr, misc]
+
+    eager = run(lambda *xs: F.swiglu_linear(*xs, impl="torch"))
+    compiled = run(torch.compile(lambda *xs: F.swiglu_linear(*xs, impl="torch"), fullgraph=True, backend="eager"))
+    for got, want in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("shape_b", "w_shape", "dtype_b"), [
+    ((4, 6), (5, 7), torch.float32),  # weight of the wrong width
+    ((1, 6), (5, 6), torch.float32),  # b broadcast
+    ((4, 6), (5, 6), torch.float64),  # mixed dtypes
+])
+def test_bad_inputs_name_the_fix(shape_b: tuple[int, ...], w_shape: tuple[int, ...], dtype_b: torch.dtype) -> None:
+    with pytest.raises(OpInputError, match="swiglu_linear"):
+        F.swiglu_linear(torch.randn(4, 6), torch.randn(shape_b, dtype=dtype_b), torch.randn(w_shape))
