@@ -329,16 +329,17 @@ def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0, **kwargs: Any) -> Any:
         original = getattr(self, _ORIG)
+        if past_key_values is not None:  # transformers renames it ``cache`` (5.24 warns on the old name)
+            kwargs["past_key_values"] = past_key_values
         if labels is None:
             return original(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                            logits_to_keep=logits_to_keep, **kwargs)
+                            inputs_embeds=inputs_embeds, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                            **kwargs)
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
         loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                             **kwargs)
+                             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
         hidden = outputs.last_hidden_state
         ignore_index = int(loss_kwargs.get("ignore_index", -100))
         shift = loss_kwargs.get("shift_labels")
