@@ -1,8 +1,8 @@
 """Compile parity: every model op, and a patched tiny model, under ``torch.compile(fullgraph=True)`` give
 the loss and gradients of eager mode (``ignore_index``, label smoothing, masked softmax rows, odd sizes,
 fused add + RMSNorm, fused linear cross-entropy included). CPU: the portable implementation, the ops with
-the ``aot_eager`` backend (Dynamo, fake tensors and AOTAutograd, without Inductor's C++ compilation, which
-costs about 15 s per graph on a 2-core runner) and the patched model with Inductor; GPU (marked ``gpu``):
+the ``aot_eager`` backend (Dynamo, fake tensors and AOTAutograd, without Inductor's C++ compilation: with
+Inductor the first four ops took 80 s on a shared 2-core machine) and the patched model with Inductor; GPU (marked ``gpu``):
 Triton, everything with Inductor."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Two kinds of evidence, never the class name alone:
   copy of the layer with random weights and a distinctive epsilon, in float32, bfloat16 and mixed dtypes) and
   must agree to rounding: the same result dtype, float32 results within ``rtol=1e-5``, 16-bit results equal
   in at least 98% of the elements and within 2 ulp elsewhere. Two roundings where anyaccel does one (or the
-  reverse) differ in about a third of bfloat16 elements, so the probe tells Llama's RMSNorm from OLMo-2's;
+  reverse) differ in about a fifth of the bfloat16 elements, so the probe tells Llama's RMSNorm from OLMo-2's;
   ``(1 + weight)`` or another epsilon attribute differ everywhere. Used for RMSNorm-like layers, SiLU and
   the rotary embedding.
 - **the forward's code**: a module whose ``forward`` body is, token for token (:mod:`ast`), Llama's
