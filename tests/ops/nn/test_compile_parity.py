@@ -2,8 +2,8 @@
 the loss and gradients of eager mode (``ignore_index``, label smoothing, masked softmax rows, odd sizes,
 fused add + RMSNorm, fused linear cross-entropy included). CPU: the portable implementation, the ops with
 the ``aot_eager`` backend (Dynamo, fake tensors and AOTAutograd, without Inductor's C++ compilation: with
-Inductor the first four ops took 80 s on a shared 2-core machine) and the patched model with Inductor; GPU (marked ``gpu``):
-Triton, everything with Inductor."""
+Inductor the first four ops took 80 s on a shared 2-core machine) and the patched model with Inductor; GPU
+(marked ``gpu``): Triton, everything with Inductor."""
 
 from __future__ import annotations
 
