@@ -15,7 +15,8 @@ What is replaced (each optional), in any model whose classes carry the markers (
   (``apply_rotary_pos_emb``), when the probe agrees, by :func:`~anyaccel.ops.nn.functional.rope_qk`. The
   function is a module global the attention layers call, so (like Liger-Kernel's patch) the swap applies to
   every model of that modeling module in the process until the last patched one is unpatched; calls with a
-  partial rotary table (narrower than the head) run the original function;
+  table of a layout the probe did not accept (a partial rotary one, narrower than the head) run the
+  original function;
 - the ``*ForCausalLM`` model's forward, when it is Llama's (compared as code: a family that scales, caps or
   adds to the logits or the loss keeps its own) and called with ``labels``, by one computing the loss with
   :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy` from the last hidden states, never
@@ -38,7 +39,6 @@ import logging
 import threading
 import types
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,20 +278,6 @@ def _mlp_forward(impl: str | None) -> Any:
     return forward
 
 
-def rope_function(original: Callable[..., Any], impl: str | None) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
-    """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` on anyaccel's ``rope_qk``;
-    a table narrower than the head dimension (partial rotary) or keys of another head dimension go to
-    ``original``."""
-
-    def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                             unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        if cos.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]:
-            return original(q, k, cos, sin, unsqueeze_dim)
-        return F.rope_qk(q, k, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim), impl=impl)
-
-    return apply_rotary_pos_emb
-
-
 def _swap_rope(module_name: str, name: str, impl: str | None) -> str:
     """Swap the global (reference-counted); "" on success, else why not."""
     mod: Any = importlib.import_module(module_name)
@@ -303,10 +289,10 @@ def _swap_rope(module_name: str, name: str, impl: str | None) -> str:
         original = getattr(mod, name, None)
         if original is None:
             return f"{module_name} has no global {name!r}"
-        why = equivalence.probe_rope(original, rope_function(original, "torch"))
-        if why:
+        layouts, why = equivalence.rope_layouts(original)
+        if not layouts:
             return why
-        setattr(mod, name, rope_function(original, impl))
+        setattr(mod, name, equivalence.rope_function(original, impl, layouts))
         _ROPE_SWAPS[module_name, name] = (original, 1)
     return ""
 

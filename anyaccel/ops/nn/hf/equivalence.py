@@ -174,12 +174,18 @@ def parameters(fn: Any) -> tuple[str, ...]:
     return names[1:] if isinstance(fn, torch.nn.Module) else names
 
 
-def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any]) -> str:
+#: rotary table layouts: ``"full"``, Hugging Face's ``cat(f, f)`` over the head dimension ``D``; ``"pairs"``,
+#: one angle per rotated pair, ``D / 2`` wide (GPT-OSS)
+ROPE_LAYOUTS = ("full", "pairs")
+
+
+def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any], layout: str = "full") -> str:
     """Why ``replacement(q, k, cos, sin)`` is not ``original(q, k, cos, sin)`` ("" when it is).
 
-    Probed in float32 on the CPU with Hugging Face's table layout (``cos = cat(cos(f), cos(f))`` over the
-    head dimension, ``[B, S, D]``, unsqueezed at dimension 1 by the function), queries ``[2, 3, 5, 8]`` and
-    grouped keys ``[2, 1, 5, 8]``. A function of other parameters than :data:`ROPE_PARAMETERS` is refused.
+    Probed in float32 on the CPU with queries ``[2, 3, 5, 8]``, grouped keys ``[2, 1, 5, 8]`` and tables
+    ``[2, 5, W]`` (unsqueezed at dimension 1 by the function) of the given layout (:data:`ROPE_LAYOUTS`):
+    ``W = 8``, ``cos = cat(cos(f), cos(f))``, or ``W = 4``, ``cos = cos(f)``. A function of other parameters
+    than :data:`ROPE_PARAMETERS` is refused.
     """
     if parameters(original) != ROPE_PARAMETERS:
         return f"parameters {parameters(original)} are not {ROPE_PARAMETERS}"
@@ -187,7 +193,7 @@ def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any]) ->
     q, k = torch.randn(2, 3, 5, 8, generator=gen), torch.randn(2, 1, 5, 8, generator=gen)
     inv = 1.0 / (10000.0 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))
     freqs = torch.outer(torch.arange(5, dtype=torch.float32) + 3.0, inv)
-    emb = torch.cat((freqs, freqs), dim=-1).expand(2, 5, 8)
+    emb = (torch.cat((freqs, freqs), dim=-1) if layout == "full" else freqs).expand(2, 5, -1)
     cos, sin = emb.cos(), emb.sin()
     try:
         with torch.no_grad():
@@ -199,6 +205,34 @@ def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any]) ->
         if why:
             return f"math differs from anyaccel's rope_qk ({name}: {why})"
     return ""
+
+
+def rope_function(original: Callable[..., Any], impl: str | None, layouts: frozenset[str] = frozenset({"full"})
+                  ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` on anyaccel's ``rope_qk``
+    for the table layouts in ``layouts`` (:data:`~anyaccel.ops.nn.hf.ROPE_LAYOUTS`: ``"full"``,
+    a table as wide as the head, whose halves repeat; ``"pairs"``, half as wide); any other table (a partial
+    rotary one, narrower than the head) or keys of another head dimension go to ``original``. The halves of
+    a full table are not compared at run time (that would synchronise the device): the rotary-embedding
+    modules of every family marked in transformers 5.24 build it as ``cat(freqs, freqs)``."""
+    full, pairs = "full" in layouts, "pairs" in layouts
+
+    def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                             unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        d, w = q.shape[-1], cos.shape[-1]
+        if k.shape[-1] != d or not ((full and w == d) or (pairs and 2 * w == d)):
+            return original(q, k, cos, sin, unsqueeze_dim)
+        return F.rope_qk(q, k, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim), impl=impl)
+
+    return apply_rotary_pos_emb
+
+
+def rope_layouts(original: Callable[..., Any]) -> tuple[frozenset[str], str]:
+    """The table layouts in which anyaccel's rope computes what ``original`` computes, and, when there is
+    none, why (the full layout's probe result)."""
+    reasons = {layout: probe_rope(original, rope_function(original, "torch", frozenset({layout})),
+                                              layout) for layout in ROPE_LAYOUTS}
+    return frozenset(k for k, why in reasons.items() if not why), reasons["full"]
 
 
 def _body(fn: Any) -> str | None:

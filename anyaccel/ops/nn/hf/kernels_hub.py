@@ -28,7 +28,7 @@ from anyaccel.ops.nn.hf import equivalence
 DEVICE_TYPES = ("cuda", "rocm", "xpu", "npu", "mps", "cpu")
 _NORM_VERDICTS: dict[type, equivalence.NormRecipe | None] = {}
 _SILU_VERDICTS: dict[type, bool] = {}
-_ROPE_VERDICTS: dict[type, bool] = {}
+_ROPE_VERDICTS: dict[type, Any] = {}
 
 
 def _compiling() -> bool:
@@ -82,8 +82,8 @@ class SiLU(torch.nn.Module):
 
 class RotaryPosEmb(torch.nn.Module):
     """anyaccel's :func:`~anyaccel.ops.nn.functional.rope_qk` for the function marked ``"rotary_pos_emb"``
-    (Hugging Face's ``apply_rotary_pos_emb``, which ``kernels`` turns into a module); the function's own
-    forward for a partial rotary table or when the probe disagrees."""
+    (Hugging Face's ``apply_rotary_pos_emb``, which ``kernels`` turns into a module), in the table layouts
+    the probe accepts; the function's own forward for any other table (partial rotary)."""
 
     can_torch_compile = True
     has_backward = True
@@ -92,24 +92,12 @@ class RotaryPosEmb(torch.nn.Module):
                 unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """``q`` ``[B, H, S, D]`` and ``k`` ``[B, H_kv, S, D]`` rotated by ``cos``/``sin`` ``[B, S, D]``."""
         cls = type(self)
+        own = cls.forward.__get__(self)
         if cls not in _ROPE_VERDICTS:
             if _compiling():
-                return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
-            own = type(self).forward.__get__(self)
-            _ROPE_VERDICTS[cls] = not equivalence.probe_rope(own, _portable_rope_qk)
-        if not _ROPE_VERDICTS[cls] or cos.shape[-1] != q.shape[-1] or k.shape[-1] != q.shape[-1]:
-            return type(self).forward(self, q, k, cos, sin, unsqueeze_dim)
-        return _rope_qk(q, k, cos, sin, unsqueeze_dim)
-
-
-def _rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             unsqueeze_dim: int = 1, impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return F.rope_qk(q, k, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim), impl=impl)
-
-
-def _portable_rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                      unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    return _rope_qk(q, k, cos, sin, unsqueeze_dim, "torch")
+                return own(q, k, cos, sin, unsqueeze_dim)
+            _ROPE_VERDICTS[cls] = equivalence.rope_function(own, None, equivalence.rope_layouts(own)[0])
+        return _ROPE_VERDICTS[cls](q, k, cos, sin, unsqueeze_dim)
 
 
 #: marked layer name -> anyaccel's layer class

@@ -115,10 +115,10 @@ def test_a_rope_function_with_other_math_is_refused() -> None:
         c, s = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
         return q * c + rot(q) * s, k * c + rot(k) * s
 
-    assert "math differs" in equivalence.probe_rope(interleaved, hf_patch.rope_function(interleaved, "torch"))
+    assert "math differs" in equivalence.probe_rope(interleaved, equivalence.rope_function(interleaved, "torch"))
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    assert equivalence.probe_rope(apply_rotary_pos_emb, hf_patch.rope_function(apply_rotary_pos_emb, "torch")) == ""
+    assert equivalence.probe_rope(apply_rotary_pos_emb, equivalence.rope_function(apply_rotary_pos_emb, "torch")) == ""
 
 
 def test_a_partial_rotary_table_runs_the_original_function() -> None:
@@ -129,7 +129,7 @@ def test_a_partial_rotary_table_runs_the_original_function() -> None:
         calls.append(cos.shape[-1])
         return q, k
 
-    rope = hf_patch.rope_function(original, "torch")
+    rope = equivalence.rope_function(original, "torch")
     q = torch.randn(1, 2, 3, 8)
     rope(q, q, torch.randn(1, 3, 4), torch.randn(1, 3, 4))
     assert calls == [4]
@@ -142,3 +142,18 @@ def test_the_mlp_and_loss_are_replaced_only_for_llamas_forward() -> None:
 
     assert equivalence.same_forward(GraniteMLP, LlamaMLP) and not equivalence.same_forward(Phi3MLP, LlamaMLP)
     assert not equivalence.same_forward(GraniteForCausalLM, LlamaForCausalLM)
+
+
+def test_the_probe_finds_each_functions_table_layout() -> None:
+    """Llama's function takes a full ``cat(f, f)`` table, GPT-OSS's one angle per pair (half as wide); the
+    replacement serves each in its layout and sends the other to the original."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import apply_rotary_pos_emb as gpt_oss
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama
+
+    assert equivalence.rope_layouts(llama)[0] == frozenset({"full"})
+    assert equivalence.rope_layouts(gpt_oss)[0] == frozenset({"pairs"})
+    rope = equivalence.rope_function(gpt_oss, "torch", frozenset({"pairs"}))
+    q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
+    freqs = torch.randn(1, 5, 4)
+    for g, w in zip(rope(q, k, freqs.cos(), freqs.sin()), gpt_oss(q, k, freqs.cos(), freqs.sin()), strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
