@@ -125,9 +125,13 @@ def probe_rms_norm(module: torch.nn.Module) -> tuple[NormRecipe | None, str]:
 def _try_recipe(module: torch.nn.Module, recipe: NormRecipe, x0: torch.Tensor, w0: torch.Tensor) -> str:
     forward = type(module).forward
     for x_dtype, w_dtype in _PROBE_DTYPES:
-        probe = copy.deepcopy(module).to("cpu")
+        try:
+            probe = copy.deepcopy(module).to("cpu")
+            with torch.no_grad():
+                probe.weight.data = w0.to(w_dtype)
+        except Exception as exc:  # noqa: BLE001 (a sharded or quantised weight: not probed, so not replaced)
+            return f"cannot be copied to the CPU for the probe ({type(exc).__name__}: {exc})"
         with torch.no_grad():
-            probe.weight.data = w0.to(w_dtype)
             for attr in EPS_ATTRIBUTES:
                 if isinstance(getattr(probe, attr, None), float):
                     setattr(probe, attr, _PROBE_EPS if attr == recipe.eps_attribute else 1e-6)

@@ -157,3 +157,36 @@ def test_the_probe_finds_each_functions_table_layout() -> None:
     freqs = torch.randn(1, 5, 4)
     for g, w in zip(rope(q, k, freqs.cos(), freqs.sin()), gpt_oss(q, k, freqs.cos(), freqs.sin()), strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_the_report_is_logged_once_and_patching_twice_is_harmless(caplog: pytest.LogCaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    monkeypatch.setattr(hf_patch, "_LOGGED", set())
+    model = torch.nn.Sequential(LlamaRMSNorm(8), LlamaRMSNorm(8))
+    x = torch.randn(2, 8)
+    want = model(x)
+    with caplog.at_level("INFO", logger="anyaccel.ops.nn.hf_patch"):
+        first = anyaccel.ops.patch(model, impl="torch")
+        hf_patch.unpatch(model)
+        again = anyaccel.ops.patch(model, impl="torch")
+        twice = anyaccel.ops.patch(model, impl="torch")
+    try:
+        assert first.replaced == again.replaced == {"LlamaRMSNorm (RMSNorm)": 2} and twice.rms_norm == 0
+        torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
+    finally:
+        hf_patch.unpatch(model)
+    assert [r.getMessage() for r in caplog.records].count(first.summary()) == 1
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_importing_the_patch_and_kernels_modules_imports_neither_transformers_nor_kernels() -> None:
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import json, sys; import anyaccel.ops.nn.hf_patch, anyaccel.ops.nn.hf.kernels_hub; "
+             "print(json.dumps(sorted(m for m in ('transformers', 'kernels') if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
