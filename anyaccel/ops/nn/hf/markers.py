@@ -81,6 +81,8 @@ def layer_name(cls: type) -> str | None:
         runtime = klass.__dict__.get("kernel_layer_name")
         if isinstance(runtime, str):
             return runtime
+        if klass.__module__.split(".")[0] == "torch":  # torch's own classes are marked at run time if at all
+            continue
         static = source_markers(klass.__module__).layers.get(klass.__qualname__)
         if static is not None:
             return static

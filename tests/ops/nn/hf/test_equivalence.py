@@ -63,6 +63,16 @@ def test_markers_are_read_from_the_source_when_the_decorators_are_no_ops() -> No
                                    "rotary_pos_emb")]
 
 
+def test_a_runtime_marker_wins_and_marks_torch_classes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``kernels``' ``replace_kernel_forward_from_hub`` does to a class (here to torch's SiLU)."""
+    monkeypatch.setattr(torch.nn.SiLU, "kernel_layer_name", "SiLU", raising=False)
+    assert markers.layer_name(torch.nn.SiLU) == "SiLU"
+    monkeypatch.setattr(MeanCentredNorm, "kernel_layer_name", "Other", raising=False)
+    assert markers.layer_name(MeanCentredNorm) == "Other"
+    report = anyaccel.ops.patch(torch.nn.Sequential(torch.nn.SiLU()), impl="torch")
+    assert report.replaced == {"SiLU (SiLU)": 1}
+
+
 @pytest.mark.parametrize("cls", [BF16OffsetRMSNorm, MeanCentredNorm])
 def test_a_marked_norm_with_other_math_is_reported_not_replaced(cls: type[torch.nn.Module]) -> None:
     recipe, why = equivalence.probe_rms_norm(cls(16))
