@@ -4,8 +4,8 @@ transformers' kernel-layer markers (no per-family table).
 What is replaced (each optional), in any model whose classes carry the markers (:mod:`anyaccel.ops.nn.hf.markers`):
 
 - every module whose class is marked ``"RMSNorm"`` or ``"RMSNormZeroCentered"`` (145 classes in transformers
-  5.24), when an equivalence probe (:mod:`anyaccel.ops.nn.hf.equivalence`) finds the :func:`~anyaccel.ops.nn.functional.rms_norm`
-  recipe that computes what its forward computes: Llama's rounding (``casting="llama"``), one rounding
+  5.24), when an equivalence probe (:mod:`anyaccel.ops.nn.hf.equivalence`) finds the
+  :func:`~anyaccel.ops.nn.functional.rms_norm` recipe that computes what its forward computes: Llama's rounding (``casting="llama"``), one rounding
   (``casting="torch"``: OLMo-2's ``(weight * h).to(dtype)``) or a ``1 + weight`` weight (zero-centred);
 - every module marked ``"SiLU"`` (transformers' ``SiLUActivation``) by :func:`~anyaccel.ops.nn.functional.silu`,
   when the probe agrees;
