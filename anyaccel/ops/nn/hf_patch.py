@@ -5,8 +5,9 @@ What is replaced (each optional), in any model whose classes carry the markers (
 
 - every module whose class is marked ``"RMSNorm"`` or ``"RMSNormZeroCentered"`` (145 classes in transformers
   5.24), when an equivalence probe (:mod:`anyaccel.ops.nn.hf.equivalence`) finds the
-  :func:`~anyaccel.ops.nn.functional.rms_norm` recipe that computes what its forward computes: Llama's rounding (``casting="llama"``), one rounding
-  (``casting="torch"``: OLMo-2's ``(weight * h).to(dtype)``) or a ``1 + weight`` weight (zero-centred);
+  :func:`~anyaccel.ops.nn.functional.rms_norm` recipe that computes what its forward computes: Llama's
+  rounding (``casting="llama"``), one rounding (``casting="torch"``: OLMo-2's ``(weight * h).to(dtype)``) or
+  a ``1 + weight`` weight (zero-centred);
 - every module marked ``"SiLU"`` (transformers' ``SiLUActivation``) by :func:`~anyaccel.ops.nn.functional.silu`,
   when the probe agrees;
 - every module whose ``forward`` is Llama's MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, compared
