@@ -1,79 +1,95 @@
-"""``anyaccel.ops.patch(model)``: anyaccel's model ops in a Hugging Face Llama-family model, in place.
+"""``anyaccel.ops.patch(model)``: anyaccel's model ops in a Hugging Face model, in place, found through
+transformers' kernel-layer markers (no per-family table).
 
-What is replaced (each optional), for the architectures of :data:`SUPPORTED`:
+What is replaced (each optional), in any model whose classes carry the markers (:mod:`anyaccel.ops.nn.hf.markers`):
 
-- every ``<Arch>RMSNorm`` module's forward by :func:`~anyaccel.ops.nn.functional.rms_norm` with
-  ``casting="llama"`` (the module's rounding and result dtype);
-- every ``<Arch>MLP`` module's forward, when its activation is SiLU, by
-  ``down_proj(swiglu(gate_proj(x), up_proj(x)))``;
-- the modeling module's ``apply_rotary_pos_emb`` by :func:`~anyaccel.ops.nn.functional.rope_qk` (a module
-  global that the attention layers call: like Liger-Kernel's patch, this swap applies to every model of
-  that architecture in the process until the last patched one is unpatched; the math is the same);
-- the ``<Arch>ForCausalLM`` model's forward, when called with ``labels``, by one that computes the loss
-  with :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy` from the last hidden states, never
+- every module whose class is marked ``"RMSNorm"`` or ``"RMSNormZeroCentered"`` (145 classes in transformers
+  5.24), when an equivalence probe (:mod:`anyaccel.ops.nn.hf.equivalence`) finds the
+  :func:`~anyaccel.ops.nn.functional.rms_norm` recipe that computes what its forward computes: Llama's
+  rounding (``casting="llama"``), one rounding (``casting="torch"``: OLMo-2's ``(weight * h).to(dtype)``) or
+  a ``1 + weight`` weight (zero-centred);
+- every module marked ``"SiLU"`` (transformers' ``SiLUActivation``) by :func:`~anyaccel.ops.nn.functional.silu`,
+  when the probe agrees;
+- every module whose ``forward`` is Llama's MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, compared
+  as code) with a SiLU activation, by ``down_proj(swiglu(gate_proj(x), up_proj(x)))``;
+- every function marked ``"rotary_pos_emb"`` that a module attaches with ``@use_kernelized_func``
+  (``apply_rotary_pos_emb``), when the probe agrees, by :func:`~anyaccel.ops.nn.functional.rope_qk`. The
+  function is a module global the attention layers call, so (like Liger-Kernel's patch) the swap applies to
+  every model of that modeling module in the process until the last patched one is unpatched; calls with a
+  table of a layout the probe did not accept (a partial rotary one, narrower than the head) run the
+  original function;
+- the ``*ForCausalLM`` model's forward, when it is Llama's (compared as code: a family that scales, caps or
+  adds to the logits or the loss keeps its own) and called with ``labels``, by one computing the loss with
+  :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy` from the last hidden states, never
   materialising the logits (the output's ``logits`` is then None, as with Liger's patch); Hugging Face's
   label shift, ``ignore_index=-100`` and ``num_items_in_batch`` are kept. Without labels the original
   forward runs.
 
-The model's parameters, state dict and module tree are unchanged; :func:`unpatch` restores the forwards.
-Sources: Liger-Kernel's ``apply_liger_kernel_to_llama`` (``liger_kernel/transformers/monkey_patch.py``)
-and transformers' ``LlamaForCausalLM.forward`` / ``ForCausalLMLoss`` (5.x).
+A marked layer anyaccel has no op for, or whose math differs from anyaccel's, is left as it is and named in
+the report with the reason; nothing is an error. The model's parameters, state dict and module tree are
+unchanged; :func:`unpatch` restores the forwards and functions.
+Sources: transformers' ``integrations/hub_kernels.py`` (the markers), Liger-Kernel's
+``apply_liger_kernel_to_llama`` (``liger_kernel/transformers/monkey_patch.py``) and transformers'
+``LlamaForCausalLM.forward`` / ``ForCausalLMLoss`` (5.x).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 import types
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from anyaccel.ops.nn import functional as F
-from anyaccel.ops.nn.errors import UnsupportedOpError
+from anyaccel.ops.nn.hf import equivalence, markers
 
-#: ``config.model_type`` -> (modeling module, class-name prefix).
-SUPPORTED: dict[str, tuple[str, str]] = {
-    "llama": ("transformers.models.llama.modeling_llama", "Llama"),
-    "mistral": ("transformers.models.mistral.modeling_mistral", "Mistral"),
-    "qwen2": ("transformers.models.qwen2.modeling_qwen2", "Qwen2"),
-    "qwen3": ("transformers.models.qwen3.modeling_qwen3", "Qwen3"),
-}
+#: marked layer names replaced by anyaccel's RMSNorm (their math is checked by the probe)
+NORM_LAYERS = frozenset({"RMSNorm", "RMSNormZeroCentered"})
+#: the marked function name replaced by anyaccel's rope_qk
+ROPE_LAYER = "rotary_pos_emb"
 _ORIG = "_anyaccel_original_forward"
+_ROPE_ATTR = "_anyaccel_rope"
 _LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
 _ROPE_LOCK = threading.Lock()
-_ROPE_SWAPS: dict[str, tuple[Any, int]] = {}  # modeling module -> (original function, patched models)
+_ROPE_SWAPS: dict[tuple[str, str], tuple[Any, int]] = {}  # (module, global) -> (original, patched models)
+_LOGGED: set[str] = set()
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class PatchReport:
-    """What :func:`patch` replaced.
+    """What :func:`patch` replaced and what it left.
 
     Attributes:
-        model_type: the architecture.
-        rms_norm, mlp: modules whose forward was replaced.
-        rope: whether the modeling module's ``apply_rotary_pos_emb`` is anyaccel's.
+        model_type: ``config.model_type`` (the class name when there is none).
+        rms_norm: RMSNorm-like modules whose forward was replaced.
+        mlp: SwiGLU MLP modules whose forward was replaced.
+        silu: SiLU activation modules whose forward was replaced.
+        rope: whether some modeling module's ``apply_rotary_pos_emb`` is anyaccel's for this model.
         loss: whether the causal-LM forward computes the fused linear cross-entropy.
-        skipped: what was left as it was, and why.
+        replaced: ``"Class (layer)"`` -> how many modules (or ``"module.function (layer)"`` -> 1).
+        skipped: what was left as it was, one line each with the reason.
     """
 
     model_type: str
     rms_norm: int = 0
     mlp: int = 0
+    silu: int = 0
     rope: bool = False
     loss: bool = False
+    replaced: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
-
-def _arch(model: torch.nn.Module) -> tuple[str, str, str]:
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED:
-        raise UnsupportedOpError(f"patch: model_type={model_type!r} is not supported; accepted: "
-                                 f"{', '.join(sorted(SUPPORTED))} (Hugging Face Llama-family models)")
-    module, prefix = SUPPORTED[str(model_type)]
-    return str(model_type), module, prefix
+    def summary(self) -> str:
+        """One line: what was replaced and what was not (and why)."""
+        done = ", ".join(f"{k} x{n}" for k, n in self.replaced.items()) or "nothing"
+        left = "; ".join(self.skipped) or "nothing"
+        return f"anyaccel.ops.patch({self.model_type}): replaced {done}; not replaced: {left}"
 
 
 def _set_forward(module: torch.nn.Module, forward: Any) -> None:
@@ -82,18 +98,24 @@ def _set_forward(module: torch.nn.Module, forward: Any) -> None:
     setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 (an instance attribute)
 
 
+def _skip(report: PatchReport, line: str) -> None:
+    if line not in report.skipped:
+        report.skipped.append(line)
+
+
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True, rope: bool = True,
-          loss: bool = True, loss_accum_dtype: torch.dtype = torch.float32, impl: str | None = None
-          ) -> PatchReport:
-    """Replace the RMSNorm, SwiGLU MLP, rotary embedding and loss of a Llama-family model in place.
+          loss: bool = True, silu: bool = True, loss_accum_dtype: torch.dtype = torch.float32,
+          impl: str | None = None) -> PatchReport:
+    """Replace the marked layers, the SwiGLU MLPs, the rotary embedding and the loss of a Hugging Face model.
 
     Args:
-        model: a ``transformers`` model of a :data:`SUPPORTED` architecture (``LlamaForCausalLM``,
-            ``LlamaModel``, ...).
-        rms_norm: replace the RMSNorm modules' forward.
+        model: any ``torch.nn.Module``; transformers models of the families carrying the kernel-layer markers
+            (Llama, Mistral, Qwen2/3, OLMo-2, Granite, SmolLM3, Phi-3 ...) get what their markers allow.
+        rms_norm: replace the RMSNorm-like modules' forward.
         swiglu: replace the SwiGLU MLPs' forward.
-        rope: replace the rotary-embedding function of the model's module.
+        rope: replace the marked rotary-embedding functions of the model's modeling modules.
         loss: replace the causal-LM loss with the fused linear cross-entropy.
+        silu: replace the SiLU activation modules' forward (those not inside a replaced MLP run).
         loss_accum_dtype: that loss's ``accum_dtype`` (see
             :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy`): ``torch.float32`` (default) or the
             lm_head weight's dtype (Liger-Kernel's choice), which allocates no fp32 buffer of twice the lm_head
@@ -103,56 +125,149 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             else each family's choice for the inputs' device.
 
     Returns:
-        A :class:`PatchReport`.
+        A :class:`PatchReport`; its :meth:`~PatchReport.summary` is also logged (INFO, logger
+        ``anyaccel.ops.nn.hf_patch``) once per distinct line.
 
     Raises:
-        UnsupportedOpError: the model's ``config.model_type`` is not supported.
+        Nothing for an unknown model: what cannot be replaced is reported in ``skipped``.
 
-    Side effects: sets instance ``forward`` attributes on the model's modules; swaps the modeling
-    module's ``apply_rotary_pos_emb`` (process-wide, see the module docstring). Patching twice is harmless.
+    Side effects: sets instance ``forward`` attributes on the model's modules; swaps modeling modules'
+    ``apply_rotary_pos_emb`` (process-wide, see the module docstring); runs the equivalence probes (small
+    CPU or device computations on copies of one module per class). Patching twice is harmless.
     """
-    model_type, module_name, prefix = _arch(model)
-    report = PatchReport(model_type)
+    config = getattr(model, "config", None)
+    report = PatchReport(str(getattr(config, "model_type", None) or type(model).__name__))
+    norm_recipes: dict[tuple[type, bool], tuple[equivalence.NormRecipe | None, str]] = {}
+    silu_checks: dict[type, str] = {}
+    functions: dict[tuple[str, str], markers.KernelizedFunction] = {}
+    counts: Counter[str] = Counter()
     for m in model.modules():
-        name = type(m).__name__
-        if rms_norm and name == f"{prefix}RMSNorm" and not hasattr(m, _ORIG):
-            _set_forward(m, _rms_norm_forward(impl))
-            report.rms_norm += 1
-        elif swiglu and name == f"{prefix}MLP" and not hasattr(m, _ORIG):
-            act = str(getattr(getattr(m, "config", None), "hidden_act", "silu"))
-            if act in ("silu", "swish"):
-                _set_forward(m, _mlp_forward(impl))
-                report.mlp += 1
+        cls = type(m)
+        layer = markers.layer_name(cls)
+        if layer in NORM_LAYERS and rms_norm and not hasattr(m, _ORIG):
+            key = (cls, isinstance(getattr(m, "weight", None), torch.Tensor))
+            if key not in norm_recipes:
+                norm_recipes[key] = equivalence.probe_rms_norm(m)
+            recipe, why = norm_recipes[key]
+            if recipe is not None:
+                _set_forward(m, _rms_norm_forward(recipe, impl))
+                report.rms_norm += 1
+                counts[f"{cls.__name__} ({layer})"] += 1
             else:
-                report.skipped.append(f"{name}: activation {act!r} is not SiLU")
-    if rope and not getattr(model, "_anyaccel_rope", False):
-        _swap_rope(module_name, impl)
-        setattr(model, "_anyaccel_rope", True)  # noqa: B010 (a marker on the instance)
-    report.rope = bool(getattr(model, "_anyaccel_rope", False))
-    if loss and type(model).__name__.endswith("ForCausalLM") and hasattr(model, "lm_head"):
-        if not hasattr(model, _ORIG):
-            _set_forward(model, _causal_lm_forward(impl, loss_accum_dtype))
-        report.loss = True
-    elif loss:
-        report.skipped.append(f"loss: {type(model).__name__} is not a *ForCausalLM with an lm_head")
+                _skip(report, f"{cls.__name__} ({layer}): {why}")
+        elif layer == "SiLU" and silu and not hasattr(m, _ORIG):
+            if cls not in silu_checks:
+                silu_checks[cls] = equivalence.probe_silu(m)
+            if not silu_checks[cls]:
+                _set_forward(m, _silu_forward(impl))
+                report.silu += 1
+                counts[f"{cls.__name__} ({layer})"] += 1
+            else:
+                _skip(report, f"{cls.__name__} ({layer}): {silu_checks[cls]}")
+        elif layer is not None and layer not in NORM_LAYERS and layer != "SiLU":
+            _skip(report, f"{cls.__name__} ({layer}): anyaccel has no op for this layer")
+        if swiglu and not hasattr(m, _ORIG) and _is_llama_mlp(m):
+            _set_forward(m, _mlp_forward(impl))
+            report.mlp += 1
+            counts[f"{cls.__name__} (SwiGLU MLP)"] += 1
+        for fn in markers.kernelized_functions(m):
+            functions.setdefault((fn.module, fn.name), fn)
+    if rope:
+        _patch_functions(model, functions.values(), report, counts, impl)
+    report.rope = bool(getattr(model, _ROPE_ATTR, ()))
+    if loss:
+        why = _loss_applies(model)
+        if not why:
+            if not hasattr(model, _ORIG):
+                _set_forward(model, _causal_lm_forward(impl, loss_accum_dtype))
+            report.loss = True
+            counts[f"{type(model).__name__} (ForCausalLMLoss)"] += 1
+        else:
+            _skip(report, f"loss: {why}")
+    report.replaced = dict(counts)
+    line = report.summary()
+    if line not in _LOGGED:
+        _LOGGED.add(line)
+        logger.info("%s", line)
     return report
 
 
+def _patch_functions(model: torch.nn.Module, functions: Any, report: PatchReport, counts: Counter[str],
+                     impl: str | None) -> None:
+    swapped: list[tuple[str, str]] = list(getattr(model, _ROPE_ATTR, ()))
+    for fn in functions:
+        key = (fn.module, fn.name)
+        label = f"{fn.module.rsplit('.', 1)[-1]}.{fn.name} ({fn.layer})"
+        if fn.layer != ROPE_LAYER:
+            _skip(report, f"{label}: anyaccel has no op for this function")
+            continue
+        if key in swapped:
+            counts[label] += 1
+            continue
+        why = _swap_rope(fn.module, fn.name, impl)
+        if why:
+            _skip(report, f"{label}: {why}")
+        else:
+            swapped.append(key)
+            counts[label] += 1
+    if swapped:
+        setattr(model, _ROPE_ATTR, swapped)
+
+
 def unpatch(model: torch.nn.Module) -> None:
-    """Restore every forward :func:`patch` replaced in ``model`` (and the rotary function once no patched
-    model of the architecture is left)."""
+    """Restore every forward :func:`patch` replaced in ``model``, and each rotary function once no patched
+    model of its modeling module is left. Side effects: deletes the instance ``forward`` attributes."""
     for m in model.modules():
         if hasattr(m, _ORIG):
             del m.forward
             delattr(m, _ORIG)
-    if getattr(model, "_anyaccel_rope", False):
-        _restore_rope(_arch(model)[1])
-        del model._anyaccel_rope
+    for module_name, name in getattr(model, _ROPE_ATTR, ()):
+        _restore_rope(module_name, name)
+    if hasattr(model, _ROPE_ATTR):
+        delattr(model, _ROPE_ATTR)
 
 
-def _rms_norm_forward(impl: str | None) -> Any:
+def _is_llama_mlp(m: torch.nn.Module) -> bool:
+    if not all(isinstance(getattr(m, n, None), torch.nn.Module) for n in ("gate_proj", "up_proj", "down_proj")):
+        return False
+    act = getattr(m, "act_fn", None)
+    if not (isinstance(act, torch.nn.SiLU) or (act is not None and markers.layer_name(type(act)) == "SiLU")):
+        return False
+    llama = _llama()
+    return llama is not None and equivalence.same_forward(type(m), llama.LlamaMLP)
+
+
+def _loss_applies(model: torch.nn.Module) -> str:
+    """Why the fused loss may not replace ``model``'s ("" when it may)."""
+    name = type(model).__name__
+    if not name.endswith("ForCausalLM") or not isinstance(getattr(model, "lm_head", None), torch.nn.Linear):
+        return f"{name} is not a *ForCausalLM with a Linear lm_head"
+    llama = _llama()
+    if llama is None or not equivalence.same_forward(type(model), llama.LlamaForCausalLM):
+        return f"{name}.forward is not Llama's (it may scale, cap or add to the logits or the loss)"
+    loss_function = getattr(model, "loss_function", None)
+    if getattr(loss_function, "__name__", "") != "ForCausalLMLoss":
+        return f"{name}.loss_function is {getattr(loss_function, '__name__', loss_function)!r}, not ForCausalLMLoss"
+    return ""
+
+
+def _llama() -> Any:
+    try:
+        return importlib.import_module("transformers.models.llama.modeling_llama")
+    except ImportError:
+        return None
+
+
+def _rms_norm_forward(recipe: equivalence.NormRecipe, impl: str | None) -> Any:
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(hidden_states, self.weight, self.variance_epsilon, casting="llama", impl=impl)
+        return recipe(self, hidden_states, impl)
+
+    return forward
+
+
+def _silu_forward(impl: str | None) -> Any:
+    def forward(self: Any, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (transformers' parameter name)
+        return F.silu(input, impl=impl)
 
     return forward
 
@@ -164,35 +279,35 @@ def _mlp_forward(impl: str | None) -> Any:
     return forward
 
 
-def _rope_function(impl: str | None) -> Any:
-    def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                             unsqueeze_dim: int = 1, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return F.rope_qk(q, k, cos, sin, impl=impl)
-
-    return apply_rotary_pos_emb
-
-
-def _swap_rope(module_name: str, impl: str | None) -> None:
+def _swap_rope(module_name: str, name: str, impl: str | None) -> str:
+    """Swap the global (reference-counted); "" on success, else why not."""
     mod: Any = importlib.import_module(module_name)
     with _ROPE_LOCK:
-        original, count = _ROPE_SWAPS.get(module_name, (mod.apply_rotary_pos_emb, 0))
-        if count == 0:
-            mod.apply_rotary_pos_emb = _rope_function(impl)
-        _ROPE_SWAPS[module_name] = (original, count + 1)
+        if (module_name, name) in _ROPE_SWAPS:
+            original, count = _ROPE_SWAPS[module_name, name]
+            _ROPE_SWAPS[module_name, name] = (original, count + 1)
+            return ""
+        original = getattr(mod, name, None)
+        if original is None:
+            return f"{module_name} has no global {name!r}"
+        layouts, why = equivalence.rope_layouts(original)
+        if not layouts:
+            return why
+        setattr(mod, name, equivalence.rope_function(original, impl, layouts))
+        _ROPE_SWAPS[module_name, name] = (original, 1)
+    return ""
 
 
-def _restore_rope(module_name: str) -> None:
+def _restore_rope(module_name: str, name: str) -> None:
     with _ROPE_LOCK:
-        if module_name not in _ROPE_SWAPS:
+        if (module_name, name) not in _ROPE_SWAPS:
             return
-        original, count = _ROPE_SWAPS[module_name]
+        original, count = _ROPE_SWAPS[module_name, name]
         if count <= 1:
-            mod: Any = importlib.import_module(module_name)
-            mod.apply_rotary_pos_emb = original
-            del _ROPE_SWAPS[module_name]
+            setattr(importlib.import_module(module_name), name, original)
+            del _ROPE_SWAPS[module_name, name]
         else:
-            _ROPE_SWAPS[module_name] = (original, count - 1)
+            _ROPE_SWAPS[module_name, name] = (original, count - 1)
 
 
 def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
@@ -201,16 +316,17 @@ def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int | torch.Tensor = 0, **kwargs: Any) -> Any:
         original = getattr(self, _ORIG)
+        if past_key_values is not None:  # transformers renames it ``cache`` (5.24 warns on the old name)
+            kwargs["past_key_values"] = past_key_values
         if labels is None:
             return original(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                            logits_to_keep=logits_to_keep, **kwargs)
+                            inputs_embeds=inputs_embeds, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                            **kwargs)
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
         loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                             **kwargs)
+                             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
         hidden = outputs.last_hidden_state
         ignore_index = int(loss_kwargs.get("ignore_index", -100))
         shift = loss_kwargs.get("shift_labels")

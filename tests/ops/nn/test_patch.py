@@ -107,8 +107,12 @@ def test_patch_passes_loss_accum_dtype_to_the_loss() -> None:
         patch_mod.unpatch(model)
 
 
-def test_unsupported_architecture_is_refused() -> None:
-    from anyaccel.ops.nn.errors import UnsupportedOpError
-
-    with pytest.raises(UnsupportedOpError, match="model_type"):
-        anyaccel.ops.patch(torch.nn.Linear(2, 2))
+def test_a_model_without_markers_is_reported_not_refused() -> None:
+    """Before the markers, an unknown model type raised UnsupportedOpError; now it gets what its markers allow
+    (here nothing) and a report naming what was left."""
+    linear = torch.nn.Linear(2, 2)
+    report = anyaccel.ops.patch(linear)
+    assert (report.rms_norm, report.mlp, report.rope, report.loss, report.replaced) == (0, 0, False, False, {})
+    assert report.skipped == ["loss: Linear is not a *ForCausalLM with a Linear lm_head"]
+    assert "replaced nothing" in report.summary()
+    assert "forward" not in linear.__dict__
