@@ -67,6 +67,36 @@ def _device_name(device_type: str) -> str:
         return device_type
 
 
+def _capability(device_type: str) -> tuple[int, int] | None:
+    """The current device's compute capability (CUDA's ``get_device_capability``), None where the device module
+    has none (the CPU, most other backends)."""
+    if device_type == "cpu":
+        return None
+    try:
+        cap = torch.get_device_module(device_type).get_device_capability()
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    return (int(cap[0]), int(cap[1]))
+
+
+def load_policy(mode: str | None = None) -> Policy:
+    """The policy of the current accelerator (:meth:`Policy.load` with its name and compute capability)."""
+    device_type = _device_type()
+    return Policy.load(_device_name(device_type), mode, capability=_capability(device_type))
+
+
+_LOGGED: set[str] = set()
+
+
+def _log_once(level: int, message: str) -> None:
+    """Log ``message`` the first time it comes in this process."""
+    with _LOCK:
+        if message in _LOGGED:
+            return
+        _LOGGED.add(message)
+    logger.log(level, "%s", message)
+
+
 def _original(op: str, dispatch_key: str) -> Any:
     """aten's kernel for ``op`` on ``dispatch_key``, captured before any layer of ours existed."""
     k = (op, dispatch_key)
@@ -100,7 +130,8 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
 
     device_type = _device_type()
     dkey = _dispatch_key(device_type)
-    pol = policy if isinstance(policy, Policy) else Policy.load(_device_name(device_type), policy)
+    pol = policy if isinstance(policy, Policy) else \
+        Policy.load(_device_name(device_type), policy, capability=_capability(device_type))
     selected = aten_ops.select(include, exclude)
     with _LOCK:
         plan = []
@@ -110,9 +141,9 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
             if not pol.registrable(entry.name):
-                logger.info("override: aten::%s not replaced: the tuned table shows no win for it on this device, "
-                            "or its aten fallback through the mode would cost more than 5%% somewhere "
-                            "(python -m anyaccel.ops.tune measures it)", entry.name)
+                logger.info("override: aten::%s not replaced (%s): no win for it on this device, or its aten "
+                            "fallback through the mode would cost more than 5%% somewhere (python -m "
+                            "anyaccel.ops.tune measures it)", entry.name, pol.why(entry.name))
                 continue
             impl = dispatch.choose(entry.family, device_type)
             if impl.name == "torch":
@@ -137,6 +168,12 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
                     ", ".join(e.name for e, _, _ in plan))
+        if pol.mode == "tuned":
+            why = "; ".join(f"{e.name}: {pol.why(e.name)}" for e, _, _ in plan)
+            _log_once(logging.INFO if plan else logging.WARNING,
+                      f"override on {_device_name(device_type)}: policy from {pol.source}; "
+                      + (f"replaced {why}" if plan else "nothing replaced (every call goes to aten); run "
+                         "`anyaccel tune` to measure this device"))
         return lib
 
 
