@@ -5,11 +5,12 @@ Each :class:`AtenOverride` names an aten op (default overload), the op family th
 kernel can produce exactly what aten would (same shapes, dtypes, strides), or None when it cannot (the call
 then goes to aten whatever the policy says), and ``run``, the call through the family's ops.
 
-Eligible calls: contiguous inputs reduced over their last dimension(s) (softmax, log-softmax and the norms;
-other layouts and dimensions go to aten), float32/bfloat16/float16, at least one element;
-``half_to_float=True`` softmax and softmax backward with ``input_dtype`` different from the output's go to
-aten. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced only where aten
-has a kernel for it on the dispatch key.
+Eligible calls: float32/bfloat16/float16 inputs of at least one element; softmax, log-softmax and their
+backwards along any dimension with any strides (the outputs are contiguous, as aten's); the norms on contiguous
+inputs reduced over their last dimension(s); ``half_to_float=True`` softmax and softmax backward with
+``input_dtype`` different from the output's (the fp16-in, fp32-out form) go to aten: the family's ops return
+their input's dtype. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced
+only where aten has a kernel for it on the dispatch key.
 """
 
 from __future__ import annotations
@@ -50,18 +51,24 @@ def _rows_cols(x: torch.Tensor, k: int) -> tuple[int, int]:
     return (x.numel() // cols if cols else 0), cols
 
 
-def _last_dim_ok(x: torch.Tensor, dim: int) -> bool:
-    return (x.dtype in _FLOATS and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
-            and dim % x.dim() == x.dim() - 1)
+def _any_dim_ok(x: torch.Tensor, dim: int) -> bool:
+    """A float tensor of at least one element with ``dim`` in range (any dimension, any strides)."""
+    nd = max(x.dim(), 1)
+    return x.dtype in _FLOATS and x.numel() > 0 and -nd <= dim < nd
+
+
+def _reduced_key(op: str, x: torch.Tensor, dim: int) -> str:
+    """The key of a reduction of ``x`` along ``dim``: rows = the other elements, cols = the reduced length."""
+    n = int(x.shape[dim]) if x.dim() else 1
+    return key(op, x.dtype, x.numel() // n, n)
 
 
 def _softmax_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
     def describe(args: tuple[Any, ...]) -> str | None:
         x, dim, half_to_float = args
-        if half_to_float or not _last_dim_ok(x, dim):
+        if half_to_float or not _any_dim_ok(x, dim):
             return None
-        rows, cols = _rows_cols(x, 1)
-        return key(op, x.dtype, rows, cols)
+        return _reduced_key(op, x, dim)
 
     return describe
 
@@ -69,11 +76,10 @@ def _softmax_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
 def _softmax_bwd_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
     def describe(args: tuple[Any, ...]) -> str | None:
         grad, out, dim, input_dtype = args
-        if input_dtype != out.dtype or grad.dtype != out.dtype or not grad.is_contiguous() \
-                or not _last_dim_ok(out, dim):
+        if input_dtype != out.dtype or grad.dtype != out.dtype or grad.shape != out.shape \
+                or not _any_dim_ok(out, dim):
             return None
-        rows, cols = _rows_cols(out, 1)
-        return key(op, out.dtype, rows, cols)
+        return _reduced_key(op, out, dim)
 
     return describe
 
