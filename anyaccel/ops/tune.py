@@ -64,6 +64,13 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
         return (x,)
     if op == "silu_backward":
         return (r(rows, cols), x)
+    if op in ("nll_loss_forward", "nll_loss_backward"):
+        logp = aten._log_softmax(x, -1, False)
+        target = torch.randint(0, cols, (rows,), device=device)
+        if op == "nll_loss_forward":
+            return (logp, target, None, 1, -100)
+        _, total = aten.nll_loss_forward(logp, target, None, 1, -100)
+        return (torch.ones((), dtype=dtype, device=device), logp, target, None, 1, -100, total)
     raise ValueError(f"tune: no sample call for aten::{op}")
 
 

@@ -10,7 +10,11 @@ backwards along any dimension with any strides (the outputs are contiguous, as a
 inputs reduced over their last dimension(s); ``half_to_float=True`` softmax and softmax backward with
 ``input_dtype`` different from the output's (the fp16-in, fp32-out form) go to aten: the family's ops return
 their input's dtype. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced
-only where aten has a kernel for it on the dispatch key.
+only where aten has a kernel for it on the dispatch key. ``nll_loss_forward`` / ``nll_loss_backward`` (what
+``torch.nn.functional.cross_entropy`` and ``nll_loss`` run after ``log_softmax``, classes last: ``[rows, C]``
+or ``[C]`` log-probabilities, with or without class weights) sum in fp32 whatever the input's dtype; a target
+outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
+(CUDA): checking would cost a device synchronisation per call.
 """
 
 from __future__ import annotations
@@ -188,6 +192,33 @@ def _silu_bwd_describe(args: tuple[Any, ...]) -> str | None:
     return key("silu_backward", x.dtype, 1, x.numel())
 
 
+_INDEX = (torch.int64, torch.int32)
+
+
+def _nll_ok(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int) -> bool:
+    if logp.dtype not in _FLOATS or logp.dim() not in (1, 2) or logp.numel() == 0 or target.dtype not in _INDEX:
+        return False
+    if tuple(target.shape) != ((logp.shape[0],) if logp.dim() == 2 else ()) or reduction not in (0, 1, 2):
+        return False
+    return weight is None or (weight.dtype in _FLOATS and tuple(weight.shape) == (logp.shape[-1],))
+
+
+def _nll_describe(args: tuple[Any, ...]) -> str | None:
+    logp, target, weight, reduction, _ignore = args
+    if not _nll_ok(logp, target, weight, reduction):
+        return None
+    return key("nll_loss_forward", logp.dtype, logp.numel() // logp.shape[-1], logp.shape[-1])
+
+
+def _nll_bwd_describe(args: tuple[Any, ...]) -> str | None:
+    grad, logp, target, weight, reduction, _ignore, total = args
+    if not _nll_ok(logp, target, weight, reduction) or grad.dtype not in _FLOATS or total.dtype not in _FLOATS:
+        return None
+    if tuple(grad.shape) != (tuple(target.shape) if reduction == 0 else ()):
+        return None
+    return key("nll_loss_backward", logp.dtype, logp.numel() // logp.shape[-1], logp.shape[-1])
+
+
 #: Every op the mode can replace.
 OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_softmax", "softmax", _softmax_key("_softmax"), lambda ns, a: ns.softmax(a[0], a[1])),
@@ -202,6 +233,10 @@ OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_fused_rms_norm_backward", "rms_norm", _rms_bwd_describe, _rms_bwd_run),
     AtenOverride("silu", "swiglu", _silu_describe, lambda ns, a: ns.silu(a[0])),
     AtenOverride("silu_backward", "swiglu", _silu_bwd_describe, lambda ns, a: ns.silu_backward(a[0], a[1])),
+    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe,
+                 lambda ns, a: ns.nll_loss(a[0], a[1], a[2], int(a[3]), int(a[4]))),
+    AtenOverride("nll_loss_backward", "cross_entropy", _nll_bwd_describe,
+                 lambda ns, a: ns.nll_loss_backward(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), a[6])),
 )
 
 

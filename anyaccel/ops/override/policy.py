@@ -10,8 +10,9 @@ Where the tables come from, in order (each later one refines the earlier):
 1. **The default policy shipped in the package** (``default_policy.json`` beside this module, schema in
    :func:`validate_default`): one entry per device key ``"<device name>|<major>.<minor>"`` (compute
    capability; ``"cpu"`` for the CPU), and an ``unknown_device`` entry for every other device. An entry holds
-   measured keys (``speedups``, ``fallbacks``, as a tuning table) and a **size rule** (``rule``: aten op ->
-   the least ``rows bucket x row length`` sent to anyaccel when the key was not measured). The shipped
+   measured keys (``speedups``, ``fallbacks``, as a tuning table) and a **size rule** (``rule``: aten op, or
+   ``"<aten op>|<dtype>"`` for one dtype, -> the least ``rows bucket x row length`` sent to anyaccel when the
+   key was not measured; the dtype's rule comes first). The shipped
    entries are conservative placeholders, to be regenerated from a GPU measurement
    (``anyaccel tune --emit-default-policy PATH``).
 2. **The device's tuning table** (``<cache>/tune/<device name>.json``, written by
@@ -126,9 +127,9 @@ def validate_default(data: object) -> dict[str, Any]:
     """Check a parsed default-policy file and return it.
 
     Schema: ``{"schema": 1, "about": str, "devices": {device key: entry}, "unknown_device": entry}``, an
-    entry being ``{"source": str, "rule": {aten op: int >= 1}, "speedups": {policy key: float > 0},
-    "fallbacks": {policy key: float > 0}}`` (every entry field optional but ``source``-less entries are
-    allowed; device keys as :func:`device_key` writes them).
+    entry being ``{"source": str, "rule": {aten op or "<aten op>|<dtype>": int >= 1}, "speedups": {policy
+    key: float > 0}, "fallbacks": {policy key: float > 0}}`` (every entry field optional; device keys as
+    :func:`device_key` writes them).
 
     Raises:
         PolicyFileError: naming the first field that breaks the schema and what it accepts.
@@ -183,7 +184,8 @@ class Policy:
         mode: one of :data:`MODES` (``ANYACCEL_OVERRIDE_POLICY`` overrides the default ``"tuned"``).
         speedups: key -> measured speed-up of anyaccel over aten.
         fallbacks: key -> measured speed of aten through the mode's fallback, relative to aten.
-        rule: aten op -> the least ``rows bucket x row length`` sent to anyaccel at an unmeasured key.
+        rule: aten op (or ``"<aten op>|<dtype>"``) -> the least ``rows bucket x row length`` sent to anyaccel at
+            an unmeasured key.
         source: where the tables came from (logged by the mode).
 
     Raises:
@@ -211,7 +213,7 @@ class Policy:
             return True
         keys = self._measured(op)
         if not keys:
-            return op in self.rule
+            return self._has_rule(op)
         if not any(self._wins(k) for k in keys):
             return False
         effective = [self.speedups[k] if self._wins(k) else self.fallbacks.get(k, 1.0) for k in keys]
@@ -223,10 +225,14 @@ class Policy:
             return f"policy {self.mode!r}"
         keys = self._measured(op)
         if not keys:
-            return (f"size rule: >= {self.rule[op]} elements" if op in self.rule
+            rules = {r: n for r, n in self.rule.items() if r == op or r.startswith(f"{op}|")}
+            return (f"size rule: {', '.join(f'{r} >= {n} elements' for r, n in sorted(rules.items()))}" if rules
                     else "no measured key and no size rule")
         wins = sum(self._wins(k) for k in keys)
         return f"{wins} of {len(keys)} measured keys win"
+
+    def _has_rule(self, op: str) -> bool:
+        return any(r == op or r.startswith(f"{op}|") for r in self.rule)
 
     def _wins(self, k: str) -> bool:
         return self.speedups.get(k, 0.0) > 1.0 + MARGIN
@@ -238,7 +244,8 @@ class Policy:
             return self.mode == "always"
         if k in self.speedups:
             return self._wins(k)
-        least = self.rule.get(k.split("|", 1)[0])
+        op, dtype = k.split("|", 2)[:2]
+        least = self.rule.get(f"{op}|{dtype}", self.rule.get(op))
         return least is not None and key_elements(k) >= least
 
     def record(self, k: str, speedup: float, fallback: float | None = None) -> None:
