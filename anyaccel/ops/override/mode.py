@@ -79,10 +79,11 @@ def _capability(device_type: str) -> tuple[int, int] | None:
     return (int(cap[0]), int(cap[1]))
 
 
-def load_policy(mode: str | None = None) -> Policy:
-    """The policy of the current accelerator (:meth:`Policy.load` with its name and compute capability)."""
+def load_policy(mode: str | None = None, table: bool = True) -> Policy:
+    """The policy of the current accelerator (:meth:`Policy.load` with its name and compute capability; without
+    its tuning table when ``table`` is False: the shipped default policy alone)."""
     device_type = _device_type()
-    return Policy.load(_device_name(device_type), mode, capability=_capability(device_type))
+    return Policy.load(_device_name(device_type), mode, capability=_capability(device_type), table=table)
 
 
 _LOGGED: set[str] = set()
@@ -141,9 +142,8 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
             if not pol.registrable(entry.name):
-                logger.info("override: aten::%s not replaced (%s): no win for it on this device, or its aten "
-                            "fallback through the mode would cost more than 5%% somewhere (python -m "
-                            "anyaccel.ops.tune measures it)", entry.name, pol.why(entry.name))
+                logger.info("override: aten::%s not replaced (%s; python -m anyaccel.ops.tune measures it)",
+                            entry.name, pol.why(entry.name))
                 continue
             impl = dispatch.choose(entry.family, device_type)
             if impl.name == "torch":

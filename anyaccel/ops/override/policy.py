@@ -229,7 +229,10 @@ class Policy:
             return (f"size rule: {', '.join(f'{r} >= {n} elements' for r, n in sorted(rules.items()))}" if rules
                     else "no measured key and no size rule")
         wins = sum(self._wins(k) for k in keys)
-        return f"{wins} of {len(keys)} measured keys win"
+        if not wins:
+            return f"none of its {len(keys)} measured keys wins"
+        worst = min(self.speedups[k] if self._wins(k) else self.fallbacks.get(k, 1.0) for k in keys)
+        return f"{wins} of {len(keys)} measured keys win; slowest call as routed {worst:.2f}x aten (floor {FLOOR})"
 
     def _has_rule(self, op: str) -> bool:
         return any(r == op or r.startswith(f"{op}|") for r in self.rule)
@@ -258,7 +261,7 @@ class Policy:
 
     @classmethod
     def load(cls, device_name: str, mode: str | None = None, root: Path | None = None,
-             capability: tuple[int, int] | None = None, default: bool = True) -> Policy:
+             capability: tuple[int, int] | None = None, default: bool = True, table: bool = True) -> Policy:
         """The policy for ``device_name``: the default policy's entry for its device key (with ``default``),
         overlaid with its tuning table when there is one.
 
@@ -269,6 +272,8 @@ class Policy:
             capability: the compute capability (major, minor), part of the default policy's device key.
             default: start from the shipped default policy (False: the tuning table alone, as the tuner reads
                 it).
+            table: overlay the device's tuning table (False: the default policy alone, as the benchmark's
+                default-policy check measures it).
 
         An unreadable tuning table or default policy is logged as a warning and skipped.
         """
@@ -291,7 +296,7 @@ class Policy:
                     f"{UNKNOWN_DEVICE!r} size rule (no entry for {dkey!r})"
                 sources.append(f"default policy {DEFAULT_FILE} {label}")
         path = table_path(device_name, root)
-        if path.is_file():
+        if table and path.is_file():
             try:
                 data = json.loads(path.read_text())
                 tuned_s = {str(k): float(v) for k, v in data.get("speedups", {}).items()}
