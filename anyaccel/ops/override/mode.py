@@ -8,8 +8,9 @@ registration of an op and key in a list and runs the newest, so removing a layer
 before it, aten's own kernel included, in whatever order layers are removed: nesting ``use_ops`` inside
 ``enable`` (or in several threads) unwinds correctly.
 
-Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`) and either runs anyaccel's op or calls
-aten's original kernel, fetched once with ``torch.library.get_kernel`` before the first layer existed. A
+Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`: the packaged default policy for the device,
+refined by its tuning table; which one and why is logged once per process, as a warning when nothing is
+replaced) and either runs anyaccel's op or calls aten's original kernel, fetched once with ``torch.library.get_kernel`` before the first layer existed. A
 thread-local guard sends calls made *while* anyaccel's op runs to the original kernel, so an
 implementation that itself uses the op cannot recurse.
 
@@ -198,11 +199,14 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
     :func:`disable`.
 
     Args:
-        include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ...) or family names
-            (``"softmax"``, ``"layer_norm"``, ``"rms_norm"``, ``"swiglu"``) to replace; all when None.
+        include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ``"nll_loss_forward"``, ...) or family
+            names (``"softmax"``, ``"layer_norm"``, ``"rms_norm"``, ``"swiglu"``, ``"cross_entropy"``) to
+            replace; all when None.
         exclude: names not to replace.
-        policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel only where the tuning table
-            measured it faster), ``"always"``, ``"never"``, or a :class:`Policy`.
+        policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel where the device's tuning table
+            measured it faster, and elsewhere as the packaged default policy's entry for the device, or its
+            size rule for unknown devices, says: :mod:`anyaccel.ops.override.policy`), ``"always"``,
+            ``"never"``, or a :class:`Policy`.
 
     Returns:
         The aten ops replaced (ops without a kernel on this device, or served by the portable
