@@ -150,8 +150,10 @@ def test_tune_emits_a_default_policy_entry(interpreter_impls: None, fresh_cache:
     from anyaccel.ops import tune
 
     out = fresh_cache / "emitted.json"
-    assert tune.main(["--ops", "_softmax", "--shapes", "4x8", "--dtypes", "float32", "--reps", "1",
-                      "--emit-default-policy", str(out)]) == 0
+    assert tune.main(["--ops", "_softmax", "nll_loss_forward", "nll_loss_backward", "--shapes", "4x8",
+                      "--dtypes", "float16", "--reps", "1", "--emit-default-policy", str(out)]) == 0
     data = policy.validate_default(json.loads(out.read_text()))
     entry = data["devices"]["cpu"]
-    assert set(entry["speedups"]) == {key("_softmax", torch.float32, 4, 8)} and entry["fallbacks"]
+    assert set(entry["speedups"]) == {key(op, torch.float16, 4, 8) for op in
+                                      ("_softmax", "nll_loss_forward", "nll_loss_backward")}
+    assert set(entry["fallbacks"]) == set(entry["speedups"])
