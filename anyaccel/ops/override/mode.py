@@ -10,9 +10,9 @@ before it, aten's own kernel included, in whatever order layers are removed: nes
 
 Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`: the packaged default policy for the device,
 refined by its tuning table; which one and why is logged once per process, as a warning when nothing is
-replaced) and either runs anyaccel's op or calls aten's original kernel, fetched once with ``torch.library.get_kernel`` before the first layer existed. A
-thread-local guard sends calls made *while* anyaccel's op runs to the original kernel, so an
-implementation that itself uses the op cannot recurse.
+replaced) and either runs anyaccel's op or calls aten's original kernel, fetched once with
+``torch.library.get_kernel`` before the first layer existed. A thread-local guard sends calls made *while*
+anyaccel's op runs to the original kernel, so an implementation that itself uses the op cannot recurse.
 
 What is not thread-safe, and cannot be with ``torch.library``: the registration is process-wide, not
 per thread. ``with use_ops():`` in one thread switches the mode on for every thread until it exits, and a
