@@ -64,12 +64,15 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
         return (x,)
     if op == "silu_backward":
         return (r(rows, cols), x)
-    if op in ("nll_loss_forward", "nll_loss_backward"):
-        logp = aten._log_softmax(x, -1, False)
-        target = torch.randint(0, cols, (rows,), device=device)
-        if op == "nll_loss_forward":
+    if op in ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"):
+        two_d = op.startswith("nll_loss2d")
+        # 2d: [1, cols, rows, 1] (classes in dimension 1, rows spatial positions)
+        logp = aten._log_softmax(x.t().reshape(1, cols, rows, 1) if two_d else x, 1 if two_d else -1, False)
+        target = torch.randint(0, cols, (1, rows, 1) if two_d else (rows,), device=device)
+        forward = aten.nll_loss2d_forward if two_d else aten.nll_loss_forward
+        if op.endswith("forward"):
             return (logp, target, None, 1, -100)
-        _, total = aten.nll_loss_forward(logp, target, None, 1, -100)
+        _, total = forward(logp, target, None, 1, -100)
         return (torch.ones((), dtype=dtype, device=device), logp, target, None, 1, -100, total)
     raise ValueError(f"tune: no sample call for aten::{op}")
 

@@ -11,8 +11,10 @@ inputs reduced over their last dimension(s); ``half_to_float=True`` softmax and 
 ``input_dtype`` different from the output's (the fp16-in, fp32-out form) go to aten: the family's ops return
 their input's dtype. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced
 only where aten has a kernel for it on the dispatch key. ``nll_loss_forward`` / ``nll_loss_backward`` (what
-``torch.nn.functional.cross_entropy`` and ``nll_loss`` run after ``log_softmax``, classes last: ``[rows, C]``
-or ``[C]`` log-probabilities, with or without class weights) sum in fp32 whatever the input's dtype; a target
+``torch.nn.functional.cross_entropy`` and ``nll_loss`` run after ``log_softmax`` on ``[rows, C]`` or ``[C]``
+log-probabilities) and ``nll_loss2d_forward`` / ``nll_loss2d_backward`` (``[N, C, H, W]``, what they run for
+class-first inputs with spatial dimensions), with or without class weights, sum in fp32 whatever the input's
+dtype; a target
 outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
 (CUDA): checking would cost a device synchronisation per call.
 """
@@ -195,28 +197,47 @@ def _silu_bwd_describe(args: tuple[Any, ...]) -> str | None:
 _INDEX = (torch.int64, torch.int32)
 
 
-def _nll_ok(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int) -> bool:
-    if logp.dtype not in _FLOATS or logp.dim() not in (1, 2) or logp.numel() == 0 or target.dtype not in _INDEX:
+def _nll_ok(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+            dims: tuple[int, ...]) -> bool:
+    if logp.dtype not in _FLOATS or logp.dim() not in dims or logp.numel() == 0 or target.dtype not in _INDEX:
         return False
-    if tuple(target.shape) != ((logp.shape[0],) if logp.dim() == 2 else ()) or reduction not in (0, 1, 2):
+    want = (logp.shape[0], *logp.shape[2:]) if logp.dim() >= 2 else ()
+    if tuple(target.shape) != tuple(want) or reduction not in (0, 1, 2):
         return False
-    return weight is None or (weight.dtype in _FLOATS and tuple(weight.shape) == (logp.shape[-1],))
+    classes = logp.shape[1] if logp.dim() >= 2 else logp.shape[0]
+    return weight is None or (weight.dtype in _FLOATS and tuple(weight.shape) == (classes,))
 
 
-def _nll_describe(args: tuple[Any, ...]) -> str | None:
-    logp, target, weight, reduction, _ignore = args
-    if not _nll_ok(logp, target, weight, reduction):
-        return None
-    return key("nll_loss_forward", logp.dtype, logp.numel() // logp.shape[-1], logp.shape[-1])
+def _nll_key(op: str, logp: torch.Tensor) -> str:
+    classes = int(logp.shape[1] if logp.dim() >= 2 else logp.shape[0])
+    return key(op, logp.dtype, logp.numel() // classes, classes)
 
 
-def _nll_bwd_describe(args: tuple[Any, ...]) -> str | None:
-    grad, logp, target, weight, reduction, _ignore, total = args
-    if not _nll_ok(logp, target, weight, reduction) or grad.dtype not in _FLOATS or total.dtype not in _FLOATS:
-        return None
-    if tuple(grad.shape) != (tuple(target.shape) if reduction == 0 else ()):
-        return None
-    return key("nll_loss_backward", logp.dtype, logp.numel() // logp.shape[-1], logp.shape[-1])
+def _nll_describe(op: str, dims: tuple[int, ...]) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        logp, target, weight, reduction, _ignore = args
+        return _nll_key(op, logp) if _nll_ok(logp, target, weight, reduction, dims) else None
+
+    return describe
+
+
+def _nll_bwd_describe(op: str, dims: tuple[int, ...]) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        grad, logp, target, weight, reduction, _ignore, total = args
+        if not _nll_ok(logp, target, weight, reduction, dims) or grad.dtype not in _FLOATS \
+                or total.dtype not in _FLOATS or tuple(grad.shape) != (tuple(target.shape) if reduction == 0 else ()):
+            return None
+        return _nll_key(op, logp)
+
+    return describe
+
+
+def _nll_run(ns: Any, a: tuple[Any, ...]) -> Any:
+    return ns.nll_loss(a[0], a[1], a[2], int(a[3]), int(a[4]))
+
+
+def _nll_bwd_run(ns: Any, a: tuple[Any, ...]) -> Any:
+    return ns.nll_loss_backward(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), a[6])
 
 
 #: Every op the mode can replace.
@@ -233,10 +254,11 @@ OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_fused_rms_norm_backward", "rms_norm", _rms_bwd_describe, _rms_bwd_run),
     AtenOverride("silu", "swiglu", _silu_describe, lambda ns, a: ns.silu(a[0])),
     AtenOverride("silu_backward", "swiglu", _silu_bwd_describe, lambda ns, a: ns.silu_backward(a[0], a[1])),
-    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe,
-                 lambda ns, a: ns.nll_loss(a[0], a[1], a[2], int(a[3]), int(a[4]))),
-    AtenOverride("nll_loss_backward", "cross_entropy", _nll_bwd_describe,
-                 lambda ns, a: ns.nll_loss_backward(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), a[6])),
+    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe("nll_loss_forward", (1, 2)), _nll_run),
+    AtenOverride("nll_loss_backward", "cross_entropy", _nll_bwd_describe("nll_loss_backward", (1, 2)), _nll_bwd_run),
+    AtenOverride("nll_loss2d_forward", "cross_entropy", _nll_describe("nll_loss2d_forward", (4,)), _nll_run),
+    AtenOverride("nll_loss2d_backward", "cross_entropy", _nll_bwd_describe("nll_loss2d_backward", (4,)),
+                 _nll_bwd_run),
 )
 
 

@@ -80,6 +80,33 @@ def test_sixteen_bit_mean_accumulates_in_fp32(device_impl: tuple[str, str], dtyp
     assert_close(out, torch.tensor(10.0, dtype=torch.float64), 20000)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("reduction", [0, 1, 2], ids=REDUCTIONS.get)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_nll_loss_class_first_spatial(device_impl: tuple[str, str], layout: str, reduction: int,
+                                      dtype: torch.dtype) -> None:
+    """``[N, C, H, W]`` log-probabilities (aten's nll_loss2d), contiguous and with H and W swapped (strided)."""
+    device, impl = device_impl
+    ns = ops("cross_entropy", device, impl)
+    logp = torch.randn(3, 7, 5, 4, dtype=torch.float64).log_softmax(1).to(device, dtype)
+    t = torch.randint(0, 7, (3, 5, 4))
+    t.view(-1)[::5] = -100
+    if layout == "transposed":
+        logp, t = logp.transpose(2, 3), t.transpose(1, 2)
+    w = (torch.rand(7, dtype=torch.float64) + 0.5).to(device, dtype)
+    logp.requires_grad_()
+    out, _ = ns.nll_loss(logp, t.to(device), w, reduction, -100)
+    g = torch.randn(out.shape, dtype=torch.float64).to(device, dtype)
+    (dlogp,) = torch.autograd.grad(out, logp, g)
+    # aten's own backward needs a contiguous input: the reference is computed on a contiguous copy
+    lr = logp.detach().cpu().double().contiguous().requires_grad_()
+    ref = F.nll_loss(lr, t.contiguous(), w.cpu().double(), ignore_index=-100, reduction=REDUCTIONS[reduction])
+    (dref,) = torch.autograd.grad(ref, lr, g.cpu().double())
+    assert out.shape == ref.shape and dlogp.shape == logp.shape
+    assert_close(out, ref, t.numel() if reduction else 1, msg="loss")
+    assert_close(dlogp, dref, msg="dlogp")
+
+
 def test_nll_loss_argument_errors(device_impl: tuple[str, str]) -> None:
     device, impl = device_impl
     ns = ops("cross_entropy", device, impl)
@@ -91,5 +118,7 @@ def test_nll_loss_argument_errors(device_impl: tuple[str, str]) -> None:
         ns.nll_loss(logp, t, torch.ones(4, device=device), 1, -100)
     with pytest.raises(OpInputError, match="int64 or int32"):
         ns.nll_loss(logp, t.float(), None, 1, -100)
-    with pytest.raises(OpInputError, match=r"\[rows, C\] or \[C\]"):
+    with pytest.raises(OpInputError, match="without the class dimension"):
         ns.nll_loss(logp[None], t, None, 1, -100)
+    with pytest.raises(OpInputError, match=r"\[N, C, d...\] or \[C\]"):
+        ns.nll_loss(logp[:, :0], t, None, 1, -100)

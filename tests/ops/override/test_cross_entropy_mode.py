@@ -90,8 +90,44 @@ def test_nll_loss_default_policy_routes_16_bit_only(interpreter_impls: None, tmp
 
     monkeypatch.setattr(pol, "use_ours", spy)
     with anyaccel.ops.use_ops(include=["cross_entropy"], policy=pol) as replaced:
-        assert replaced == ["nll_loss_forward", "nll_loss_backward"]
+        assert replaced == ["nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"]
         for dtype in (torch.float32, torch.float16):
             F.nll_loss(torch.randn(6, 5).log_softmax(-1).to(dtype), torch.randint(0, 5, (6,)))
     assert [k.split("|")[:2] for k in routed] == [["nll_loss_forward", "float16"]]
     assert mode.replaced_ops() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("shape", [(3, 7, 5), (2, 11, 3, 4)], ids=str)
+def test_class_first_cross_entropy_routes_to_anyaccel(interpreter_impls: None, shape: tuple[int, ...],
+                                                      reduction: str, dtype: torch.dtype) -> None:
+    """``[N, C, d...]`` logits: log_softmax over dimension 1 (the strided-axis kernel) and nll_loss2d, forward
+    and backward, all anyaccel's; against float64."""
+    z = torch.randn(*shape, dtype=torch.float64).mul(3).to(dtype).requires_grad_()
+    t = torch.randint(0, shape[1], (shape[0], *shape[2:]))
+    t.view(-1)[::4] = -100
+    pol = CountingPolicy()
+    with anyaccel.ops.use_ops(include=["softmax", "cross_entropy"], policy=pol):
+        loss = F.cross_entropy(z, t, reduction=reduction)
+        g = torch.randn(loss.shape, dtype=torch.float64).to(dtype)
+        (dz,) = torch.autograd.grad(loss, z, g)
+    assert {"_log_softmax", "nll_loss2d_forward", "nll_loss2d_backward", "_log_softmax_backward_data"} \
+        <= set(pol.ours)
+    zr = z.detach().double().requires_grad_()
+    ref = F.cross_entropy(zr, t, reduction=reduction)
+    (dref,) = torch.autograd.grad(ref, zr, g.double())
+    assert loss.dtype == dtype and loss.shape == ref.shape
+    assert_close(loss, ref, t.numel() if reduction != "none" else 1, msg="loss")
+    assert_close(dz, dref, shape[1], msg="dlogits")
+
+
+def test_float16_class_first_cross_entropy_is_finite_through_the_mode(interpreter_impls: None) -> None:
+    """The nll_loss2d path of the inf case: [2000, 8, 10] logits of loss 10 per position."""
+    z = torch.zeros(2000, 8, 10, dtype=torch.float16)
+    z[:, 0] = 10.0
+    t = torch.ones(2000, 10, dtype=torch.long)
+    with anyaccel.ops.use_ops(include=["softmax", "cross_entropy"], policy="always"):
+        loss = F.cross_entropy(z, t)
+    assert torch.isfinite(loss)
+    assert_close(loss, F.cross_entropy(z.double(), t), 20000)

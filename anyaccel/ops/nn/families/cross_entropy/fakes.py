@@ -119,32 +119,33 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
 
 def check_nll(op: str, logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
               reduction: int) -> None:
-    """The rules of ``nll_loss``'s arguments (aten's ``nll_loss_forward``).
+    """The rules of ``nll_loss``'s arguments (aten's ``nll_loss_forward`` and ``nll_loss2d_forward``).
 
     Raises:
-        OpInputError: logp not a float ``[rows, C]`` or ``[C]`` tensor with C >= 1, target not integer class
-            indices ``[rows]`` (0-dim for a 1-D logp) on logp's device, weight not a float ``[C]`` tensor on
+        OpInputError: logp not a float ``[N, C, d...]`` or ``[C]`` tensor with C >= 1, target not integer class
+            indices ``[N, d...]`` (0-dim for a 1-D logp) on logp's device, weight not a float ``[C]`` tensor on
             logp's device, reduction not 0 (none), 1 (mean) or 2 (sum).
     """
     v.check_float(op, "logp", logp)
-    if logp.dim() not in (1, 2) or logp.shape[-1] == 0:
-        raise OpInputError(f"{op}: logp has shape {list(logp.shape)}; accepted: [rows, C] or [C] with C >= 1 "
-                           "(log-probabilities, classes last)")
+    if logp.dim() == 0 or (logp.dim() == 1 and logp.shape[0] == 0) or (logp.dim() >= 2 and logp.shape[1] == 0):
+        raise OpInputError(f"{op}: logp has shape {list(logp.shape)}; accepted: [N, C, d...] or [C] with C >= 1 "
+                           "(log-probabilities, classes in dimension 1)")
     if target.dtype not in (torch.int64, torch.int32):
         raise OpInputError(f"{op}: target has dtype {target.dtype}; accepted: int64 or int32 class indices. "
                            "Cast it with .long()")
-    want = (logp.shape[0],) if logp.dim() == 2 else ()
-    v.check_shape(op, "target", target, want, "one class index per row")
+    want = (logp.shape[0], *logp.shape[2:]) if logp.dim() >= 2 else ()
+    v.check_shape(op, "target", target, want, "logp's shape without the class dimension")
     v.check_same_device(op, {"logp": logp, "target": target, "weight": weight})
     if weight is not None:
         v.check_float(op, "weight", weight)
-        v.check_shape(op, "weight", weight, (logp.shape[-1],), "one weight per class")
+        classes = logp.shape[1] if logp.dim() >= 2 else logp.shape[0]
+        v.check_shape(op, "weight", weight, (classes,), "one weight per class")
     v.check_choice(op, "reduction", reduction, NLL_REDUCTIONS)
 
 
 def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
              ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake of ``nll_loss``: the loss (logp's dtype; ``[rows]`` for reduction 0, else 0-dim) and the total
+    """Fake of ``nll_loss``: the loss (logp's dtype; target's shape for reduction 0, else 0-dim) and the total
     weight (0-dim, logp's dtype)."""
     check_nll("nll_loss", logp, target, weight, reduction)
     shape = tuple(target.shape) if reduction == 0 else ()

@@ -6,9 +6,20 @@ from __future__ import annotations
 import torch
 
 
-def as_rows(logp: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logp`` as ``[rows, C]`` and ``target`` as ``[rows]`` (a 1-D logp is one row; views where possible)."""
-    return logp.reshape(-1, logp.shape[-1]), target.reshape(-1)
+def classes(logp: torch.Tensor) -> int:
+    """The class count of ``logp``: its dimension 1 (``[N, C, d...]``), or its length when 1-D."""
+    return int(logp.shape[1] if logp.dim() >= 2 else logp.shape[0])
+
+
+def as_3d(logp: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logp`` as ``[N, C, S]`` (S: the product of the dimensions after the class one; 1 for ``[N, C]`` and
+    ``[C]``) and ``target`` as ``[N * S]``, row ``n * S + s``; views where torch can."""
+    if logp.dim() == 1:
+        return logp.reshape(1, -1, 1), target.reshape(-1)
+    spatial = 1
+    for d in logp.shape[2:]:
+        spatial *= int(d)
+    return logp.reshape(int(logp.shape[0]), int(logp.shape[1]), spatial), target.reshape(-1)
 
 
 def finish(loss: torch.Tensor, weight: torch.Tensor, reduction: int, dtype: torch.dtype,

@@ -92,22 +92,23 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
 
 
 def _nll_rows(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``logp [rows, C]``, the safe target ``[rows]`` (ignored rows read class 0) and the fp32 weight of each row
-    (0 where ignored)."""
-    lp, t = nll.as_rows(logp, target)
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``logp`` as rows ``[N * S, C]`` (classes last: a copy for ``[N, C, d...]``), the safe target ``[N * S]``
+    (ignored rows read class 0) and the fp32 weight of each row (0 where ignored)."""
+    lp3, t = nll.as_3d(logp, target)
+    lp = lp3.transpose(1, 2).reshape(-1, lp3.shape[1])
     valid = t != ignore_index
     safe = torch.where(valid, t, torch.zeros_like(t)).long()
     w = weight.float()[safe] if weight is not None else torch.ones(safe.shape, device=lp.device)
-    return lp, safe, torch.where(valid, w, torch.zeros_like(w)), valid
+    return lp, safe, torch.where(valid, w, torch.zeros_like(w))
 
 
 def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
              ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """aten's ``nll_loss_forward`` with fp32 accumulation (a target outside ``[0, C)`` other than
-    ``ignore_index`` raises torch's index error)."""
+    """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation (a target outside
+    ``[0, C)`` other than ``ignore_index`` raises torch's index error)."""
     check_nll("nll_loss", logp, target, weight, reduction)
-    lp, safe, w, _ = _nll_rows(logp, target, weight, ignore_index)
+    lp, safe, w = _nll_rows(logp, target, weight, ignore_index)
     loss = -w * lp.gather(1, safe.unsqueeze(1)).squeeze(1).float()
     return nll.finish(loss, w, reduction, logp.dtype, target.shape)
 
@@ -118,11 +119,13 @@ def nll_loss_backward(grad_output: torch.Tensor, logp: torch.Tensor, target: tor
     """aten's ``nll_loss_backward``: ``-w[t] * g`` at each row's target (computed in fp32, rounded once), 0
     elsewhere; contiguous, logp's dtype."""
     check_nll("nll_loss_backward", logp, target, weight, reduction)
-    lp, safe, w, _ = _nll_rows(logp, target, weight, ignore_index)
+    lp, safe, w = _nll_rows(logp, target, weight, ignore_index)
     vals = -w * nll.row_grad(grad_output, reduction, total_weight, lp.shape[0])
-    out = torch.zeros(lp.shape, dtype=logp.dtype, device=logp.device)
-    out.scatter_(1, safe.unsqueeze(1), vals.to(logp.dtype).unsqueeze(1))
-    return out.reshape(logp.shape)
+    rows = torch.zeros(lp.shape, dtype=logp.dtype, device=logp.device)
+    rows.scatter_(1, safe.unsqueeze(1), vals.to(logp.dtype).unsqueeze(1))
+    lp3, _ = nll.as_3d(logp, target)
+    n, c, spatial = lp3.shape
+    return rows.reshape(n, spatial, c).transpose(1, 2).contiguous().reshape(logp.shape)
 
 
 def load() -> Any:

@@ -15,8 +15,10 @@ same pass, so the backward only scales them by the incoming gradient (Liger-Kern
 FusedLinearCrossEntropy; Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models", 2024).
 Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
 
-``nll_loss`` is aten's ``nll_loss_forward`` (what ``torch.nn.functional.cross_entropy`` runs after
-``log_softmax``) with the sum accumulated in fp32 whatever logp's dtype, rounded once to it::
+``nll_loss`` is aten's ``nll_loss_forward`` and ``nll_loss2d_forward`` (what
+``torch.nn.functional.cross_entropy`` runs after ``log_softmax``; logp ``[N, C, d...]`` with the classes in
+dimension 1, or ``[C]``; row i is one position ``(n, d...)``) with the sum accumulated in fp32 whatever logp's
+dtype, rounded once to it::
 
     loss_i = -w[t_i] * logp[i, t_i]     (0 where t_i == ignore_index; w = 1 without class weights)
     none: loss_i      sum: sum_i loss_i      mean: sum_i loss_i / sum_i w[t_i]        total_weight = sum_i w[t_i]

@@ -146,8 +146,9 @@ NLL_ROWS = 1024
 
 
 @triton.jit
-def _nll_fwd_kernel(LP, T, W, LOSS, WROW, M, C, slm, slc, st, ignore_index, HAS_W: tl.constexpr,
+def _nll_fwd_kernel(LP, T, W, LOSS, WROW, M, C, S, sln, slc, sls, st, ignore_index, HAS_W: tl.constexpr,
                     BLOCK: tl.constexpr):
+    # logp is [N, C, S] (any strides), row r = n * S + s reads logp[n, t_r, s]
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     rmask = rows < M
     t = tl.load(T + rows * st, mask=rmask, other=ignore_index).to(tl.int64)
@@ -156,14 +157,14 @@ def _nll_fwd_kernel(LP, T, W, LOSS, WROW, M, C, slm, slc, st, ignore_index, HAS_
         w = tl.load(W + t, mask=valid, other=0.0).to(tl.float32)
     else:
         w = tl.where(valid, 1.0, 0.0)
-    lp = tl.load(LP + rows * slm + t * slc, mask=valid, other=0.0).to(tl.float32)
+    lp = tl.load(LP + (rows // S) * sln + t * slc + (rows % S) * sls, mask=valid, other=0.0).to(tl.float32)
     tl.store(LOSS + rows, -w * lp, mask=rmask)
     tl.store(WROW + rows, w, mask=rmask)
 
 
 @triton.jit
-def _nll_bwd_kernel(G, T, W, DLP, M, C, sg, st, ignore_index, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
-    # DLP is zero-filled and contiguous [M, C]: each row gets its one non-zero, -w[t] * g
+def _nll_bwd_kernel(G, T, W, DLP, M, C, S, sg, st, ignore_index, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    # DLP is zero-filled and contiguous [N, C, S]: each row gets its one non-zero, -w[t] * g
     rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     rmask = rows < M
     t = tl.load(T + rows * st, mask=rmask, other=ignore_index).to(tl.int64)
@@ -173,43 +174,45 @@ def _nll_bwd_kernel(G, T, W, DLP, M, C, sg, st, ignore_index, HAS_W: tl.constexp
     else:
         w = tl.where(valid, 1.0, 0.0)
     g = tl.load(G + rows * sg, mask=valid, other=0.0).to(tl.float32)
-    tl.store(DLP + rows * C + t, (-w * g).to(DLP.dtype.element_ty), mask=valid)
+    tl.store(DLP + (rows // S) * C * S + t * S + rows % S, (-w * g).to(DLP.dtype.element_ty), mask=valid)
 
 
 def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
              ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """aten's ``nll_loss_forward`` with fp32 accumulation: one kernel reads each row's target element and
-    weight (any strides); the sums run in fp32. Targets outside ``[0, C)`` other than ``ignore_index`` count
-    as ignored (aten raises or asserts)."""
+    """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation: one kernel reads each row's
+    target element and weight (any strides of ``[N, C, S]``); the sums run in fp32. Targets outside ``[0, C)``
+    other than ``ignore_index`` count as ignored (aten raises or asserts)."""
     check_nll("nll_loss", logp, target, weight, reduction)
-    lp, t = nll.as_rows(logp, target)
-    rows, classes = lp.shape
+    lp, t = nll.as_3d(logp, target)
+    n, classes, spatial = lp.shape
+    rows = n * spatial
     loss = torch.empty((rows,), dtype=torch.float32, device=lp.device)
     wrow = torch.empty_like(loss)
     if rows:
         with device_of(lp):
             wrap(_nll_fwd_kernel)[(triton.cdiv(rows, NLL_ROWS),)](
-                lp, t, weight if weight is not None else loss, loss, wrow, rows, classes, lp.stride(0),
-                lp.stride(1), t.stride(0), ignore_index, HAS_W=weight is not None, BLOCK=NLL_ROWS)
+                lp, t, weight if weight is not None else loss, loss, wrow, rows, classes, spatial, lp.stride(0),
+                lp.stride(1), lp.stride(2), t.stride(0), ignore_index, HAS_W=weight is not None, BLOCK=NLL_ROWS)
     return nll.finish(loss, wrow, reduction, logp.dtype, target.shape)
 
 
 def nll_loss_backward(grad_output: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
                       weight: torch.Tensor | None, reduction: int, ignore_index: int,
                       total_weight: torch.Tensor) -> torch.Tensor:
-    """aten's ``nll_loss_backward``: a zero-filled gradient (logp's dtype, contiguous) and one kernel writing
-    ``-w[t] * g`` (fp32, rounded once) at each row's target."""
+    """aten's ``nll_loss_backward`` / ``nll_loss2d_backward``: a zero-filled gradient (logp's dtype,
+    contiguous) and one kernel writing ``-w[t] * g`` (fp32, rounded once) at each row's target."""
     check_nll("nll_loss_backward", logp, target, weight, reduction)
-    lp, t = nll.as_rows(logp, target)
-    rows, classes = lp.shape
-    out = torch.zeros((rows, classes), dtype=logp.dtype, device=logp.device)
+    lp, t = nll.as_3d(logp, target)
+    n, classes, spatial = lp.shape
+    rows = n * spatial
+    out = torch.zeros(logp.shape, dtype=logp.dtype, device=logp.device)
     if rows:
         g = nll.row_grad(grad_output, reduction, total_weight, rows)
         with device_of(lp):
             wrap(_nll_bwd_kernel)[(triton.cdiv(rows, NLL_ROWS),)](
-                g, t, weight if weight is not None else g, out, rows, classes, g.stride(0), t.stride(0),
+                g, t, weight if weight is not None else g, out, rows, classes, spatial, g.stride(0), t.stride(0),
                 ignore_index, HAS_W=weight is not None, BLOCK=NLL_ROWS)
-    return out.reshape(logp.shape)
+    return out
 
 
 def load() -> Any:
