@@ -12,7 +12,9 @@ each batch device-synchronised once; the three variants take turns batch by batc
 order reversed every round), so a drift of the host's speed during the measurement (warm-up, other load)
 moves all three alike instead of biasing their ratios. Timed one variant after the other, a drift once
 recorded the mode's fallback (aten plus the mode's Python kernel) as faster than aten alone, which it
-cannot be.
+cannot be. ``--emit-default-policy PATH`` also writes the run's measurements as the device's entry of a
+default-policy file (:func:`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy
+is regenerated.
 """
 
 from __future__ import annotations
