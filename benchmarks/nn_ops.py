@@ -26,6 +26,19 @@ graph of one call replayed under ``do_bench``: that charges each call a graph la
 do_bench's L2 flush, several microseconds, a tenth of a mid-sized kernel.
 "% size copy" sets that device time against a device-to-device copy moving the same bytes, timed the same
 way (or eagerly, if faster).
+
+Section ``default`` checks the override mode's **shipped default policy** (no tuning table: what
+``anyaccel.ops.enable()`` does on a fresh machine): per op and shape, aten with the mode off against aten with
+the mode on under that policy, forward and forward + backward, then the worst ratio per direction (the goal:
+none below 0.95x). Its ops: the ``ops`` section's norms, softmax (and softmax over dimension 0), SiLU and
+cross-entropy in bf16 (``F.cross_entropy`` on the bf16 logits: ``_log_softmax`` + ``nll_loss``).
+
+    python benchmarks/nn_ops.py --sections default              # the worst ratio to aten of the default policy
+    python benchmarks/nn_ops.py --emit-default-policy out.json  # measure this device, write its entry
+
+``--emit-default-policy PATH`` runs ``anyaccel.ops.tune`` on every op the mode replaces at the ``ops``
+section's shapes, in bf16 and fp16, and writes this device's entry of a default-policy file at PATH (the format of
+``anyaccel/ops/override/default_policy.json``; copy the entry there to ship it), then exits.
 """
 
 from __future__ import annotations
@@ -231,6 +244,87 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
                        f"{100 * size_copy_us / kernel_us:.0f}%" if size_copy_us and kernel_us else "-"])
 
 
+def default_policy_cases(quick: bool, device: str = "cuda") -> list[dict[str, Any]]:
+    """The ops of the default-policy check: the ``ops`` cases the mode can serve, as the user calls them (on
+    ``device``: a CPU smoke run of the section's code passes "cpu")."""
+    few = quick
+    shapes = [LARGE[4], LARGE[8], SMALL[0], SMALL[1]] if few else LARGE + SMALL
+    ce_shapes = [CE_SHAPES[1]] if few else CE_SHAPES
+
+    def rand(*s: int) -> torch.Tensor:
+        return torch.randn(*s, device=device, dtype=DTYPE).requires_grad_()
+
+    return [
+        dict(name="rms_norm", shapes=shapes, make=lambda t, h: (rand(t, h), rand(h)),
+             call=lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6)),
+        dict(name="layer_norm", shapes=shapes, make=lambda t, h: (rand(t, h), rand(h), rand(h)),
+             call=lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b)),
+        dict(name="softmax", shapes=shapes, make=lambda t, h: (rand(t, h),), call=lambda x: torch.softmax(x, -1)),
+        dict(name="softmax dim 0", shapes=shapes, make=lambda t, h: (rand(t, h),),
+             call=lambda x: torch.softmax(x, 0)),
+        dict(name="silu", shapes=shapes, make=lambda t, h: (rand(t, h),), call=F.silu),
+        dict(name="cross_entropy", shapes=ce_shapes,
+             make=lambda t, v: (rand(t, v), torch.randint(0, v, (t,), device=device)), call=F.cross_entropy),
+    ]
+
+
+def run_default_policy(args: argparse.Namespace, device: str = "cuda") -> float:
+    """Time every default-policy case with the mode off and on (the shipped policy, no tuning table); print each
+    ratio and the worst per direction. Returns the worst ratio of all."""
+    from anyaccel.ops.override import mode
+
+    pol = mode.load_policy("tuned", table=False)
+    replaced = anyaccel.ops.enable(policy=pol)
+    anyaccel.ops.disable()
+    print(f"\n## default policy ({pol.source}); the mode replaces: {', '.join(replaced) or 'nothing'}")
+    print("x = aten time with the mode off / with it on (same run, best of the rounds); goal: none below 0.95")
+    worst: dict[str, tuple[float, str]] = {}
+    for case in default_policy_cases(args.quick, device):
+        for direction in args.modes:
+            for t, h in case["shapes"]:
+                inputs = case["make"](t, h)
+                call = case["call"]
+
+                def fwd(inputs: tuple[Any, ...] = inputs, call: Callable[..., Any] = call) -> Any:
+                    return call(*inputs)
+
+                run = fwd if direction == "fwd" else backward_of(fwd, inputs)
+                best = {"off": math.inf, "on": math.inf}
+                for _ in range(2 if args.quick else 3):
+                    best["off"] = min(best["off"], bench(run, args.quick))
+                    anyaccel.ops.enable(policy=pol)
+                    try:
+                        best["on"] = min(best["on"], bench(run, args.quick))
+                    finally:
+                        anyaccel.ops.disable()
+                ratio = best["off"] / best["on"]
+                label = f"{case['name']} {direction} {t}x{h}"
+                print(f"{label} | off {best['off']:.1f} us | on {best['on']:.1f} us | {ratio:.2f}x")
+                if direction not in worst or ratio < worst[direction][0]:
+                    worst[direction] = (ratio, label)
+                del inputs
+                gc.collect()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    for direction, (ratio, label) in worst.items():
+        print(f"worst {direction}: {ratio:.2f}x ({label}){'' if ratio >= 0.95 else '  BELOW 0.95'}")
+    return min((r for r, _ in worst.values()), default=math.nan)
+
+
+def emit_default_policy(path: str, quick: bool) -> None:
+    """Measure this device with ``anyaccel.ops.tune`` (every op the mode replaces, the ``ops`` section's shapes
+    and 32768x32000 for the nll ops, bf16 and fp16) and write its entry of a default-policy file at ``path``."""
+    from pathlib import Path
+
+    from anyaccel.ops import tune
+
+    shapes = sorted({*LARGE, *SMALL, *CE_SHAPES[:3]})
+    tune.tune(None, shapes, ["bfloat16", "float16"], reps=5 if quick else 10, save=False,
+              emit_default=Path(path))
+    print(f"default-policy entry for {torch.cuda.get_device_name()} "
+          f"(capability {'.'.join(map(str, torch.cuda.get_device_capability()))}) written to {path}")
+
+
 def copy_us(moved: int, quick: bool, replay: bool = True) -> float:
     """Device time in us of a device-to-device int16 copy that reads and writes ``moved`` bytes in all
     (``moved / 2`` each way): at a kernel's size, the fastest a memory-bound kernel moving as much can be.
@@ -409,7 +503,9 @@ def main() -> int:
     parser.add_argument("--modes", nargs="*", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"],
                         help="forward, and forward + backward (default: both)")
     parser.add_argument("--sections", nargs="*", default=["ceiling", "ops", "flce", "llama"],
-                        choices=["ceiling", "ops", "flce", "llama"])
+                        choices=["ceiling", "ops", "flce", "llama", "default"])
+    parser.add_argument("--emit-default-policy", default=None, metavar="PATH",
+                        help="measure this device and write its default-policy entry to PATH, then exit")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("nn_ops benchmark: needs a CUDA GPU", file=sys.stderr)
@@ -419,11 +515,17 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; flag_gems "
           f"{'yes' if have('flag_gems') else 'not installed'}; liger_kernel "
           f"{'yes' if have('liger_kernel') else 'not installed'}")
+    if args.emit_default_policy:
+        emit_default_policy(args.emit_default_policy, args.quick)
+        return 0
     start = time.perf_counter()
+    if args.sections == ["default"]:
+        run_default_policy(args)
+        return 0
     ceiling = copy_ceiling()
     print(f"copy ceiling (device-to-device, read+write): {ceiling / 1e9:.0f} GB/s")
     for section, fn in (("ops", lambda: run_ops(args, ceiling)), ("flce", lambda: run_flce(args)),
-                        ("llama", lambda: run_llama(args))):
+                        ("llama", lambda: run_llama(args)), ("default", lambda: run_default_policy(args))):
         if section in args.sections:
             t0 = time.perf_counter()
             fn()

@@ -12,7 +12,9 @@ each batch device-synchronised once; the three variants take turns batch by batc
 order reversed every round), so a drift of the host's speed during the measurement (warm-up, other load)
 moves all three alike instead of biasing their ratios. Timed one variant after the other, a drift once
 recorded the mode's fallback (aten plus the mode's Python kernel) as faster than aten alone, which it
-cannot be.
+cannot be. ``--emit-default-policy PATH`` also writes the run's measurements as the device's entry of a
+default-policy file (:func:`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy
+is regenerated.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,16 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
         return (x,)
     if op == "silu_backward":
         return (r(rows, cols), x)
+    if op in ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"):
+        two_d = op.startswith("nll_loss2d")
+        # 2d: [1, cols, rows, 1] (classes in dimension 1, rows spatial positions)
+        logp = aten._log_softmax(x.t().reshape(1, cols, rows, 1) if two_d else x, 1 if two_d else -1, False)
+        target = torch.randint(0, cols, (1, rows, 1) if two_d else (rows,), device=device)
+        forward = aten.nll_loss2d_forward if two_d else aten.nll_loss_forward
+        if op.endswith("forward"):
+            return (logp, target, None, 1, -100)
+        _, total = forward(logp, target, None, 1, -100)
+        return (torch.ones((), dtype=dtype, device=device), logp, target, None, 1, -100, total)
     raise ValueError(f"tune: no sample call for aten::{op}")
 
 
@@ -118,7 +131,8 @@ def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
 
 
 def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
-         dtypes: Sequence[str] = ("bfloat16",), reps: int = 20, save: bool = True) -> dict[str, float]:
+         dtypes: Sequence[str] = ("bfloat16",), reps: int = 20, save: bool = True,
+         emit_default: Path | None = None) -> dict[str, float]:
     """Measure the speed-ups and store them in the device's policy table.
 
     Args:
@@ -127,11 +141,18 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
         dtypes: dtype names.
         reps: timed runs per measurement.
         save: write the table (merged with what it held).
+        emit_default: also write this run's measurements as the current device's entry of a default-policy
+            file at this path (:func:`anyaccel.ops.override.policy.emit_default`: the shipped format).
 
     Returns:
         key -> speed-up of this run.
 
-    Side effects: allocates and runs ops on the current accelerator; writes the table file.
+    Raises:
+        anyaccel.ops.override.policy.PolicyFileError: ``emit_default`` names an existing file that breaks the
+            default policy's schema.
+
+    Side effects: allocates and runs ops on the current accelerator; writes the table file (and
+    ``emit_default``).
     """
     import torch
 
@@ -146,7 +167,8 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
             dev.synchronize()
 
     name = mode._device_name(device_type)
-    policy = Policy.load(name, "tuned")
+    policy = Policy.load(name, "tuned", default=False)
+    run_policy = Policy("tuned")
     measured: dict[str, float] = {}
     for entry in aten_ops.select(ops, None):
         aten_op = getattr(torch.ops.aten, entry.name).default
@@ -170,12 +192,22 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                     _caller(aten_op, args), sync, reps)
                 measured[k] = t_aten / t_ours
                 policy.record(k, measured[k], t_aten / t_fallback)
+                run_policy.record(k, measured[k], t_aten / t_fallback)
                 logger.info("tune: %s aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode %.1f us", k,
                             t_aten * 1e6, t_ours * 1e6, measured[k], t_fallback * 1e6)
                 del args
     if save:
         path = policy.save(name)
         logger.info("tune: %d measurements written to %s", len(measured), path)
+    if emit_default is not None:
+        from anyaccel.ops.override.policy import device_key
+        from anyaccel.ops.override.policy import emit_default as emit
+
+        dkey = device_key(name, mode._capability(device_type))
+        src = (f"measured by anyaccel tune with torch {torch.__version__}: {len(measured)} keys, dtypes "
+               f"{', '.join(dtypes)}, {reps} rounds")
+        out = emit(Path(emit_default), dkey, run_policy, src)
+        logger.info("tune: default-policy entry %r written to %s", dkey, out)
     return measured
 
 
@@ -186,6 +218,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shapes to measure, e.g. 8192x4096 (default: the benchmark's)")
     parser.add_argument("--dtypes", nargs="*", default=["bfloat16"], help="dtypes (default: bfloat16)")
     parser.add_argument("--reps", type=int, default=20, help="timed runs per measurement (default: 20)")
+    parser.add_argument("--emit-default-policy", type=Path, default=None, metavar="PATH",
+                        help="also write the measurements as this device's entry of a default-policy file at PATH "
+                             "(the format of anyaccel/ops/override/default_policy.json; other entries kept)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -197,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             logger.error("tune: --shapes takes ROWSxCOLS values such as 8192x4096, got %s", args.shapes)
             return 2
-    tune(args.ops, shapes, args.dtypes, args.reps)
+    tune(args.ops, shapes, args.dtypes, args.reps, emit_default=args.emit_default_policy)
     return 0
 
 

@@ -5,11 +5,18 @@ Each :class:`AtenOverride` names an aten op (default overload), the op family th
 kernel can produce exactly what aten would (same shapes, dtypes, strides), or None when it cannot (the call
 then goes to aten whatever the policy says), and ``run``, the call through the family's ops.
 
-Eligible calls: contiguous inputs reduced over their last dimension(s) (softmax, log-softmax and the norms;
-other layouts and dimensions go to aten), float32/bfloat16/float16, at least one element;
-``half_to_float=True`` softmax and softmax backward with ``input_dtype`` different from the output's go to
-aten. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced only where aten
-has a kernel for it on the dispatch key.
+Eligible calls: float32/bfloat16/float16 inputs of at least one element; softmax, log-softmax and their
+backwards along any dimension with any strides (the outputs are contiguous, as aten's); the norms on contiguous
+inputs reduced over their last dimension(s); ``half_to_float=True`` softmax and softmax backward with
+``input_dtype`` different from the output's (the fp16-in, fp32-out form) go to aten: the family's ops return
+their input's dtype. ``_fused_rms_norm`` (what ``torch.nn.functional.rms_norm`` calls on CUDA) is replaced
+only where aten has a kernel for it on the dispatch key. ``nll_loss_forward`` / ``nll_loss_backward`` (what
+``torch.nn.functional.cross_entropy`` and ``nll_loss`` run after ``log_softmax`` on ``[rows, C]`` or ``[C]``
+log-probabilities) and ``nll_loss2d_forward`` / ``nll_loss2d_backward`` (``[N, C, H, W]``, what they run for
+class-first inputs with spatial dimensions), with or without class weights, sum in fp32 whatever the input's
+dtype; a target
+outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
+(CUDA): checking would cost a device synchronisation per call.
 """
 
 from __future__ import annotations
@@ -50,18 +57,24 @@ def _rows_cols(x: torch.Tensor, k: int) -> tuple[int, int]:
     return (x.numel() // cols if cols else 0), cols
 
 
-def _last_dim_ok(x: torch.Tensor, dim: int) -> bool:
-    return (x.dtype in _FLOATS and x.dim() > 0 and x.numel() > 0 and x.is_contiguous()
-            and dim % x.dim() == x.dim() - 1)
+def _any_dim_ok(x: torch.Tensor, dim: int) -> bool:
+    """A float tensor of at least one element with ``dim`` in range (any dimension, any strides)."""
+    nd = max(x.dim(), 1)
+    return x.dtype in _FLOATS and x.numel() > 0 and -nd <= dim < nd
+
+
+def _reduced_key(op: str, x: torch.Tensor, dim: int) -> str:
+    """The key of a reduction of ``x`` along ``dim``: rows = the other elements, cols = the reduced length."""
+    n = int(x.shape[dim]) if x.dim() else 1
+    return key(op, x.dtype, x.numel() // n, n)
 
 
 def _softmax_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
     def describe(args: tuple[Any, ...]) -> str | None:
         x, dim, half_to_float = args
-        if half_to_float or not _last_dim_ok(x, dim):
+        if half_to_float or not _any_dim_ok(x, dim):
             return None
-        rows, cols = _rows_cols(x, 1)
-        return key(op, x.dtype, rows, cols)
+        return _reduced_key(op, x, dim)
 
     return describe
 
@@ -69,11 +82,10 @@ def _softmax_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
 def _softmax_bwd_key(op: str) -> Callable[[tuple[Any, ...]], str | None]:
     def describe(args: tuple[Any, ...]) -> str | None:
         grad, out, dim, input_dtype = args
-        if input_dtype != out.dtype or grad.dtype != out.dtype or not grad.is_contiguous() \
-                or not _last_dim_ok(out, dim):
+        if input_dtype != out.dtype or grad.dtype != out.dtype or grad.shape != out.shape \
+                or not _any_dim_ok(out, dim):
             return None
-        rows, cols = _rows_cols(out, 1)
-        return key(op, out.dtype, rows, cols)
+        return _reduced_key(op, out, dim)
 
     return describe
 
@@ -182,6 +194,52 @@ def _silu_bwd_describe(args: tuple[Any, ...]) -> str | None:
     return key("silu_backward", x.dtype, 1, x.numel())
 
 
+_INDEX = (torch.int64, torch.int32)
+
+
+def _nll_ok(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+            dims: tuple[int, ...]) -> bool:
+    if logp.dtype not in _FLOATS or logp.dim() not in dims or logp.numel() == 0 or target.dtype not in _INDEX:
+        return False
+    want = (logp.shape[0], *logp.shape[2:]) if logp.dim() >= 2 else ()
+    if tuple(target.shape) != tuple(want) or reduction not in (0, 1, 2):
+        return False
+    classes = logp.shape[1] if logp.dim() >= 2 else logp.shape[0]
+    return weight is None or (weight.dtype in _FLOATS and tuple(weight.shape) == (classes,))
+
+
+def _nll_key(op: str, logp: torch.Tensor) -> str:
+    classes = int(logp.shape[1] if logp.dim() >= 2 else logp.shape[0])
+    return key(op, logp.dtype, logp.numel() // classes, classes)
+
+
+def _nll_describe(op: str, dims: tuple[int, ...]) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        logp, target, weight, reduction, _ignore = args
+        return _nll_key(op, logp) if _nll_ok(logp, target, weight, reduction, dims) else None
+
+    return describe
+
+
+def _nll_bwd_describe(op: str, dims: tuple[int, ...]) -> Callable[[tuple[Any, ...]], str | None]:
+    def describe(args: tuple[Any, ...]) -> str | None:
+        grad, logp, target, weight, reduction, _ignore, total = args
+        if not _nll_ok(logp, target, weight, reduction, dims) or grad.dtype not in _FLOATS \
+                or total.dtype not in _FLOATS or tuple(grad.shape) != (tuple(target.shape) if reduction == 0 else ()):
+            return None
+        return _nll_key(op, logp)
+
+    return describe
+
+
+def _nll_run(ns: Any, a: tuple[Any, ...]) -> Any:
+    return ns.nll_loss(a[0], a[1], a[2], int(a[3]), int(a[4]))
+
+
+def _nll_bwd_run(ns: Any, a: tuple[Any, ...]) -> Any:
+    return ns.nll_loss_backward(a[0], a[1], a[2], a[3], int(a[4]), int(a[5]), a[6])
+
+
 #: Every op the mode can replace.
 OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_softmax", "softmax", _softmax_key("_softmax"), lambda ns, a: ns.softmax(a[0], a[1])),
@@ -196,6 +254,11 @@ OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_fused_rms_norm_backward", "rms_norm", _rms_bwd_describe, _rms_bwd_run),
     AtenOverride("silu", "swiglu", _silu_describe, lambda ns, a: ns.silu(a[0])),
     AtenOverride("silu_backward", "swiglu", _silu_bwd_describe, lambda ns, a: ns.silu_backward(a[0], a[1])),
+    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe("nll_loss_forward", (1, 2)), _nll_run),
+    AtenOverride("nll_loss_backward", "cross_entropy", _nll_bwd_describe("nll_loss_backward", (1, 2)), _nll_bwd_run),
+    AtenOverride("nll_loss2d_forward", "cross_entropy", _nll_describe("nll_loss2d_forward", (4,)), _nll_run),
+    AtenOverride("nll_loss2d_backward", "cross_entropy", _nll_bwd_describe("nll_loss2d_backward", (4,)),
+                 _nll_bwd_run),
 )
 
 

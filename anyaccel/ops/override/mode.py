@@ -8,10 +8,11 @@ registration of an op and key in a list and runs the newest, so removing a layer
 before it, aten's own kernel included, in whatever order layers are removed: nesting ``use_ops`` inside
 ``enable`` (or in several threads) unwinds correctly.
 
-Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`) and either runs anyaccel's op or calls
-aten's original kernel, fetched once with ``torch.library.get_kernel`` before the first layer existed. A
-thread-local guard sends calls made *while* anyaccel's op runs to the original kernel, so an
-implementation that itself uses the op cannot recurse.
+Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`: the packaged default policy for the device,
+refined by its tuning table; which one and why is logged once per process, as a warning when nothing is
+replaced) and either runs anyaccel's op or calls aten's original kernel, fetched once with
+``torch.library.get_kernel`` before the first layer existed. A thread-local guard sends calls made *while*
+anyaccel's op runs to the original kernel, so an implementation that itself uses the op cannot recurse.
 
 What is not thread-safe, and cannot be with ``torch.library``: the registration is process-wide, not
 per thread. ``with use_ops():`` in one thread switches the mode on for every thread until it exits, and a
@@ -67,6 +68,37 @@ def _device_name(device_type: str) -> str:
         return device_type
 
 
+def _capability(device_type: str) -> tuple[int, int] | None:
+    """The current device's compute capability (CUDA's ``get_device_capability``), None where the device module
+    has none (the CPU, most other backends)."""
+    if device_type == "cpu":
+        return None
+    try:
+        cap = torch.get_device_module(device_type).get_device_capability()
+    except (AttributeError, RuntimeError, AssertionError):
+        return None
+    return (int(cap[0]), int(cap[1]))
+
+
+def load_policy(mode: str | None = None, table: bool = True) -> Policy:
+    """The policy of the current accelerator (:meth:`Policy.load` with its name and compute capability; without
+    its tuning table when ``table`` is False: the shipped default policy alone)."""
+    device_type = _device_type()
+    return Policy.load(_device_name(device_type), mode, capability=_capability(device_type), table=table)
+
+
+_LOGGED: set[str] = set()
+
+
+def _log_once(level: int, message: str) -> None:
+    """Log ``message`` the first time it comes in this process."""
+    with _LOCK:
+        if message in _LOGGED:
+            return
+        _LOGGED.add(message)
+    logger.log(level, "%s", message)
+
+
 def _original(op: str, dispatch_key: str) -> Any:
     """aten's kernel for ``op`` on ``dispatch_key``, captured before any layer of ours existed."""
     k = (op, dispatch_key)
@@ -100,7 +132,8 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
 
     device_type = _device_type()
     dkey = _dispatch_key(device_type)
-    pol = policy if isinstance(policy, Policy) else Policy.load(_device_name(device_type), policy)
+    pol = policy if isinstance(policy, Policy) else \
+        Policy.load(_device_name(device_type), policy, capability=_capability(device_type))
     selected = aten_ops.select(include, exclude)
     with _LOCK:
         plan = []
@@ -110,9 +143,8 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
             if not pol.registrable(entry.name):
-                logger.info("override: aten::%s not replaced: the tuned table shows no win for it on this device, "
-                            "or its aten fallback through the mode would cost more than 5%% somewhere "
-                            "(python -m anyaccel.ops.tune measures it)", entry.name)
+                logger.info("override: aten::%s not replaced (%s; python -m anyaccel.ops.tune measures it)",
+                            entry.name, pol.why(entry.name))
                 continue
             impl = dispatch.choose(entry.family, device_type)
             if impl.name == "torch":
@@ -137,6 +169,12 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
                     ", ".join(e.name for e, _, _ in plan))
+        if pol.mode == "tuned":
+            why = "; ".join(f"{e.name}: {pol.why(e.name)}" for e, _, _ in plan)
+            _log_once(logging.INFO if plan else logging.WARNING,
+                      f"override on {_device_name(device_type)}: policy from {pol.source}; "
+                      + (f"replaced {why}" if plan else "nothing replaced (every call goes to aten); run "
+                         "`anyaccel tune` to measure this device"))
         return lib
 
 
@@ -161,11 +199,14 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
     :func:`disable`.
 
     Args:
-        include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ...) or family names
-            (``"softmax"``, ``"layer_norm"``, ``"rms_norm"``, ``"swiglu"``) to replace; all when None.
+        include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ``"nll_loss_forward"``, ...) or family
+            names (``"softmax"``, ``"layer_norm"``, ``"rms_norm"``, ``"swiglu"``, ``"cross_entropy"``) to
+            replace; all when None.
         exclude: names not to replace.
-        policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel only where the tuning table
-            measured it faster), ``"always"``, ``"never"``, or a :class:`Policy`.
+        policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel where the device's tuning table
+            measured it faster, and elsewhere as the packaged default policy's entry for the device, or its
+            size rule for unknown devices, says: :mod:`anyaccel.ops.override.policy`), ``"always"``,
+            ``"never"``, or a :class:`Policy`.
 
     Returns:
         The aten ops replaced (ops without a kernel on this device, or served by the portable

@@ -66,6 +66,9 @@ def _samples(device: str) -> dict[str, Callable[[], tuple[Any, ...]]]:
         "cross_entropy_backward": lambda: (n(5), n(5, 37), t(5, 37), n(5), -100, 0.1),
         "fused_linear_cross_entropy": lambda: (r(6, 8), r(37, 8), t(6, 37), r(37), -100, 0.0, "mean", True,
                                        torch.float32),
+        "nll_loss": lambda: (torch.log_softmax(n(5, 37), -1).requires_grad_(), t(5, 37), n(37).abs(), 1, -100),
+        "nll_loss_backward": lambda: (n(()), torch.log_softmax(n(5, 37), -1), t(5, 37), None, 1, -100,
+                                      torch.tensor(4.0, device=device)),
     }
 
 

@@ -23,7 +23,8 @@ def _leaf64(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("shape", "dim"), [((1, 1), -1), ((1, 97), -1), ((31, 1), -1), ((4, 7, 53), -1),
-                                            ((4, 7, 53), 1), ((3, 20011), -1)], ids=str)
+                                            ((4, 7, 53), 1), ((3, 20011), -1), ((6, 5, 3), 0),
+                                            ((2, 300, 67), 1)], ids=str)
 def test_softmax_forward_and_grad(device_impl: tuple[str, str], shape: tuple[int, ...], dim: int,
                                   dtype: torch.dtype, log: bool) -> None:
     device, impl = device_impl
@@ -42,6 +43,24 @@ def test_softmax_forward_and_grad(device_impl: tuple[str, str], shape: tuple[int
     else:
         dx_ref = y64 * (g64 - (g64 * y64).sum(dim, keepdim=True))
     assert_close(x.grad, dx_ref, shape[dim], msg="dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_strided_views_along_any_dim(device_impl: tuple[str, str], dtype: torch.dtype) -> None:
+    """Views whose reduced dimension is not innermost: read in place (transposed, sliced) or copied once
+    (a permutation interleaving the other dimensions); output contiguous, gradient of the view's shape."""
+    device, impl = device_impl
+    base = torch.randn(5, 12, 7, dtype=torch.float64).to(device, dtype)
+    for view, dim in ((base.transpose(0, 2), 1), (base[:, ::3], 0), (base.permute(1, 0, 2), 2),
+                      (base.permute(2, 0, 1), 1)):
+        x = view.detach().requires_grad_()
+        y = nn.softmax(x, dim, impl=impl)
+        g = torch.randn_like(y)
+        y.backward(g)
+        assert y.is_contiguous() and x.grad is not None and x.grad.shape == x.shape
+        assert_close(y, torch.softmax(x.detach().cpu().double(), dim))
+        y64, g64 = y.detach().cpu().double(), g.cpu().double()
+        assert_close(x.grad, y64 * (g64 - (g64 * y64).sum(dim, keepdim=True)), x.shape[dim])
 
 
 def test_softmax_strided_and_dtype_argument(device_impl: tuple[str, str]) -> None:

@@ -134,10 +134,54 @@ def test_tuned_policy_skips_ops_whose_fallback_costs_too_much(interpreter_impls:
 def test_ineligible_calls_go_to_aten(interpreter_impls: None) -> None:
     pol = CountingPolicy()
     with anyaccel.ops.use_ops(include=["softmax"], policy=pol):
-        torch.softmax(torch.randn(4, 6).t(), -1)  # not contiguous
-        torch.softmax(torch.randn(4, 6), 0)  # not the last dimension
         torch.softmax(torch.randn(4, 6, dtype=torch.float64), -1)  # float64
+        torch.softmax(torch.randn(4, 0), -1)  # no element
     assert pol.ours == []
+
+
+#: (shape, dim, layout): the reduced dimension innermost, in the middle, outermost; transposed, sliced and
+#: permuted views (strided reads, and one layout that must be copied once)
+_ANY_DIM_CASES = [
+    ((7, 13), 0, "contiguous"), ((3, 37, 5), 1, "contiguous"), ((3, 37, 5), -1, "contiguous"),
+    ((5, 9), -1, "transposed"), ((5, 9), 0, "transposed"), ((4, 10, 3), 1, "sliced"),
+    ((3, 4, 5, 6), 2, "permuted"), ((2, 300, 67), 1, "contiguous"),
+]
+
+
+def _layout(shape: tuple[int, ...], layout: str, dtype: torch.dtype) -> torch.Tensor:
+    if layout == "transposed":
+        return torch.randn(*reversed(shape), dtype=torch.float64).to(dtype).t()
+    if layout == "sliced":
+        return torch.randn(shape[0], 2 * shape[1], shape[2], dtype=torch.float64).to(dtype)[:, ::2]
+    if layout == "permuted":
+        return torch.randn(shape[1], shape[3], shape[0], shape[2], dtype=torch.float64).to(dtype).permute(2, 0, 3, 1)
+    return torch.randn(*shape, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("shape", "dim", "layout"), _ANY_DIM_CASES, ids=str)
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_any_dim_and_layout_routes_to_anyaccel(interpreter_impls: None, shape: tuple[int, ...], dim: int,
+                                                       layout: str, dtype: torch.dtype, log: bool) -> None:
+    """Softmax / log-softmax along any dimension of any layout, and their backwards, go to anyaccel's kernels
+    and match a float64 reference within FlagGems's tolerance (the backward's reference reads the saved
+    output rounded to the dtype, as the kernel does)."""
+    x = _layout(shape, layout, dtype).requires_grad_()
+    assert x.shape == shape
+    fn = torch.log_softmax if log else torch.softmax
+    grad = torch.randn(shape, dtype=torch.float64).to(dtype)
+    pol = CountingPolicy()
+    with anyaccel.ops.use_ops(include=["softmax"], policy=pol):
+        y = fn(x, dim)
+        (dx,) = torch.autograd.grad(y, x, grad)
+    op = "_log_softmax" if log else "_softmax"
+    assert pol.ours == [op, f"{op}_backward_data"]
+    assert y.is_contiguous() and y.dtype == dtype
+    ref = fn(x.detach().double(), dim)
+    assert_close(y, ref)
+    yr, g = y.detach().double(), grad.double()  # the saved (rounded) output
+    want = g - yr.exp() * g.sum(dim, keepdim=True) if log else yr * (g - (g * yr).sum(dim, keepdim=True))
+    assert_close(dx, want, shape[dim])
 
 
 def test_portable_implementations_are_not_registered(monkeypatch: pytest.MonkeyPatch) -> None:

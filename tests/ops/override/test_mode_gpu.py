@@ -56,3 +56,31 @@ def test_override_on_cuda_matches_aten(dtype: torch.dtype) -> None:
     for g, r in zip(got, want, strict=True):
         assert_close(g, r.double(), 1000)
     assert mode.replaced_ops() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_any_dim_softmax_and_16_bit_cross_entropy_on_cuda(dtype: torch.dtype) -> None:
+    """Softmax along a middle dimension of a transposed view and F.cross_entropy (log_softmax + nll_loss) go to
+    anyaccel's Triton kernels on the GPU and match float64 references (FlagGems's tolerances)."""
+    x = torch.randn(33, 65, 7, device="cuda", dtype=dtype).transpose(0, 2).requires_grad_()
+    z = torch.randn(4099, 37, device="cuda", dtype=dtype).mul(3).requires_grad_()
+    t = torch.randint(0, 37, (4099,), device="cuda")
+    t[::5] = -100
+    pol = CountingPolicy()
+    with anyaccel.ops.use_ops(policy=pol):
+        y = torch.softmax(x, 1)
+        g = torch.randn_like(y)
+        (dx,) = torch.autograd.grad(y, x, g)
+        loss = F.cross_entropy(z, t)
+        (dz,) = torch.autograd.grad(loss, z)
+    assert {"_softmax", "_softmax_backward_data", "_log_softmax", "nll_loss_forward", "nll_loss_backward",
+            "_log_softmax_backward_data"} <= pol.ours
+    assert_close(y, torch.softmax(x.detach().double(), 1))
+    yr = y.detach().double()
+    gr = g.double()
+    assert_close(dx, yr * (gr - (gr * yr).sum(1, keepdim=True)), x.shape[1])
+    zr = z.detach().double().requires_grad_()
+    ref = F.cross_entropy(zr, t)
+    (dref,) = torch.autograd.grad(ref, zr)
+    assert_close(loss, ref, 4099)
+    assert_close(dz, dref, 37)

@@ -12,8 +12,9 @@ from anyaccel.ops.nn.errors import UnsupportedOpError
 
 def formulas(ns: Any) -> dict[str, Formula]:
     """Backward formulas of ``cross_entropy`` (saves logits, target and lse; ``ns``'s backward op recomputes
-    the softmax) and ``fused_linear_cross_entropy`` (saves the gradients computed in the forward and scales
-    them by the incoming gradient)."""
+    the softmax), ``fused_linear_cross_entropy`` (saves the gradients computed in the forward and scales
+    them by the incoming gradient) and ``nll_loss`` (saves logp, target, weight and the total weight; the
+    gradient reaches logp only)."""
 
     def setup_ce(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
         logits, target, ignore_index, label_smoothing = inputs
@@ -62,7 +63,18 @@ def formulas(ns: Any) -> dict[str, Formula]:
         db = scale(gb) if ctx.has_bias and ctx.needs_input_grad[3] else None
         return dh, dw, None, db, None, None, None, None, None
 
-    return {"cross_entropy": (setup_ce, backward_ce), "fused_linear_cross_entropy": (setup_fused, backward_fused)}
+    def setup_nll(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+        logp, target, weight, reduction, ignore_index = inputs
+        ctx.save_for_backward(logp, target, weight, output[1])
+        ctx.reduction, ctx.ignore_index = reduction, ignore_index
+
+    def backward_nll(ctx: Any, grad_out: torch.Tensor, _grad_total: Any) -> tuple[Any, ...]:
+        logp, target, weight, total = ctx.saved_tensors
+        return (ns.nll_loss_backward(grad_out, logp, target, weight, ctx.reduction, ctx.ignore_index, total),
+                None, None, None, None)
+
+    return {"cross_entropy": (setup_ce, backward_ce), "fused_linear_cross_entropy": (setup_fused, backward_fused),
+            "nll_loss": (setup_nll, backward_nll)}
 
 
 def _eager(t: torch.Tensor) -> bool:

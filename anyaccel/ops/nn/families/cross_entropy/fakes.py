@@ -6,7 +6,7 @@ import torch
 
 from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.errors import OpInputError
-from anyaccel.ops.nn.families.cross_entropy.spec import FUSED_REDUCTIONS
+from anyaccel.ops.nn.families.cross_entropy.spec import FUSED_REDUCTIONS, NLL_REDUCTIONS
 
 
 def check_target(op: str, target: torch.Tensor, rows: int, device: torch.device) -> None:
@@ -115,3 +115,47 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         return loss, e, torch.empty_like(e), torch.empty_like(e)
     gb = bias.new_empty(bias.shape) if bias is not None else hidden.new_empty((0,))
     return loss, hidden.new_empty(hidden.shape), weight.new_empty(weight.shape), gb
+
+
+def check_nll(op: str, logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+              reduction: int) -> None:
+    """The rules of ``nll_loss``'s arguments (aten's ``nll_loss_forward`` and ``nll_loss2d_forward``).
+
+    Raises:
+        OpInputError: logp not a float ``[N, C, d...]`` or ``[C]`` tensor with C >= 1, target not integer class
+            indices ``[N, d...]`` (0-dim for a 1-D logp) on logp's device, weight not a float ``[C]`` tensor on
+            logp's device, reduction not 0 (none), 1 (mean) or 2 (sum).
+    """
+    v.check_float(op, "logp", logp)
+    if logp.dim() == 0 or (logp.dim() == 1 and logp.shape[0] == 0) or (logp.dim() >= 2 and logp.shape[1] == 0):
+        raise OpInputError(f"{op}: logp has shape {list(logp.shape)}; accepted: [N, C, d...] or [C] with C >= 1 "
+                           "(log-probabilities, classes in dimension 1)")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise OpInputError(f"{op}: target has dtype {target.dtype}; accepted: int64 or int32 class indices. "
+                           "Cast it with .long()")
+    want = (logp.shape[0], *logp.shape[2:]) if logp.dim() >= 2 else ()
+    v.check_shape(op, "target", target, want, "logp's shape without the class dimension")
+    v.check_same_device(op, {"logp": logp, "target": target, "weight": weight})
+    if weight is not None:
+        v.check_float(op, "weight", weight)
+        classes = logp.shape[1] if logp.dim() >= 2 else logp.shape[0]
+        v.check_shape(op, "weight", weight, (classes,), "one weight per class")
+    v.check_choice(op, "reduction", reduction, NLL_REDUCTIONS)
+
+
+def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+             ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fake of ``nll_loss``: the loss (logp's dtype; target's shape for reduction 0, else 0-dim) and the total
+    weight (0-dim, logp's dtype)."""
+    check_nll("nll_loss", logp, target, weight, reduction)
+    shape = tuple(target.shape) if reduction == 0 else ()
+    return logp.new_empty(shape), logp.new_empty(())
+
+
+def nll_loss_backward(grad_output: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
+                      weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                      total_weight: torch.Tensor) -> torch.Tensor:
+    """Fake of ``nll_loss_backward``: logp's shape and dtype."""
+    check_nll("nll_loss_backward", logp, target, weight, reduction)
+    v.check_float("nll_loss_backward", "grad_output", grad_output)
+    return logp.new_empty(logp.shape)

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from anyaccel.ops.nn.families.cross_entropy import chunked
-from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits
+from anyaccel.ops.nn.families.cross_entropy import chunked, nll
+from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits, check_nll
 
 #: Logits per fp32 temporary (16 Mi: 64 MiB).
 CHUNK_ELEMENTS = 1 << 24
@@ -91,6 +91,43 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
                                               reduction, compute_grad, accum_dtype, ce_chunk=_ce_chunk)
 
 
+def _nll_rows(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``logp`` as rows ``[N * S, C]`` (classes last: a copy for ``[N, C, d...]``), the safe target ``[N * S]``
+    (ignored rows read class 0) and the fp32 weight of each row (0 where ignored)."""
+    lp3, t = nll.as_3d(logp, target)
+    lp = lp3.transpose(1, 2).reshape(-1, lp3.shape[1])
+    valid = t != ignore_index
+    safe = torch.where(valid, t, torch.zeros_like(t)).long()
+    w = weight.float()[safe] if weight is not None else torch.ones(safe.shape, device=lp.device)
+    return lp, safe, torch.where(valid, w, torch.zeros_like(w))
+
+
+def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+             ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation (a target outside
+    ``[0, C)`` other than ``ignore_index`` raises torch's index error)."""
+    check_nll("nll_loss", logp, target, weight, reduction)
+    lp, safe, w = _nll_rows(logp, target, weight, ignore_index)
+    loss = -w * lp.gather(1, safe.unsqueeze(1)).squeeze(1).float()
+    return nll.finish(loss, w, reduction, logp.dtype, target.shape)
+
+
+def nll_loss_backward(grad_output: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
+                      weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                      total_weight: torch.Tensor) -> torch.Tensor:
+    """aten's ``nll_loss_backward``: ``-w[t] * g`` at each row's target (computed in fp32, rounded once), 0
+    elsewhere; contiguous, logp's dtype."""
+    check_nll("nll_loss_backward", logp, target, weight, reduction)
+    lp, safe, w = _nll_rows(logp, target, weight, ignore_index)
+    vals = -w * nll.row_grad(grad_output, reduction, total_weight, lp.shape[0])
+    rows = torch.zeros(lp.shape, dtype=logp.dtype, device=logp.device)
+    rows.scatter_(1, safe.unsqueeze(1), vals.to(logp.dtype).unsqueeze(1))
+    lp3, _ = nll.as_3d(logp, target)
+    n, c, spatial = lp3.shape
+    return rows.reshape(n, spatial, c).transpose(1, 2).contiguous().reshape(logp.shape)
+
+
 def load() -> Any:
     """The portable implementation as ``anyaccel_torch_cross_entropy::*`` torch ops with autograd."""
     from anyaccel.ops.nn.define import define
@@ -99,5 +136,6 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_torch_cross_entropy",
                   {"cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
-                   "fused_linear_cross_entropy": fused_linear_cross_entropy}, triton=False,
+                   "fused_linear_cross_entropy": fused_linear_cross_entropy, "nll_loss": nll_loss,
+                   "nll_loss_backward": nll_loss_backward}, triton=False,
                   autograd=autograd.formulas)

@@ -14,6 +14,18 @@ gradients (the weight's in ``accum_dtype``: fp32, or the weight's own dtype as L
 same pass, so the backward only scales them by the incoming gradient (Liger-Kernel's
 FusedLinearCrossEntropy; Wijmans et al., "Cut Your Losses in Large-Vocabulary Language Models", 2024).
 Its reduction is ``"mean"`` (over non-ignored rows) or ``"sum"``.
+
+``nll_loss`` is aten's ``nll_loss_forward`` and ``nll_loss2d_forward`` (what
+``torch.nn.functional.cross_entropy`` runs after ``log_softmax``; logp ``[N, C, d...]`` with the classes in
+dimension 1, or ``[C]``; row i is one position ``(n, d...)``) with the sum accumulated in fp32 whatever logp's
+dtype, rounded once to it::
+
+    loss_i = -w[t_i] * logp[i, t_i]     (0 where t_i == ignore_index; w = 1 without class weights)
+    none: loss_i      sum: sum_i loss_i      mean: sum_i loss_i / sum_i w[t_i]        total_weight = sum_i w[t_i]
+    dlogp[i, t_i] = -w[t_i] * g_i  (none) | -w[t_i] * g (sum) | -w[t_i] * g / total_weight (mean), 0 elsewhere
+
+aten's CPU kernel sums 16-bit losses in their own dtype, so a float16 mean over a few thousand rows of loss
+10 overflows to ``inf`` there, where this gives the finite mean.
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
@@ -38,6 +50,13 @@ SPEC = OpSpec(
                  "(Tensor, Tensor, Tensor, Tensor)",
                  fake=f"{_FAKES}:fused_linear_cross_entropy",
                  doc="loss of hidden @ weight.T (+ bias) and the grads of hidden, weight, bias, chunked"),
+        Function("nll_loss", "(Tensor logp, Tensor target, Tensor? weight, int reduction, int ignore_index) -> "
+                 "(Tensor, Tensor)", fake=f"{_FAKES}:nll_loss",
+                 doc="aten's nll_loss_forward (loss, total weight) with fp32 accumulation"),
+        Function("nll_loss_backward",
+                 "(Tensor grad_output, Tensor logp, Tensor target, Tensor? weight, int reduction, int ignore_index, "
+                 "Tensor total_weight) -> Tensor", fake=f"{_FAKES}:nll_loss_backward",
+                 doc="aten's nll_loss_backward: the gradient of logp"),
     ),
     implementations=standard_implementations("cross_entropy"),
     benchmarks=("benchmarks/nn_ops.py",),
@@ -45,3 +64,5 @@ SPEC = OpSpec(
 
 #: Reductions of the fused linear cross-entropy.
 FUSED_REDUCTIONS = ("mean", "sum")
+#: Reductions of ``nll_loss`` (aten's enum: none, mean, sum).
+NLL_REDUCTIONS = (0, 1, 2)

@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from anyaccel.ops.nn.families.cross_entropy import chunked
-from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits
+from anyaccel.ops.nn.families.cross_entropy import chunked, nll
+from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits, check_nll
 from anyaccel.ops.triton.launch import device_of, next_power_of_2, wrap
 
 #: Vocabulary tile per loop step.
@@ -141,6 +141,80 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
                                               reduction, compute_grad, accum_dtype, ce_chunk=_ce_chunk)
 
 
+#: Rows per program of the nll kernels.
+NLL_ROWS = 1024
+
+
+@triton.jit
+def _nll_fwd_kernel(LP, T, W, LOSS, WROW, M, C, S, sln, slc, sls, st, ignore_index, HAS_W: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    # logp is [N, C, S] (any strides), row r = n * S + s reads logp[n, t_r, s]
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    rmask = rows < M
+    t = tl.load(T + rows * st, mask=rmask, other=ignore_index).to(tl.int64)
+    valid = rmask & (t != ignore_index) & (t >= 0) & (t < C)
+    if HAS_W:
+        w = tl.load(W + t, mask=valid, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(valid, 1.0, 0.0)
+    lp = tl.load(LP + (rows // S) * sln + t * slc + (rows % S) * sls, mask=valid, other=0.0).to(tl.float32)
+    tl.store(LOSS + rows, -w * lp, mask=rmask)
+    tl.store(WROW + rows, w, mask=rmask)
+
+
+@triton.jit
+def _nll_bwd_kernel(G, T, W, DLP, M, C, S, sg, st, ignore_index, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    # DLP is zero-filled and contiguous [N, C, S]: each row gets its one non-zero, -w[t] * g
+    rows = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    rmask = rows < M
+    t = tl.load(T + rows * st, mask=rmask, other=ignore_index).to(tl.int64)
+    valid = rmask & (t != ignore_index) & (t >= 0) & (t < C)
+    if HAS_W:
+        w = tl.load(W + t, mask=valid, other=0.0).to(tl.float32)
+    else:
+        w = tl.where(valid, 1.0, 0.0)
+    g = tl.load(G + rows * sg, mask=valid, other=0.0).to(tl.float32)
+    tl.store(DLP + (rows // S) * C * S + t * S + rows % S, (-w * g).to(DLP.dtype.element_ty), mask=valid)
+
+
+def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+             ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation: one kernel reads each row's
+    target element and weight (any strides of ``[N, C, S]``); the sums run in fp32. Targets outside ``[0, C)``
+    other than ``ignore_index`` count as ignored (aten raises or asserts)."""
+    check_nll("nll_loss", logp, target, weight, reduction)
+    lp, t = nll.as_3d(logp, target)
+    n, classes, spatial = lp.shape
+    rows = n * spatial
+    loss = torch.empty((rows,), dtype=torch.float32, device=lp.device)
+    wrow = torch.empty_like(loss)
+    if rows:
+        with device_of(lp):
+            wrap(_nll_fwd_kernel)[(triton.cdiv(rows, NLL_ROWS),)](
+                lp, t, weight if weight is not None else loss, loss, wrow, rows, classes, spatial, lp.stride(0),
+                lp.stride(1), lp.stride(2), t.stride(0), ignore_index, HAS_W=weight is not None, BLOCK=NLL_ROWS)
+    return nll.finish(loss, wrow, reduction, logp.dtype, target.shape)
+
+
+def nll_loss_backward(grad_output: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
+                      weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                      total_weight: torch.Tensor) -> torch.Tensor:
+    """aten's ``nll_loss_backward`` / ``nll_loss2d_backward``: a zero-filled gradient (logp's dtype,
+    contiguous) and one kernel writing ``-w[t] * g`` (fp32, rounded once) at each row's target."""
+    check_nll("nll_loss_backward", logp, target, weight, reduction)
+    lp, t = nll.as_3d(logp, target)
+    n, classes, spatial = lp.shape
+    rows = n * spatial
+    out = torch.zeros(logp.shape, dtype=logp.dtype, device=logp.device)
+    if rows:
+        g = nll.row_grad(grad_output, reduction, total_weight, rows)
+        with device_of(lp):
+            wrap(_nll_bwd_kernel)[(triton.cdiv(rows, NLL_ROWS),)](
+                g, t, weight if weight is not None else g, out, rows, classes, spatial, g.stride(0), t.stride(0),
+                ignore_index, HAS_W=weight is not None, BLOCK=NLL_ROWS)
+    return out
+
+
 def load() -> Any:
     """The Triton implementation as ``anyaccel_triton_cross_entropy::*`` torch ops with autograd (imports
     Triton)."""
@@ -150,5 +224,6 @@ def load() -> Any:
 
     return define(SPEC, "anyaccel_triton_cross_entropy",
                   {"cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
-                   "fused_linear_cross_entropy": fused_linear_cross_entropy}, triton=True,
+                   "fused_linear_cross_entropy": fused_linear_cross_entropy, "nll_loss": nll_loss,
+                   "nll_loss_backward": nll_loss_backward}, triton=True,
                   autograd=autograd.formulas)

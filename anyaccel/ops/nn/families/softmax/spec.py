@@ -9,7 +9,8 @@ Backward from the output (as aten's ``_softmax_backward_data``)::
 
     softmax: dx = y * (dy - sum(dy * y))          log_softmax: dx = dy - exp(y) * sum(dy)
 
-The result has x's dtype. The kernels reduce the last dimension; another dimension is moved last (a copy).
+The result has x's dtype and is contiguous. The Triton kernels reduce any dimension in place: the last one row
+by row, another one along the strided middle axis of ``[outer, N, inner]`` (no copy for the usual layouts).
 """
 
 from anyaccel.ops.nn.families.standard import standard_implementations
