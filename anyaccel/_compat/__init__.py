@@ -22,6 +22,7 @@ Modules:
 * :mod:`~anyaccel._compat.data_ptrs`: many tensors' data pointers checked in one C++ call.
 * :mod:`~anyaccel._compat.prims`: ``torch._prims_common``'s elementwise type promotion.
 * :mod:`~anyaccel._compat.devices`: device-module internals (oneDNN float16, the MPS default generator).
+* :mod:`~anyaccel._compat.modules`: whether a module call would run forward hooks.
 * :mod:`~anyaccel._compat.fake_tensor`: recognising fake tensors.
 * :mod:`~anyaccel._compat.triton_interpreter`: whether Triton's interpreter runs the kernels with this NumPy.
 """

@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from anyaccel._compat import modules
 from anyaccel.ops.nn import functional as F
 from anyaccel.ops.nn.hf import equivalence, markers
 
@@ -274,7 +275,13 @@ def _silu_forward(impl: str | None) -> Any:
 
 def _mlp_forward(impl: str | None) -> Any:
     def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.swiglu(self.gate_proj(x), self.up_proj(x), impl=impl))
+        gate, up, down = self.gate_proj(x), self.up_proj(x), self.down_proj
+        if type(down) is torch.nn.Linear and not modules.has_forward_hooks(down) \
+                and gate.shape == up.shape and gate.dtype == up.dtype == down.weight.dtype:
+            # the product silu(gate) * up is recomputed in the backward, not kept (a third of the MLP's
+            # activations); a down_proj that is not a plain Linear (LoRA, quantised, hooked) runs as is
+            return F.swiglu_linear(gate, up, down.weight, down.bias, impl=impl)
+        return down(F.swiglu(gate, up, impl=impl))
 
     return forward
 

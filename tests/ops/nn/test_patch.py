@@ -116,3 +116,39 @@ def test_a_model_without_markers_is_reported_not_refused() -> None:
     assert report.skipped == ["loss: Linear is not a *ForCausalLM with a Linear lm_head"]
     assert "replaced nothing" in report.summary()
     assert "forward" not in linear.__dict__
+
+
+def test_patched_mlp_keeps_no_product_and_runs_down_proj_hooks() -> None:
+    """The patched Llama MLP keeps gate and up for the backward but not silu(gate) * up (recomputed), equals
+    the unpatched MLP, and a down_proj with a forward hook is still called (the hook runs)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=40, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(config)
+    model = transformers.LlamaForCausalLM(config)
+    model.load_state_dict(ref.state_dict())
+    anyaccel.ops.patch(model, impl="torch")
+    mlp, ref_mlp = model.model.layers[0].mlp, ref.model.layers[0].mlp
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    shapes: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = mlp(x)
+    assert shapes.count((3, 5, 40)) == 2  # gate and up; the unfused MLP keeps their product too
+    torch.testing.assert_close(y, ref_mlp(x), rtol=1e-5, atol=1e-6)
+    grads = torch.autograd.grad(y.square().sum(), [x, *mlp.parameters()])
+    want = torch.autograd.grad(ref_mlp(x).square().sum(), [x, *ref_mlp.parameters()])
+    for g, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    seen: list[int] = []
+    handle = mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(1))
+    try:
+        torch.testing.assert_close(mlp(x), ref_mlp(x), rtol=1e-5, atol=1e-6)
+    finally:
+        handle.remove()
+    assert seen == [1]
