@@ -117,11 +117,17 @@ def inspect_entry(entry: Path, key: str | None = None, namespace: str | None = N
         return _bad(entry, "not-a-file", f"{library} is not a regular file")
     man = mf.read_manifest(entry)
     if man is None:
-        return _bad(entry, "bad-manifest", f"{man_path} is unreadable, not JSON or of another schema than "
-                                           f"{mf.SCHEMA} (written by another anyaccel version)")
+        return _bad(entry, "bad-manifest", f"{man_path} is unreadable, larger than {mf.MAX_MANIFEST_BYTES} bytes, "
+                                           "not UTF-8 JSON, nested too deeply, has a field of the wrong type, or "
+                                           f"is of another schema than {mf.SCHEMA} (written by another anyaccel "
+                                           "version)")
     if man.get("key") != key:
         return _bad(entry, "key-mismatch", f"{man_path} names key {str(man.get('key'))[:12]!r}, not {key[:12]!r}")
-    if not isinstance(man.get("inputs"), dict) or mf.compute_key(man["inputs"]) != key:
+    try:
+        recorded_key = mf.compute_key(man["inputs"]) if isinstance(man.get("inputs"), dict) else None
+    except (RecursionError, MemoryError, TypeError, ValueError):  # nested too deeply to serialise, ...
+        return _bad(entry, "bad-manifest", f"the inputs recorded in {man_path} cannot be serialised")
+    if recorded_key != key:
         return _bad(entry, "inputs-mismatch", f"the inputs recorded in {man_path} do not hash to the key {key[:12]} "
                                               "(the manifest was edited)")
     if namespace is not None and man.get("namespace") != namespace:
