@@ -25,7 +25,7 @@ MANIFEST_NAME = "manifest.json"
 #: (without it) are not trusted.
 SCHEMA = 2
 #: Bytes read per call while hashing a library.
-_CHUNK = 1 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def hash_files(paths: Iterable[Path], root: Path) -> dict[str, str]:
@@ -54,7 +54,7 @@ def fd_digest(fd: int) -> str:
     digest = hashlib.sha256()
     offset = 0
     while True:
-        chunk = os.pread(fd, _CHUNK, offset)
+        chunk = os.pread(fd, CHUNK_BYTES, offset)
         if not chunk:
             return digest.hexdigest()
         digest.update(chunk)
