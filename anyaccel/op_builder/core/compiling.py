@@ -248,6 +248,9 @@ class CompilingBuilder(BuilderHooks):
         except BuildError as exc:
             progress.finish(False, exc.code)
             raise
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM (core.interrupt): the caller prints the one line
+            progress.clear()
+            raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

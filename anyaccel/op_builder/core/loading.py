@@ -27,7 +27,7 @@ from typing import Any
 
 from anyaccel import settings
 from anyaccel.op_builder.core import cache as cache_mod
-from anyaccel.op_builder.core import integrity
+from anyaccel.op_builder.core import integrity, interrupt
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import Cache, check_secure
 from anyaccel.op_builder.core.compiling import CompilingBuilder, key_lock
@@ -307,7 +307,7 @@ class LoadingBuilder(CompilingBuilder):
         if not check.ok:
             nj.build_timeout_s()  # a bad ANYACCEL_BUILD_TIMEOUT or ANYACCEL_BUILD_LOCK_TIMEOUT fails before any wait
             lock_timeout_s()
-            with BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
+            with interrupt.terminate_as_interrupt(), BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
                 check = self._check_entry(entry, key, inputs)  # another process may have built it meanwhile
                 if not check.ok:
                     if check.present:
