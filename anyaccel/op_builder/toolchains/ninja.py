@@ -223,25 +223,31 @@ class _Lines:
 #: reaps them, and exits with ninja's status (dying by ninja's signal if it died of one). Run with
 #: ``python -I -S``: no import of anyaccel, about 20 ms.
 _REAPER = r"""
-import ctypes, os, signal, sys, time
+import ctypes, os, select, signal, sys, time
 try:
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 except Exception:
     pass
+child = None
+stopped = []
+def stop(signum, frame):
+    stopped.append(signum)
+    if child:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+signal.signal(signal.SIGTERM, stop)  # before the fork: a SIGTERM at any time stops the build, never the driver
+signal.signal(signal.SIGINT, stop)
 child = os.fork()
 if child == 0:
     try:
-        os.execv(sys.argv[1], sys.argv[1:])
+        os.execv(sys.argv[1], sys.argv[1:])  # the exec resets the handlers
     except OSError as exc:
         os.write(2, f"anyaccel: cannot run {sys.argv[1]}: {exc.strerror}\n".encode())
     os._exit(127)
-def stop(signum, frame):
-    try:
-        os.kill(child, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGINT, stop)
+if stopped:
+    stop(signal.SIGTERM, None)
 def processes():
     parent = {}
     for name in os.listdir("/proc"):
@@ -263,6 +269,10 @@ def subtree(roots, parent):
     return found
 def descendants():
     return subtree({os.getpid()}, processes()) - {os.getpid()}
+try:
+    pidfd = os.pidfd_open(child)
+except (AttributeError, OSError):
+    pidfd = None
 status = None
 def reap():
     global status
@@ -291,7 +301,10 @@ while status is None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    time.sleep(0.1)
+    if pidfd is None:
+        time.sleep(0.1)
+    else:
+        select.select([pidfd], [], [], 0.1)  # wakes as soon as ninja exits
 status = 0 if status is None else status
 for _ in range(500):
     try:
