@@ -22,11 +22,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the selected ops into the cache; print a built/skipped/failed table.
 
+    SIGINT and SIGTERM stop the build cleanly: every process it started is killed, its build directory
+    removed, nothing is cached; one line (``anyaccel: interrupted; nothing was cached``) is printed, no
+    traceback.
+
     Returns:
         0 when everything asked for was built; 1 when a build failed, or when an op named with ``--ops`` was
         skipped (its toolchain is missing) or has no build for the accelerator; 2 for an unknown op or
-        accelerator name (the message lists the valid ones).
+        accelerator name (the message lists the valid ones); 130 after SIGINT, 143 after SIGTERM.
+
+    Side effects: SIGTERM raises an interrupt in this process while the command runs.
     """
+    import signal
+    import threading
+
+    from anyaccel.op_builder.core import interrupt
+
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set a handler
+    previous = signal.signal(signal.SIGTERM, interrupt.raise_interrupt) if main else None
+    try:
+        return _run(args)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM as interrupt.BuildInterrupted
+        interrupt.report(exc)
+        return interrupt.exit_status(exc)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     from anyaccel.op_builder.cli.aot import build_all, format_table
     from anyaccel.op_builder.errors import UnknownOpError
     from anyaccel.ops.registry import ANY_ACCELERATOR, all_builder_names, get_builder_class

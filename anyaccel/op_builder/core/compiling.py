@@ -209,7 +209,8 @@ class CompilingBuilder(BuilderHooks):
             except ToolchainError as exc:
                 logged = _write_log(fail_log, header + f"\n{exc}\n")
                 raise BuildError(self.NAME, DIAGNOSES[exc.code], detail=str(exc), log_path=logged) from None
-            logger.info("building op %s (%s) with %s jobs", self.NAME, key[:10], env.get("MAX_JOBS", "?"))
+            # DEBUG: the progress display's line is the one line a build shows (a terminal also gets a live one)
+            logger.debug("building op %s (%s) with %s jobs", self.NAME, key[:10], env.get("MAX_JOBS", "?"))
             t0 = time.monotonic()
             (work / "build").mkdir(mode=0o700)
             progress.start()
@@ -243,10 +244,12 @@ class CompilingBuilder(BuilderHooks):
                 error = cache_os_error(exc, entry, "publish the build at")
                 logged = _write_log(fail_log, header + f"\n{error}\n")
                 raise self._os_failure(error, logged) from None
-            progress.finish(True)
-            logger.info("built op %s in %.1f s -> %s", self.NAME, seconds, entry)
+            logger.debug("%s -> %s", progress.finish(True), entry)
         except BuildError as exc:
             progress.finish(False, exc.code)
+            raise
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM (core.interrupt): the caller prints the one line
+            progress.clear()
             raise
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -10,8 +10,11 @@ process), so nothing is loaded before :func:`inspect_entry` passes:
 2. the manifest parses, is of the current schema, names this entry's key, and its recorded inputs hash to
    that key (an edited manifest fails here);
 3. the library has the size and the SHA-256 the manifest records (read through one file descriptor
-   opened without following links; its identity is returned so the caller can check, just before
-   ``dlopen``, that the path still names the file that was hashed).
+   opened without following links).
+
+The loader is then given not the entry's path but :func:`verified_copy`: a private, sealed copy of the bytes
+read (once more) and hashed, so a library rewritten in place between the check and ``dlopen`` (same inode,
+size and mtime) cannot be what runs: the copy either holds the recorded bytes or is refused.
 
 After the load, the builder checks that the library registered the namespace and functions it expects
 (:meth:`anyaccel.op_builder.core.builder.OpBuilder.verify_functions`); what these checks cannot see (code
@@ -24,8 +27,14 @@ microseconds per ``lstat``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
+import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,11 +126,17 @@ def inspect_entry(entry: Path, key: str | None = None, namespace: str | None = N
         return _bad(entry, "not-a-file", f"{library} is not a regular file")
     man = mf.read_manifest(entry)
     if man is None:
-        return _bad(entry, "bad-manifest", f"{man_path} is unreadable, not JSON or of another schema than "
-                                           f"{mf.SCHEMA} (written by another anyaccel version)")
+        return _bad(entry, "bad-manifest", f"{man_path} is unreadable, larger than {mf.MAX_MANIFEST_BYTES} bytes, "
+                                           "not UTF-8 JSON, nested too deeply, has a field of the wrong type, or "
+                                           f"is of another schema than {mf.SCHEMA} (written by another anyaccel "
+                                           "version)")
     if man.get("key") != key:
         return _bad(entry, "key-mismatch", f"{man_path} names key {str(man.get('key'))[:12]!r}, not {key[:12]!r}")
-    if not isinstance(man.get("inputs"), dict) or mf.compute_key(man["inputs"]) != key:
+    try:
+        recorded_key = mf.compute_key(man["inputs"]) if isinstance(man.get("inputs"), dict) else None
+    except (RecursionError, MemoryError, TypeError, ValueError):  # nested too deeply to serialise, ...
+        return _bad(entry, "bad-manifest", f"the inputs recorded in {man_path} cannot be serialised")
+    if recorded_key != key:
         return _bad(entry, "inputs-mismatch", f"the inputs recorded in {man_path} do not hash to the key {key[:12]} "
                                               "(the manifest was edited)")
     if namespace is not None and man.get("namespace") != namespace:
@@ -154,16 +169,6 @@ def inspect_entry(entry: Path, key: str | None = None, namespace: str | None = N
     return EntryCheck(True, man, "", "", library, _identity(fst))
 
 
-def same_file(path: Path, identity: tuple[int, int, int, int] | None) -> bool:
-    """Whether ``path`` (not followed if a link) is still the file :func:`inspect_entry` hashed."""
-    if identity is None:
-        return False
-    try:
-        return _identity(path.lstat()) == identity
-    except OSError:
-        return False
-
-
 def library_record(library: Path) -> dict[str, Any]:
     """The manifest fields that pin a freshly built library: ``library``, ``library_sha256``, ``library_size``.
 
@@ -172,3 +177,94 @@ def library_record(library: Path) -> dict[str, Any]:
     """
     return {"library": LIBRARY_NAME, "library_sha256": mf.file_digest(library),
             "library_size": library.lstat().st_size}
+
+
+class LibraryChangedError(OSError):
+    """The library's bytes, read for loading, are not the ones its manifest records (it changed after
+    :func:`inspect_entry` hashed it)."""
+
+
+#: The sealed copies of loaded libraries, kept open for the life of the process: the dynamic loader records a
+#: library by the path it was opened with (``/proc/self/fd/N``), so that number must never name another one.
+_KEPT_FDS: list[int] = []
+
+
+def _memfd(name: str) -> int | None:
+    """A sealable in-memory file (Linux ``memfd_create``) whose ``/proc/self/fd`` path can be loaded, or None."""
+    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def verified_copy(library: Path, digest: str, size: int, name: str) -> Iterator[str]:
+    """A private copy of ``library`` holding exactly the bytes that hash to ``digest``: the path to load.
+
+    The library is opened once (without following links) and read once; the bytes read are hashed and written
+    into the copy, so what is loaded is what was hashed even if the file is rewritten in place meanwhile
+    (``dlopen`` of the cache path would read the file again). The copy is a sealed ``memfd`` (no one can write
+    it after the seal, not even this process) loaded through ``/proc/self/fd/N``, kept open for the life of
+    the process once loaded (the loader records the library by that path, so the number is never reused);
+    where there is no ``memfd`` or ``/proc``, a file created mode 0700 in a private (0700) temporary directory,
+    removed on exit.
+
+    Args:
+        library: the library :func:`inspect_entry` accepted.
+        digest: its recorded SHA-256 (hex).
+        size: its recorded size in bytes.
+        name: a label for the copy (``/proc/<pid>/maps`` shows ``/memfd:<name>``).
+
+    Yields:
+        The path to pass to the loader.
+
+    Raises:
+        LibraryChangedError: the bytes read differ from the record (the file changed after it was checked).
+        OSError: the library cannot be read or the copy cannot be written.
+
+    Side effects: holds a copy of the library in memory (or in the temporary directory); the ``memfd`` is
+    kept open when the body returns normally.
+    """
+    src = os.open(library, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    memfd = _memfd(name)
+    tmp_dir = None
+    try:
+        if memfd is not None:
+            dst, load_path = memfd, f"/proc/self/fd/{memfd}"
+        else:
+            tmp_dir = tempfile.mkdtemp(prefix="anyaccel-load-")  # mode 0700, ours
+            load_path = os.path.join(tmp_dir, LIBRARY_NAME)
+            dst = os.open(load_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+        try:
+            hasher, offset = hashlib.sha256(), 0
+            while True:
+                chunk = os.pread(src, mf.CHUNK_BYTES, offset)
+                if not chunk:
+                    break
+                hasher.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(dst, view):]
+                offset += len(chunk)
+            if offset != size or hasher.hexdigest() != digest:
+                raise LibraryChangedError(f"{library} changed after its integrity check: read {offset} bytes with "
+                                          f"SHA-256 {hasher.hexdigest()[:16]}..., its manifest records {size} bytes "
+                                          f"and {digest[:16]}...")
+            if memfd is not None:
+                fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                            | fcntl.F_SEAL_WRITE)
+        finally:
+            if memfd is None:
+                os.close(dst)
+        yield load_path
+        if memfd is not None:
+            _KEPT_FDS.append(memfd)
+            memfd = None
+    finally:
+        os.close(src)
+        if memfd is not None:
+            os.close(memfd)
+        if tmp_dir is not None:
+            shutil.rmtree(tmp_dir, ignore_errors=True)

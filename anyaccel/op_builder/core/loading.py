@@ -27,7 +27,7 @@ from typing import Any
 
 from anyaccel import settings
 from anyaccel.op_builder.core import cache as cache_mod
-from anyaccel.op_builder.core import integrity
+from anyaccel.op_builder.core import integrity, interrupt
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.cache import Cache, check_secure
 from anyaccel.op_builder.core.compiling import CompilingBuilder, key_lock
@@ -55,17 +55,6 @@ _LOGGED_QUARANTINE: set[tuple[str, str, str]] = set()
 def prebuilt_root() -> Path:
     """Where AOT-built ops are looked up: ``ANYACCEL_PREBUILT_DIR``, else ``anyaccel/_prebuilt``."""
     return settings.PREBUILT_DIR.get() or PACKAGE_DIR / "_prebuilt"
-
-
-def _dlopen_error(path: Path) -> str:
-    """The dynamic loader's own message for ``path`` (``torch.ops.load_library`` hides it), or ""."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(str(path))
-    except OSError as exc:
-        return str(exc)
-    return ""
 
 
 class LoadingBuilder(CompilingBuilder):
@@ -170,27 +159,42 @@ class LoadingBuilder(CompilingBuilder):
             return module
 
     def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str,
-                      identity: tuple[int, int, int, int] | None = None) -> OpModule:
-        """``dlopen`` a library that passed :func:`~anyaccel.op_builder.core.integrity.inspect_entry` and check
+                      manifest: dict[str, Any]) -> OpModule:
+        """Load a library that passed :func:`~anyaccel.op_builder.core.integrity.inspect_entry` and check
         what it registered.
 
+        What the loader gets is a private, sealed copy of the bytes read once and hashed
+        (:func:`~anyaccel.op_builder.core.integrity.verified_copy`), never the cache path itself: a library
+        rewritten in place after its check cannot be what runs.
+
         Args:
-            identity: the identity of the file that was hashed; the path must still name it.
+            manifest: the entry's checked manifest (its ``library_sha256`` and ``library_size``).
 
         Raises:
-            BuildError: ``load_error``: the path changed since it was hashed, or the loader refused it.
+            BuildError: ``load_error``: the library changed since it was hashed, could not be read, or the
+                loader refused it.
             ArtifactError: ``wrong_library``: the namespace or a function is missing or has another schema.
         """
+        import ctypes
+
         import torch
 
-        if identity is not None and not integrity.same_file(path, identity):
-            raise BuildError(self.NAME, DIAGNOSES["load_error"],
-                             detail=f"{path} was replaced between its integrity check and its loading")
         try:
-            torch.ops.load_library(str(path))
-        except (OSError, RuntimeError) as exc:
+            with integrity.verified_copy(path, str(manifest["library_sha256"]), int(manifest["library_size"]),
+                                         f"anyaccel-{namespace}") as load_path:
+                try:
+                    # what torch.ops.load_library does, less its realpath(): that would turn /proc/self/fd/N
+                    # into the memfd's unopenable name
+                    ctypes.CDLL(load_path)
+                except OSError as exc:
+                    raise BuildError(self.NAME, DIAGNOSES["load_error"],
+                                     detail=f"loading {path}: {exc}") from exc
+                torch.ops.loaded_libraries.add(str(path))
+        except integrity.LibraryChangedError as exc:
+            raise BuildError(self.NAME, DIAGNOSES["load_error"], detail=str(exc)) from None
+        except OSError as exc:
             raise BuildError(self.NAME, DIAGNOSES["load_error"],
-                             detail=f"loading {path}: {_dlopen_error(path) or exc}") from exc
+                             detail=f"{path} cannot be read for loading: {exc.strerror or exc}") from None
         problem = self.verify_functions(namespace)
         if problem:
             raise ArtifactError("wrong_library", self.NAME, path,
@@ -262,8 +266,7 @@ class LoadingBuilder(CompilingBuilder):
                     continue
                 if not warn:
                     return OpModule(self.NAME, namespace, check.library, man.get("isa"), man["key"], "prebuilt")
-                return self._open_library(check.library, namespace, man.get("isa"), man["key"], "prebuilt",
-                                          check.identity)
+                return self._open_library(check.library, namespace, man.get("isa"), man["key"], "prebuilt", man)
             reasons.append(f"{entry.name[:10]}: " + ", ".join(
                 "sources differ" if f == "files" else
                 f"stable-ABI target {man['inputs'].get(f)} is newer than torch {torch_version()}"
@@ -304,7 +307,7 @@ class LoadingBuilder(CompilingBuilder):
         if not check.ok:
             nj.build_timeout_s()  # a bad ANYACCEL_BUILD_TIMEOUT or ANYACCEL_BUILD_LOCK_TIMEOUT fails before any wait
             lock_timeout_s()
-            with BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
+            with interrupt.terminate_as_interrupt(), BuildLock(lock_path, what=f"op {self.NAME} ({key[:10]})"):
                 check = self._check_entry(entry, key, inputs)  # another process may have built it meanwhile
                 if not check.ok:
                     if check.present:
@@ -320,7 +323,7 @@ class LoadingBuilder(CompilingBuilder):
         digest = check.manifest.get("library_sha256")
         try:
             return self._open_library(check.library, self.namespace(key), check.manifest.get("isa"), key, source,
-                                      check.identity)
+                                      check.manifest)
         except (BuildError, ArtifactError) as exc:
             reason = "wrong-library" if isinstance(exc, ArtifactError) else "load-error"
             try:

@@ -25,7 +25,7 @@ MANIFEST_NAME = "manifest.json"
 #: (without it) are not trusted.
 SCHEMA = 2
 #: Bytes read per call while hashing a library.
-_CHUNK = 1 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def hash_files(paths: Iterable[Path], root: Path) -> dict[str, str]:
@@ -54,7 +54,7 @@ def fd_digest(fd: int) -> str:
     digest = hashlib.sha256()
     offset = 0
     while True:
-        chunk = os.pread(fd, _CHUNK, offset)
+        chunk = os.pread(fd, CHUNK_BYTES, offset)
         if not chunk:
             return digest.hexdigest()
         digest.update(chunk)
@@ -113,20 +113,48 @@ def write_manifest(directory: Path, manifest: Mapping[str, Any], mode: int = 0o6
     os.replace(tmp, directory / MANIFEST_NAME)
 
 
+#: The largest manifest read, in bytes: ours are about 2 KB; a bigger file is damaged or planted.
+MAX_MANIFEST_BYTES = 1 << 20
+
+
 def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest of an entry, or None when it is missing, a link, unreadable or of another schema."""
+    """The manifest of an entry, or None when it cannot be trusted as one, for any reason.
+
+    None when the file is missing, a link, unreadable, larger than :data:`MAX_MANIFEST_BYTES`, not UTF-8, not
+    JSON, nested too deeply for the parser (``RecursionError``), not an object, of another schema, or when a
+    field the loader reads has the wrong type (``key``, ``namespace``, ``library``, ``library_sha256``: strings;
+    ``library_size``: an integer; ``inputs``: an object; ``isa``: a string or null). Never raises: a damaged
+    manifest is the caller's reason to quarantine the entry.
+    """
     try:
         fd = os.open(directory / MANIFEST_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         with os.fdopen(fd, "rb") as fh:
-            data = json.loads(fh.read(16 << 20).decode("utf-8"))
-    except (OSError, ValueError):
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+            if len(raw) > MAX_MANIFEST_BYTES:
+                return None
+            data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError, MemoryError):  # UnicodeDecodeError is a ValueError
         return None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not _well_typed(data):
         return None
     return data
+
+
+#: Field -> the types its value may have in a manifest (absent fields are checked by the loader).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "key": (str,), "namespace": (str,), "library": (str,), "library_sha256": (str,), "inputs": (dict,),
+    "isa": (str, type(None)),
+}
+
+
+def _well_typed(data: dict[str, Any]) -> bool:
+    """Whether every field the loader reads has its type (``library_size``: an int, not a bool)."""
+    if "library_size" in data and (type(data["library_size"]) is not int):
+        return False
+    return all(isinstance(data[f], types) for f, types in _FIELD_TYPES.items() if f in data)
 
 
 def mismatches(recorded: Mapping[str, Any], expected: Mapping[str, Any], ignore: Iterable[str] = ()) -> list[str]:

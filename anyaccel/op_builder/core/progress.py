@@ -108,6 +108,11 @@ class BuildProgress:
         logger.debug("%s", line)
         return line
 
+    def clear(self) -> None:
+        """Erase the live line (terminal only; elsewhere nothing was written): an interrupted build."""
+        if self.tty:
+            self._write("\r\x1b[K")
+
     def _draw(self) -> None:
         if not self.tty:
             return

@@ -133,6 +133,29 @@ def test_edited_manifest_is_never_trusted(template, tmp_path, edit):
     assert quarantined(cache) == [f"{OP}-{template.key}-{reason}"]
 
 
+@pytest.mark.parametrize("damage", ["nested", "not-utf8", "oversized", "wrong-type"])
+def test_unparsable_manifest_is_quarantined_and_rebuilt(template, tmp_path, damage):
+    """A manifest that cannot be parsed for any reason (a RecursionError included) is damage like any other:
+    the entry is quarantined and the op rebuilt, on the first load and every later one."""
+    cache = template.clone(tmp_path / "c")
+    path = cache / template.entry / MANIFEST_NAME
+    man = json.loads(path.read_text())
+    if damage == "nested":
+        path.write_text(json.dumps(man)[:-1] + ', "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    elif damage == "not-utf8":
+        path.write_bytes(json.dumps(man).encode()[:-1] + b', "x": "' + bytes([0xFF, 0xFE]) + b'"}')
+    elif damage == "oversized":
+        path.write_text(json.dumps({**man, "pad": " " * (2 << 20)}))
+    else:
+        _edit_manifest(cache / template.entry, library_size=str(man["library_size"]))
+    (first,), stderr = load_in_child(template.env(cache))
+    assert first["ok"] and first["correct"] and first["source"] == "built", first
+    assert quarantined(cache) == [f"{OP}-{template.key}-bad-manifest"] and stderr.count("moved it to") == 1
+    assert integrity.inspect_entry(cache / template.entry).ok
+    (again,), _ = load_in_child(template.env(cache))
+    assert again["ok"] and again["source"] == "cache", again
+
+
 def test_inspect_entry_reasons(template, tmp_path):
     cache = template.clone(tmp_path / "c")
     entry = cache / template.entry

@@ -4,9 +4,10 @@ terminal, and exactly one line per op build elsewhere; never on stdout."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
-from integrity_support import child_env, load_in_child, make_wrapper
+from integrity_support import BUILDER, LOAD_SCRIPT, child_env, load_in_child, make_wrapper, run_python
 
 from anyaccel.op_builder.core.progress import BuildProgress
 
@@ -69,3 +70,18 @@ def test_a_real_build_prints_one_line_on_stderr(tmp_path):
     assert lines[0].endswith("(3 steps)") and "\r" not in stderr
     (warm,), stderr = load_in_child(child_env(tmp_path / "cache", cxx))
     assert warm["source"] == "cache" and "anyaccel:" not in stderr, "a warm load prints nothing"
+
+
+@pytest.mark.slow
+def test_a_build_is_one_line_also_where_logging_shows_info(tmp_path):
+    """``anyaccel build`` configures logging at INFO: a build there showed the progress line and two INFO lines
+    (building..., built ... in another number of seconds)."""
+    cxx = make_wrapper(tmp_path)
+    code = ("import logging; logging.basicConfig(level=logging.INFO, "
+            "format='anyaccel: %(levelname)s: %(message)s')\n" + LOAD_SCRIPT.format(builder=BUILDER))
+    proc = run_python(code, child_env(tmp_path / "cache", cxx))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])[0]
+    assert result["ok"] and result["source"] == "built", result
+    lines = [line for line in proc.stderr.splitlines() if "built op" in line or "building op" in line]
+    assert len(lines) == 1 and lines[0].startswith("anyaccel: built op cpu_lion [portable] in "), proc.stderr

@@ -7,11 +7,15 @@ it and its child, never let them outlive the build. Nothing here measures time; 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import select
 import shlex
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -220,3 +224,104 @@ def test_a_negative_or_nan_bound_never_reaches_ninja() -> None:
             nj.build_timeout_s({nj.TIMEOUT_ENV: raw})
     assert nj.build_timeout_s({}) == nj.DEFAULT_TIMEOUT_S
     assert math.isfinite(nj.build_timeout_s({nj.TIMEOUT_ENV: "1e9"}))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Compilers that daemonize or flood their output
+# --------------------------------------------------------------------------------------------------------
+
+
+def _daemonizing_compiler(directory: Path) -> tuple[Path, Path]:
+    """A compiler that starts a daemon (``setsid``, out of the build's session) holding its output pipe, then
+    compiles for real; the daemon appends its pid to the returned file."""
+    pids = directory / "daemon-pids"
+    script = make_wrapper(directory, f"""setsid sh -c 'echo $$ >> "{pids}"; exec sleep 300' &
+exec {REAL_CXX} "$@"
+""", name="daemon-cxx")
+    return script, pids
+
+
+def _tiny_build(tmp_path: Path, compiler: Path) -> Path:
+    (tmp_path / "a.cpp").write_text("extern \"C\" int anyaccel_answer() { return 42; }\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    nj.write_build_file(build, [nj.CompileStep(tmp_path / "a.cpp", build / "0_a.o", (str(compiler), "-fPIC"))],
+                        [str(compiler), "-shared"], build / "op.so")
+    return build
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "pidfd_open") or shutil.which("setsid") is None,
+                    reason="needs pidfd_open (Linux 5.3+) and setsid")
+def test_a_daemonizing_compiler_neither_holds_the_build_nor_outlives_it(tmp_path: Path) -> None:
+    """Each step's daemon keeps ninja's output pipe open: the build must still end when ninja does (not at
+    the timeout, which would raise), and every daemon must be dead then."""
+    compiler, pids_file = _daemonizing_compiler(tmp_path)
+    build = _tiny_build(tmp_path, compiler)
+    try:
+        result = nj.run_ninja(require_ninja(), build, 1, dict(os.environ), 60.0)
+        assert result.returncode == 0 and (build / "op.so").is_file(), result.output
+        pids = [int(x) for x in pids_file.read_text().split()]
+        assert len(pids) == 2, "one daemon per step (compile, link)"
+        assert _dead_within(pids, 5.0) == [], "a daemon the compiler started outlived the build"
+    finally:
+        _cleanup(pids_file)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid")
+def test_the_output_is_read_only_until_the_direct_child_exits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that holds the output pipe after the direct child exited (here a daemon the driver itself
+    leaves behind) cannot hold the build: the output is read for a bounded time after that exit, not until EOF
+    (which would raise the timeout)."""
+    pids_file = tmp_path / "daemon-pids"
+    monkeypatch.setattr(nj, "_driver", lambda argv: [
+        "sh", "-c", f'setsid sh -c \'echo $$ >> "{pids_file}"; exec sleep 300\' & exec "$@"', "sh", *argv])
+    build = _tiny_build(tmp_path, Path(REAL_CXX))
+    try:
+        result = nj.run_ninja(require_ninja(), build, 1, dict(os.environ), 60.0)
+        assert result.returncode == 0 and (build / "op.so").is_file(), result.output
+    finally:
+        _cleanup(pids_file)
+
+
+CHATTY_SCRIPT = r"""
+import json, os, resource, sys
+sys.path.insert(0, {tests!r})
+from anyaccel.op_builder.toolchains import ninja as nj
+from anyaccel.op_builder.toolchains.host import require_ninja
+from pathlib import Path
+lines = []
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = nj.run_ninja(require_ninja(), Path({build!r}), 1, dict(os.environ), 600.0, on_line=lines.append)
+grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({{"returncode": result.returncode, "output_len": len(result.output), "head": result.output[:4096],
+                  "tail": result.output[-4096:], "grown_kib": grown_kib,
+                  "longest_line": max(map(len, lines)), "lines": len(lines)}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_chatty_compiler_costs_linear_time_and_bounded_memory(tmp_path: Path) -> None:
+    """64 MiB of output on one line: only the head and tail are kept (memory does not grow with it), the line
+    passed to the progress display is cut, and the last words survive. Quadratic handling (minutes for this
+    size) is caught by the child's generous timeout, not by a timed assertion."""
+    size = 64 << 20
+    chatty = make_wrapper(tmp_path, f"""head -c {size} /dev/zero | tr '\\0' x
+echo
+echo "a.cpp:1:1: error: the last words of a chatty compiler"
+exit 1
+""", name="chatty-cxx")
+    build = _tiny_build(tmp_path, chatty)
+    proc = subprocess.run([sys.executable, "-c", CHATTY_SCRIPT.format(tests=str(Path(__file__).parents[1]),
+                                                                      build=str(build))],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["returncode"] != 0
+    assert out["output_len"] <= nj.HEAD_BYTES + nj.TAIL_BYTES + 200, "the whole output was kept"
+    assert "FAILED:" in out["head"] and "bytes of build output left out" in out["tail"] + out["head"] or \
+        out["output_len"] < size
+    assert "the last words of a chatty compiler" in out["tail"] and "build stopped" in out["tail"]
+    assert out["longest_line"] <= nj.LINE_BYTES
+    assert out["grown_kib"] < 32 << 10, f"memory grew by {out['grown_kib']} KiB for {size >> 20} MiB of output"
