@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from anyaccel.ops import validation
 from anyaccel.ops.optimizer.hooks import step_entry
-from anyaccel.ops.optimizer.plans import GroupPlan, PlanMixin
+from anyaccel.ops.optimizer.plans import GroupPlan, PlanMixin, Prepared
 from anyaccel.ops.optimizer.state import CheckpointMixin, Generation, StateMap
 from anyaccel.spec import Function
 from anyaccel.spec import op_spec as family_spec
@@ -294,7 +294,11 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        prepared = [p for p in (self._prepare(i, g) for i, g in enumerate(self.param_groups)) if p is not None]
+        prepared: list[Prepared] = []
+        for i, g in enumerate(self.param_groups):
+            prep = self._prepare(i, g, not prepared)
+            if prep is not None:
+                prepared.append(prep)
         for prep in prepared:
             self._apply(prep)
         return loss

@@ -11,9 +11,9 @@ Checkpoints: ``state_dict()`` holds plain dicts and tensors (``torch.load(weight
 does not implement), keeps fp32 state of 16-bit parameters in fp32, maps torch's ``decoupled_weight_decay``,
 and leaves the optimizer unchanged when it raises.
 
-Limit (documented rather than checked, as checking costs a pass over every tensor per step): a state tensor
-whose storage is replaced in place (``state['exp_avg'].data = x``) is not noticed by a cached plan; assign the
-entry instead (``state['exp_avg'] = x``), which is.
+A state tensor changed in place (``resize_``, ``.data = x``) is noticed by a cached plan through its data
+pointer and version counter (:func:`anyaccel.ops.optimizer.plans.unchanged`), except for another view of its
+own storage at the same address; assigning the entry (``state['exp_avg'] = x``) is always noticed.
 """
 
 from __future__ import annotations
@@ -166,6 +166,13 @@ class CheckpointMixin(torch.optim.Optimizer):
                         else f"a {type(t).__name__}")
                 raise ValueError(f"{self._NAME}: state[{k!r}] of {where} is {desc}; it must be a contiguous tensor "
                                  f"shaped like the parameter ({list(p.shape)}, on {p.device})")
+        dtypes = {k: st[k].dtype for k in self._STATE_KEYS}
+        if len(set(dtypes.values())) > 1:
+            raise ValueError(f"{self._NAME}: the state tensors of {where} have different dtypes ({dtypes}); they must "
+                             "share one (fp32, or the parameter's 16-bit dtype with fp32_optimizer_states=False)")
+        master = st.get("master")
+        if master is not None and master.dtype != torch.float32:
+            raise ValueError(f"{self._NAME}: state['master'] of {where} is {master.dtype}; it must be float32")
 
     @override
     def __getstate__(self) -> dict[str, Any]:
