@@ -32,7 +32,8 @@ device type (:mod:`anyaccel.ops.dispatch`). What this base owns, for every famil
   ``decoupled_weight_decay``, and leaves the optimizer unchanged when it raises.
 
 State per parameter: ``step``, a 0-dim float32 tensor (as ``torch.optim`` keeps it; parameters stepped
-together share one, so a step advances it once; on the device with ``capturable``), the family's state
+together share one, so a step advances it once; on the device with ``capturable``; ``state_dict()`` gives
+each parameter a copy of its own, as ``torch.optim`` lays it out), the family's state
 tensors (``exp_avg``, ...; contiguous, shaped like the parameter), and ``master`` (an fp32 copy of a 16-bit
 parameter) with ``master_weights``.
 

@@ -2,7 +2,8 @@
 and ``state_dict``/``load_state_dict`` with the whole dict validated before anything changes.
 
 State per parameter: ``step``, a 0-dim float32 tensor (as ``torch.optim`` keeps it; parameters stepped
-together share one, so a step advances it once; on the device with ``capturable``), the family's state
+together share one, so a step advances it once; on the device with ``capturable``; ``state_dict()`` gives
+each parameter a copy of its own, as ``torch.optim`` lays it out), the family's state
 tensors (``exp_avg``, ...; contiguous, shaped like the parameter), and ``master`` (an fp32 copy of a 16-bit
 parameter) with ``master_weights``.
 
@@ -195,9 +196,17 @@ class CheckpointMixin(torch.optim.Optimizer):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """torch's ``state_dict`` with plain dicts (no anyaccel class), readable with ``weights_only=True``."""
+        """torch's ``state_dict`` with plain dicts (no anyaccel class), readable with ``weights_only=True``.
+
+        Each parameter's ``step`` is a tensor of its own, a copy of the optimizer's counter (a 0-dim float32
+        tensor on the CPU, or on the parameter's device with ``capturable``, as ``torch.optim`` keeps it):
+        the optimizer shares one counter among parameters stepped together, and ``torch.optim``, which
+        advances every parameter's ``step`` in place, would count a shared one once per parameter. The other
+        state tensors are the optimizer's own (as in ``torch.optim``); ``torch.save`` copies them.
+        """
         sd = super().state_dict()
-        sd["state"] = {k: dict(v) for k, v in sd["state"].items()}
+        sd["state"] = {k: {key: (value.clone() if key == "step" and isinstance(value, torch.Tensor) else value)
+                           for key, value in v.items()} for k, v in sd["state"].items()}
         return sd
 
     @override
