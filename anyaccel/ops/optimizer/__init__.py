@@ -24,6 +24,9 @@ device type (:mod:`anyaccel.ops.dispatch`). What this base owns, for every famil
   implementations that have ``<family>_plan`` keep the validated tensor table on the device
   (``csrc/includes/cuda/multi_tensor_apply.cuh``), so a step launches with no tensor list at all; the table is
   rebuilt when a parameter's or gradient's storage moves (``p.data = ...``, a new gradient allocation).
+* **One step at a time.** ``step()``, ``state_dict()`` and ``load_state_dict()`` hold the optimizer's
+  re-entrant step lock (:func:`~anyaccel.ops.optimizer.hooks.step_lock`): steps called from two threads run
+  one after the other, each whole and counted once (an uncontended lock costs well under a microsecond).
 * **Capturable steps** (``capturable=True``): the step count and the learning rate live in device memory, so
   ``step()`` can be captured in a CUDA graph and replayed (as ``torch.optim``'s ``capturable=True``).
 * **Checkpoints.** ``state_dict()`` holds plain dicts and tensors (``torch.load(weights_only=True)`` reads
@@ -51,7 +54,7 @@ Modules: :mod:`~anyaccel.ops.optimizer.base` (``ListOptimizer``, ``Hyper``: hype
 from __future__ import annotations
 
 from anyaccel.ops.optimizer.base import PARAM_DTYPES, Hyper, ListOptimizer
-from anyaccel.ops.optimizer.hooks import step_entry
+from anyaccel.ops.optimizer.hooks import step_entry, step_lock
 from anyaccel.ops.optimizer.state import LOW_PRECISION
 
-__all__ = ["LOW_PRECISION", "PARAM_DTYPES", "Hyper", "ListOptimizer", "step_entry"]
+__all__ = ["LOW_PRECISION", "PARAM_DTYPES", "Hyper", "ListOptimizer", "step_entry", "step_lock"]

@@ -285,6 +285,11 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         Nothing has changed when it raises: validation and op loading come before any state is created,
         any step count advanced or any tensor written.
 
+        Threads: steps of one optimizer are serialised by its re-entrant step lock
+        (:func:`~anyaccel.ops.optimizer.hooks.step_lock`, also held by ``state_dict`` and ``load_state_dict``):
+        two threads calling ``step()`` run one whole step after the other, each counted once. Gradients
+        written by another thread during a step are not covered (as in ``torch.optim``).
+
         Side effects: creates state on a parameter's first step; loads (maybe compiles) ops on first use;
         updates parameters and state in place and bumps the parameters' version counters; runs torch.optim's
         step pre- and post-hooks and, while a torch profiler runs, records ``Optimizer.step#<Class>.step``

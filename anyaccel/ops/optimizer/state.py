@@ -28,6 +28,7 @@ import torch
 from typing_extensions import override
 
 from anyaccel._compat import torch_optim
+from anyaccel.ops.optimizer.hooks import step_lock
 
 __all__ = ["LOW_PRECISION", "TORCH_IMPL_OPTIONS", "TORCH_OPTIONS", "CheckpointMixin", "Generation", "ParamState",
            "StateMap", "step_value"]
@@ -202,9 +203,11 @@ class CheckpointMixin(torch.optim.Optimizer):
         tensor on the CPU, or on the parameter's device with ``capturable``, as ``torch.optim`` keeps it):
         the optimizer shares one counter among parameters stepped together, and ``torch.optim``, which
         advances every parameter's ``step`` in place, would count a shared one once per parameter. The other
-        state tensors are the optimizer's own (as in ``torch.optim``); ``torch.save`` copies them.
+        state tensors are the optimizer's own (as in ``torch.optim``); ``torch.save`` copies them. It holds
+        the optimizer's step lock while it reads the state, so a step of another thread is seen whole.
         """
-        sd = super().state_dict()
+        with step_lock(self):
+            sd = super().state_dict()
         sd["state"] = {k: {key: (value.clone() if key == "step" and isinstance(value, torch.Tensor) else value)
                            for key, value in v.items()} for k, v in sd["state"].items()}
         return sd
@@ -229,17 +232,19 @@ class CheckpointMixin(torch.optim.Optimizer):
             TypeError: the dict, a group or a state entry has the wrong type.
             ValueError: anything else does not fit; the message names the group, the parameter and the key.
 
-        Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``.
+        Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``. It holds
+        the optimizer's step lock, so it never interleaves with a ``step()`` of another thread.
         """
-        pre_hooks, post_hooks = torch_optim.load_state_dict_hooks(self)
-        for hook in pre_hooks:
-            result = hook(self, state_dict)
-            if result is not None:
-                state_dict = result
-        groups, state = self._validated_state_dict(state_dict)
-        self.__setstate__({"state": state, "param_groups": groups})
-        for post_hook in post_hooks:
-            post_hook(self)
+        with step_lock(self):
+            pre_hooks, post_hooks = torch_optim.load_state_dict_hooks(self)
+            for hook in pre_hooks:
+                result = hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+            groups, state = self._validated_state_dict(state_dict)
+            self.__setstate__({"state": state, "param_groups": groups})
+            for post_hook in post_hooks:
+                post_hook(self)
 
     def _validated_state_dict(self, sd: Any) -> tuple[list[dict[str, Any]], dict[torch.Tensor, dict[str, Any]]]:
         name = f"{self._NAME}.load_state_dict"
