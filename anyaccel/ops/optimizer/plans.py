@@ -366,11 +366,11 @@ class PlanMixin(torch.optim.Optimizer):
                 bucket.step.add_(1)
             try:
                 self._launch(prepared, bucket)
-            except RuntimeError:
+            except BaseException as exc:
                 bucket.step_value -= 1
                 if self.capturable:
                     bucket.step.sub_(1)
-                if i == 0 and plan.self_checked:
+                if i == 0 and plan.self_checked and isinstance(exc, Exception):
                     self._explain_failed_launch(prepared)
                 raise
             if not self.capturable:

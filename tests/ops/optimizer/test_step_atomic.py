@@ -130,3 +130,23 @@ def test_a_parameter_resized_through_data_is_refused_before_any_update(cls: type
     with pytest.raises(ValueError, match=r"param_groups\[1\]"):
         opt.step()
     _assert_same(before, _snapshot(opt, [a]))
+
+
+@pytest.mark.parametrize("cls", [CPUAdam, FusedAdam])
+def test_a_kept_non_contiguous_gradient_is_read_afresh_every_step(cls: type) -> None:
+    """A non-contiguous gradient is copied for the kernel; when the same gradient object comes back with new
+    values (``zero_grad(set_to_none=False)`` and a backward), the copy must be made again, not reused."""
+    gen = torch.Generator().manual_seed(3)
+    start = torch.randn(6, 6, generator=gen)
+    ours, ref = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    opt = cls([ours], lr=1e-2)
+    torch_opt = torch.optim.AdamW([ref], lr=1e-2, weight_decay=0.0)
+    opt.param_groups[0]["weight_decay"] = 0.0
+    buffer = torch.zeros(6, 6)
+    ours.grad = buffer.t()  # a non-contiguous gradient, kept across steps
+    for _ in range(3):
+        buffer.copy_(torch.randn(6, 6, generator=gen))
+        ref.grad = ours.grad.contiguous()
+        opt.step()
+        torch_opt.step()
+    assert torch.allclose(ours.detach(), ref.detach(), rtol=1e-5, atol=1e-6)
