@@ -168,4 +168,4 @@ class CPUAdagrad(ListOptimizer):
              float(group["weight_decay"]))
         p[index] = rows
         st["exp_avg_sq"][index] = sums
-        st["step"].add_(1)
+        st["step"] = st["step"] + 1  # a tensor of its own: a dense step may have shared it with other parameters

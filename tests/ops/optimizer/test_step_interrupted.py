@@ -117,3 +117,17 @@ def test_a_sparse_gradient_with_broken_state_is_refused_before_the_dense_update(
     with pytest.raises(ValueError, match=r"param_groups\[1\]\['params'\]\[0\]"):
         opt.step()
     _assert_unchanged(before, _state(opt, [dense]))
+
+
+def test_a_sparse_step_advances_only_its_own_parameter_count() -> None:
+    """A parameter stepped densely shares its bucket's step counter; when it later gets a sparse gradient, its
+    sparse step must not advance the counter of the parameters it shared it with."""
+    a = torch.nn.Parameter(torch.randn(10, 4))
+    b = torch.nn.Parameter(torch.randn(10, 4))
+    opt = CPUAdagrad([a, b], lr=1e-2)
+    a.grad, b.grad = torch.randn(10, 4), torch.randn(10, 4)
+    opt.step()  # one bucket: a and b share one step counter
+    a.grad = None
+    b.grad = torch.sparse_coo_tensor(torch.tensor([[2]]), torch.randn(1, 4), (10, 4), check_invariants=True)
+    opt.step()
+    assert float(opt.state[a]["step"]) == 1 and float(opt.state[b]["step"]) == 2
