@@ -1,4 +1,5 @@
-"""Fixtures for the ops tests: one private kernel cache per session, the loaded host ops."""
+"""Fixtures for the ops tests: one private kernel cache per session, the loaded host ops, the portable
+("pycpu") implementations of the fused optimizers for CPU tensors."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from anyaccel.ops import dispatch, python_ops, registry
+from anyaccel.ops.adam import npu as npu_adam
+from anyaccel.ops.adam.spec import SPEC as ADAM
+from anyaccel.ops.lion import npu as npu_lion
+from anyaccel.ops.lion.spec import SPEC as LION
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,3 +41,20 @@ def cpu_lion_module(_ops_cache_dir: str) -> Any:
     from anyaccel.op_builder import CPULionBuilder
 
     return CPULionBuilder().load()
+
+
+@pytest.fixture
+def python_impls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A "pycpu" implementation of both families for the CPU (the NPU code on torch's foreach ops)."""
+    registry.implementations("adam")  # built-ins registered
+    monkeypatch.setattr(registry, "_implementations",
+                        {op: dict(rows) for op, rows in registry._implementations.items()})
+    monkeypatch.setattr(dispatch, "_loaded", {})
+    monkeypatch.setattr(dispatch, "_chosen", {})
+    monkeypatch.setattr(npu_adam, "ascend_kernel", lambda: None)
+    for spec, fn, name in ((ADAM, npu_adam.adam_step, "adam_step"), (LION, npu_lion.lion_step, "lion_step")):
+        ns = f"anyaccel_test_fused_opt_{spec.family}"
+        registry.register(registry.RegisteredImplementation(
+            spec.family, "pycpu", 0, ("cpu",), lambda: (True, ""),
+            lambda spec=spec, ns=ns, fn=fn, name=name: python_ops.define_custom_ops(spec, ns, {name: fn}, ("cpu",),
+                                                                                    "cpu")))

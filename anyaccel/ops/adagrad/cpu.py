@@ -139,8 +139,12 @@ class CPUAdagrad(ListOptimizer):
         return loss
 
     def _check_sparse(self, p: torch.Tensor, where: str) -> None:
-        """Raises ``ValueError`` for a sparse gradient the kernel cannot apply (layout, dtype, shape, device)."""
+        """Raises ``ValueError`` for a sparse gradient the kernel cannot apply (layout, dtype, shape, device), or
+        a parameter whose existing state no longer fits it (checked here, before the dense update)."""
         self._check_param(p, where)
+        st = self.state.get(p)
+        if st:
+            self._check_state(where, p, st)
         g = p.grad
         assert g is not None
         if g.layout != torch.sparse_coo or g.dtype != p.dtype or g.shape != p.shape or g.device != p.device or \
@@ -164,4 +168,4 @@ class CPUAdagrad(ListOptimizer):
              float(group["weight_decay"]))
         p[index] = rows
         st["exp_avg_sq"][index] = sums
-        st["step"].add_(1)
+        st["step"] = st["step"] + 1  # a tensor of its own: a dense step may have shared it with other parameters

@@ -153,9 +153,15 @@ class FusedLamb(ListOptimizer):
                     if clip > 1:
                         combined = clip * scale
             scales.append(combined)
+        last = self._coeffs, self._grad_scales
         self._grad_scales = scales
         self._coeffs = []
-        return super().step(closure)
+        try:
+            return super().step(closure)
+        except BaseException:
+            if not self._coeffs:  # nothing launched (a refused step changes nothing): keep the last step's ratios
+                self._coeffs, self._grad_scales = last
+            raise
 
     def _launch_scalars(self, prepared: Prepared, bucket: Bucket) -> dict[str, Any]:
         coeffs = bucket.extras.get("lamb_coeffs")

@@ -20,7 +20,7 @@ from typing_extensions import override
 
 from anyaccel.ops import validation
 from anyaccel.ops.optimizer.hooks import step_entry
-from anyaccel.ops.optimizer.plans import GroupPlan, PlanMixin
+from anyaccel.ops.optimizer.plans import GroupPlan, PlanMixin, Prepared
 from anyaccel.ops.optimizer.state import CheckpointMixin, Generation, StateMap
 from anyaccel.spec import Function
 from anyaccel.spec import op_spec as family_spec
@@ -285,6 +285,11 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         Nothing has changed when it raises: validation and op loading come before any state is created,
         any step count advanced or any tensor written.
 
+        Threads: steps of one optimizer are serialised by its re-entrant step lock
+        (:func:`~anyaccel.ops.optimizer.hooks.step_lock`, also held by ``state_dict`` and ``load_state_dict``):
+        two threads calling ``step()`` run one whole step after the other, each counted once. Gradients
+        written by another thread during a step are not covered (as in ``torch.optim``).
+
         Side effects: creates state on a parameter's first step; loads (maybe compiles) ops on first use;
         updates parameters and state in place and bumps the parameters' version counters; runs torch.optim's
         step pre- and post-hooks and, while a torch profiler runs, records ``Optimizer.step#<Class>.step``
@@ -294,7 +299,11 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        prepared = [p for p in (self._prepare(i, g) for i, g in enumerate(self.param_groups)) if p is not None]
+        prepared: list[Prepared] = []
+        for i, g in enumerate(self.param_groups):
+            prep = self._prepare(i, g, not prepared)
+            if prep is not None:
+                prepared.append(prep)
         for prep in prepared:
             self._apply(prep)
         return loss

@@ -8,9 +8,11 @@ type (:mod:`anyaccel.ops.dispatch`).
   dtype, layout, contiguity, memory shared between tensors of a step) and loads the ops (which may compile);
   only then does it create state, advance step counts and launch. A ``step()`` that raises has changed nothing.
 * **A per-group plan, cached.** The bucketing of a group is built once and reused while the same parameters
-  have gradients and no state entry was replaced; a step then costs a few list operations per tensor (fewest
-  when the gradient objects are those of the last step, as with ``zero_grad(set_to_none=False)``: their
-  identities are compared, nothing is re-checked). Device implementations that have ``<family>_plan`` keep
+  have gradients and no state entry was replaced; a step then costs a few list operations per tensor. Before
+  any launch, each cached bucket that launches after another one is compared with the signature it was
+  validated with (:func:`unchanged`); one that no longer matches sends its group through the full validation.
+  The first launch of a step is checked by its kernel, which validates every tensor before writing any; its
+  step count advances only after it returns. Device implementations that have ``<family>_plan`` keep
   the validated tensor table on the device (``csrc/includes/cuda/multi_tensor_apply.cuh``), so a step launches
   with no tensor list at all; the table is rebuilt when a parameter's or gradient's storage moves
   (``p.data = ...``, a new gradient allocation).
@@ -38,7 +40,7 @@ from anyaccel.ops import cpu_threads, dispatch
 from anyaccel.ops.optimizer.state import Generation, ParamState, step_value
 from anyaccel.spec import Function
 
-__all__ = ["Bucket", "GroupPlan", "PlanMixin", "Prepared"]
+__all__ = ["Bucket", "GroupPlan", "PlanMixin", "Prepared", "unchanged"]
 
 @dataclasses.dataclass
 class Bucket:
@@ -59,6 +61,14 @@ class Bucket:
     step_value: float
     labels: list[str]
     positions: list[int] = dataclasses.field(default_factory=list)
+    #: the signature the bucket was validated with (:func:`unchanged` compares it before every cached step):
+    #: the owners' shapes (the gradients' must be these), the gradients' dtypes, and the state tensors and fp32
+    #: masters (``watched``) with their data pointers and version counters
+    shapes: list[torch.Size] = dataclasses.field(default_factory=list)
+    grad_dtypes: list[torch.dtype] = dataclasses.field(default_factory=list)
+    watched: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    watched_ptrs: list[int] = dataclasses.field(default_factory=list)
+    watched_versions: list[int] = dataclasses.field(default_factory=list)
     grads_changed: bool = True
     plan: tuple[torch.Tensor, int, int, int] | None = None
     plan_grad_ptrs: list[int] | None = None
@@ -78,6 +88,8 @@ class GroupPlan:
     step_members: list[tuple[Bucket, list[dict[str, Any]]]]
     #: the group's ``p.grad`` objects (None where absent) when the plan last passed validation
     grads_seen: list[torch.Tensor | None] = dataclasses.field(default_factory=list)
+    #: this step, the first bucket's launch validates its tensors itself (see :meth:`PlanMixin._prepare`)
+    self_checked: bool = False
 
 
 @dataclasses.dataclass
@@ -118,8 +130,16 @@ class PlanMixin(torch.optim.Optimizer):
         """The op arguments of one launch that are neither tensor lists nor group hyper-parameters."""
         return {}
 
-    def _prepare(self, index: int, group: dict[str, Any]) -> Prepared | None:
-        """Validates group ``index`` and returns its step; changes nothing."""
+    def _prepare(self, index: int, group: dict[str, Any], first: bool = False) -> Prepared | None:
+        """Validates group ``index`` and returns its step; changes nothing.
+
+        ``first``: no group before this one launches in this step. The first bucket of such a group, when it
+        launches through ``<family>_step`` (no device table), is not compared with its signature
+        (:func:`unchanged`): every implementation's ``<family>_step`` validates all its tensors before writing
+        any (the op spec's list rules), and :meth:`_apply` advances its step count only after the launch
+        returns, so a fault there also changes nothing; :meth:`_apply` then names it with the user's words.
+        Every other bucket launches after another one has written, so it is compared first.
+        """
         scalars = self._group_scalars(index, group)
         params = group["params"]
         # a comprehension, not map(attrgetter("grad")): the interpreter caches the attribute lookup (half the cost)
@@ -128,11 +148,14 @@ class PlanMixin(torch.optim.Optimizer):
         # the cached plan was built for these parameter objects, and no state entry was replaced since
         fits = plan is not None and plan.generation == self._gen.value and len(plan.params) == len(params) and \
             all(map(operator.is_, params, plan.params))
-        if fits and plan is not None and len(plan.grads_seen) == len(params) and \
-                all(map(operator.is_, grads, plan.grads_seen)) and \
-                all(data_ptrs.same_data_ptrs(b.owners, b.owner_ptrs) for b in plan.buckets):
-            # the same parameters, storage and gradient objects as the last step: nothing to re-validate
-            return self._prepare_steady(index, plan, scalars)
+        if fits and plan is not None:
+            plan.self_checked = first and bool(plan.buckets) and self._self_checking(plan.buckets[0])
+            if len(plan.grads_seen) == len(params) and all(map(operator.is_, grads, plan.grads_seen)) and \
+                    all(unchanged(b, _picked(b, grads), not (i == 0 and plan.self_checked))
+                        for i, b in enumerate(plan.buckets)):
+                # the same parameters and gradient objects as the last step, and every tensor still has the
+                # signature it was validated with: nothing to re-validate
+                return self._prepare_steady(index, plan, scalars)
         present = list(map(operator.is_not, grads, itertools.repeat(None)))
         if not any(present):
             return None
@@ -159,6 +182,12 @@ class PlanMixin(torch.optim.Optimizer):
         for b in buckets:
             b.grads_changed = b.plan_grad_ptrs is not None and not data_ptrs.same_data_ptrs(b.grads, b.plan_grad_ptrs)
         return self._prepared(index, plan, scalars, capturing)
+
+    def _self_checking(self, bucket: Bucket) -> bool:
+        """Whether ``bucket`` launches through its implementation's ``<family>_step`` (which validates every
+        tensor before writing any) rather than a device table built from pointers validated earlier."""
+        cached = self._functions.get(bucket.device.type)
+        return not self.capturable and cached is not None and cached[1]["plan"] is None and bucket.plan is None
 
     def _check_capture(self, device: torch.device) -> bool:
         """Whether ``device``'s current stream is capturing a graph; raises when this optimizer cannot be captured."""
@@ -208,18 +237,16 @@ class PlanMixin(torch.optim.Optimizer):
 
     def _refresh(self, plan: GroupPlan, grads: list[torch.Tensor]) -> bool:
         """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
-        plan no longer fits (a parameter's storage moved, a gradient is sparse or not contiguous)."""
-        for b in plan.buckets:
-            if not data_ptrs.same_data_ptrs(b.owners, b.owner_ptrs):
-                return False
-            picked = [grads[i] for i in b.positions] if len(b.positions) != len(grads) else grads
+        plan no longer fits (:func:`unchanged`: a parameter's or state tensor's storage moved, a state tensor was
+        changed in place, a gradient has another shape or dtype, is sparse or not contiguous). Changes nothing
+        when it returns False."""
+        picks = [_picked(b, grads) for b in plan.buckets]
+        if not all(unchanged(b, picked, not (i == 0 and plan.self_checked))
+                   for i, (b, picked) in enumerate(zip(plan.buckets, picks, strict=True))):
+            return False
+        for b, picked in zip(plan.buckets, picks, strict=True):
             b.grads_changed = not all(map(operator.is_, picked, b.grads))
             if b.grads_changed:
-                try:
-                    if not all(map(torch.Tensor.is_contiguous, picked)):
-                        return False
-                except RuntimeError:  # a sparse gradient has no is_contiguous
-                    return False
                 b.grads = picked
         return True
 
@@ -289,6 +316,13 @@ class PlanMixin(torch.optim.Optimizer):
         for bucket, _members in by_key.values():
             device = bucket.device if self.capturable else torch.device("cpu")
             bucket.step = torch.full((), bucket.step_value, dtype=torch.float32, device=device)
+            bucket.shapes = list(map(_SHAPE, bucket.owners))
+            bucket.grad_dtypes = list(map(_DTYPE, bucket.owners))
+            bucket.watched = [t for t, p in zip(bucket.targets, bucket.owners, strict=True) if t is not p]
+            for k in self._STATE_KEYS:
+                bucket.watched.extend(bucket.states[k])
+            bucket.watched_ptrs = list(map(torch.Tensor.data_ptr, bucket.watched))
+            bucket.watched_versions = list(map(_VERSION, bucket.watched))
             buckets.append(bucket)
         params = list(group["params"])
         live_ids = {id(p) for p in live}
@@ -326,11 +360,30 @@ class PlanMixin(torch.optim.Optimizer):
             plan.step_members = []
         plan.generation = self._gen.value
         self._plans[prepared.index] = plan
-        for bucket in plan.buckets:
+        for i, bucket in enumerate(plan.buckets):
             bucket.step_value += 1
-            bucket.step.add_(1)
-            self._launch(prepared, bucket)
+            if self.capturable:  # the kernel reads the count on the device
+                bucket.step.add_(1)
+            try:
+                self._launch(prepared, bucket)
+            except BaseException as exc:
+                bucket.step_value -= 1
+                if self.capturable:
+                    bucket.step.sub_(1)
+                if i == 0 and plan.self_checked and isinstance(exc, Exception):
+                    self._explain_failed_launch(prepared)
+                raise
+            if not self.capturable:
+                bucket.step.add_(1)
             torch.autograd.graph.increment_version(bucket.owners)
+
+    def _explain_failed_launch(self, prepared: Prepared) -> None:
+        """After the first launch of a step refused its tensors (nothing written, see :meth:`_prepare`): raises
+        the full validation's ``ValueError``, which names them as ``param_groups[g][...]``, and forgets the
+        group's plan; returns (the caller re-raises the kernel's error) when the validation finds nothing."""
+        self._plans.pop(prepared.index, None)
+        group = self.param_groups[prepared.index]
+        self._build(prepared.index, group, [p for p in group["params"] if p.grad is not None])
 
     def _launch(self, prepared: Prepared, bucket: Bucket) -> None:
         """Calls the bucket's op. The argument list of an uncapturable launch is built once and reused while
@@ -389,6 +442,52 @@ class PlanMixin(torch.optim.Optimizer):
             t = self._lr_tensors[key] = torch.empty((), dtype=torch.float32, device=bucket.device)
         t.fill_(lr)
         return t
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_VERSION = operator.attrgetter("_version")
+
+
+def _picked(bucket: Bucket, grads: list[Any]) -> list[Any]:
+    """The bucket's gradients among a group's (``grads``: one per group parameter, None where absent)."""
+    return [grads[i] for i in bucket.positions] if len(bucket.positions) != len(grads) else grads
+
+
+def unchanged(bucket: Bucket, grads: list[Any], full: bool = True) -> bool:
+    """Whether a cached bucket may launch with ``grads`` (its owners' gradients, in order) without re-validation.
+
+    It compares the signature recorded when the bucket was validated, one C-level pass per property: the
+    owners' data pointers (``p.data = x`` moves them); the gradients' shapes, dtypes and
+    contiguity (a new gradient object, or one changed in place by ``resize_``, ``unsqueeze_``, ``t_`` or
+    ``.data = x``); the state tensors' and fp32 masters' data pointers and version counters (an in-place
+    ``resize_``, ``unsqueeze_``, ``t_``, ``as_strided_`` or ``set_`` bumps the version; ``.data = x`` moves the
+    pointer). Not noticed: ``.data = v`` where ``v`` is another view of the same storage at the same address
+    (a parameter's or state tensor's shape changed without an in-place op). The kernels never bump a state
+    tensor's version, so in steady training the versions stay put; a legitimate in-place write to a state
+    tensor costs one full re-validation. False sends the group through the full validation of
+    :meth:`PlanMixin._build`, which raises with the user's names.
+
+    Args:
+        bucket: a bucket built by :meth:`PlanMixin._build`.
+        grads: this step's gradient of each of ``bucket.owners`` (None where a gradient is missing).
+        full: False for a bucket whose launch validates its own tensors before writing (the first of a step,
+            see :meth:`PlanMixin._prepare`): only the owners' data pointers and the gradients' contiguity are
+            compared (a non-contiguous gradient is copied by a rebuilt plan).
+
+    Returns:
+        True when every recorded property still holds.
+    """
+    try:
+        if not all(map(torch.Tensor.is_contiguous, grads)):
+            return False
+    except (RuntimeError, TypeError):  # a sparse gradient has no is_contiguous; a missing one is None
+        return False
+    if not data_ptrs.same_data_ptrs(bucket.owners, bucket.owner_ptrs):
+        return False
+    return not full or (list(map(_SHAPE, grads)) == bucket.shapes and list(map(_DTYPE, grads)) == bucket.grad_dtypes
+                        and data_ptrs.same_data_ptrs(bucket.watched, bucket.watched_ptrs)
+                        and list(map(_VERSION, bucket.watched)) == bucket.watched_versions)
 
 
 def _position(names: list[str], name: str) -> int | None:

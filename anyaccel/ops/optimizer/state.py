@@ -2,7 +2,8 @@
 and ``state_dict``/``load_state_dict`` with the whole dict validated before anything changes.
 
 State per parameter: ``step``, a 0-dim float32 tensor (as ``torch.optim`` keeps it; parameters stepped
-together share one, so a step advances it once; on the device with ``capturable``), the family's state
+together share one, so a step advances it once; on the device with ``capturable``; ``state_dict()`` gives
+each parameter a copy of its own, as ``torch.optim`` lays it out), the family's state
 tensors (``exp_avg``, ...; contiguous, shaped like the parameter), and ``master`` (an fp32 copy of a 16-bit
 parameter) with ``master_weights``.
 
@@ -11,9 +12,9 @@ Checkpoints: ``state_dict()`` holds plain dicts and tensors (``torch.load(weight
 does not implement), keeps fp32 state of 16-bit parameters in fp32, maps torch's ``decoupled_weight_decay``,
 and leaves the optimizer unchanged when it raises.
 
-Limit (documented rather than checked, as checking costs a pass over every tensor per step): a state tensor
-whose storage is replaced in place (``state['exp_avg'].data = x``) is not noticed by a cached plan; assign the
-entry instead (``state['exp_avg'] = x``), which is.
+A state tensor changed in place (``resize_``, ``.data = x``) is noticed by a cached plan through its data
+pointer and version counter (:func:`anyaccel.ops.optimizer.plans.unchanged`), except for another view of its
+own storage at the same address; assigning the entry (``state['exp_avg'] = x``) is always noticed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from typing_extensions import override
 
 from anyaccel._compat import torch_optim
+from anyaccel.ops.optimizer.hooks import step_lock
 
 __all__ = ["LOW_PRECISION", "TORCH_IMPL_OPTIONS", "TORCH_OPTIONS", "CheckpointMixin", "Generation", "ParamState",
            "StateMap", "step_value"]
@@ -166,6 +168,13 @@ class CheckpointMixin(torch.optim.Optimizer):
                         else f"a {type(t).__name__}")
                 raise ValueError(f"{self._NAME}: state[{k!r}] of {where} is {desc}; it must be a contiguous tensor "
                                  f"shaped like the parameter ({list(p.shape)}, on {p.device})")
+        dtypes = {k: st[k].dtype for k in self._STATE_KEYS}
+        if len(set(dtypes.values())) > 1:
+            raise ValueError(f"{self._NAME}: the state tensors of {where} have different dtypes ({dtypes}); they must "
+                             "share one (fp32, or the parameter's 16-bit dtype with fp32_optimizer_states=False)")
+        master = st.get("master")
+        if master is not None and master.dtype != torch.float32:
+            raise ValueError(f"{self._NAME}: state['master'] of {where} is {master.dtype}; it must be float32")
 
     @override
     def __getstate__(self) -> dict[str, Any]:
@@ -188,9 +197,19 @@ class CheckpointMixin(torch.optim.Optimizer):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """torch's ``state_dict`` with plain dicts (no anyaccel class), readable with ``weights_only=True``."""
-        sd = super().state_dict()
-        sd["state"] = {k: dict(v) for k, v in sd["state"].items()}
+        """torch's ``state_dict`` with plain dicts (no anyaccel class), readable with ``weights_only=True``.
+
+        Each parameter's ``step`` is a tensor of its own, a copy of the optimizer's counter (a 0-dim float32
+        tensor on the CPU, or on the parameter's device with ``capturable``, as ``torch.optim`` keeps it):
+        the optimizer shares one counter among parameters stepped together, and ``torch.optim``, which
+        advances every parameter's ``step`` in place, would count a shared one once per parameter. The other
+        state tensors are the optimizer's own (as in ``torch.optim``); ``torch.save`` copies them. It holds
+        the optimizer's step lock while it reads the state, so a step of another thread is seen whole.
+        """
+        with step_lock(self):
+            sd = super().state_dict()
+        sd["state"] = {k: {key: (value.clone() if key == "step" and isinstance(value, torch.Tensor) else value)
+                           for key, value in v.items()} for k, v in sd["state"].items()}
         return sd
 
     @override
@@ -213,17 +232,19 @@ class CheckpointMixin(torch.optim.Optimizer):
             TypeError: the dict, a group or a state entry has the wrong type.
             ValueError: anything else does not fit; the message names the group, the parameter and the key.
 
-        Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``.
+        Nothing is changed when it raises. Load-state-dict pre/post hooks run as in ``torch.optim``. It holds
+        the optimizer's step lock, so it never interleaves with a ``step()`` of another thread.
         """
-        pre_hooks, post_hooks = torch_optim.load_state_dict_hooks(self)
-        for hook in pre_hooks:
-            result = hook(self, state_dict)
-            if result is not None:
-                state_dict = result
-        groups, state = self._validated_state_dict(state_dict)
-        self.__setstate__({"state": state, "param_groups": groups})
-        for post_hook in post_hooks:
-            post_hook(self)
+        with step_lock(self):
+            pre_hooks, post_hooks = torch_optim.load_state_dict_hooks(self)
+            for hook in pre_hooks:
+                result = hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+            groups, state = self._validated_state_dict(state_dict)
+            self.__setstate__({"state": state, "param_groups": groups})
+            for post_hook in post_hooks:
+                post_hook(self)
 
     def _validated_state_dict(self, sd: Any) -> tuple[list[dict[str, Any]], dict[torch.Tensor, dict[str, Any]]]:
         name = f"{self._NAME}.load_state_dict"
