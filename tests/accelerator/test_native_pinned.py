@@ -1,4 +1,4 @@
-"""The accelerator's native pinned-memory backend (``DS_PIN_MEMORY_BACKEND=native``, anyaccel/accelerator/native_pinned.py).
+"""The accelerator's native pinned-memory backend (``DS_PIN_MEMORY_BACKEND=native``, accelerator/native_pinned.py).
 
 DeepSpeed 0.19.8's accelerator contract (``pin_memory(tensor, make_copy, match_shape)``, ``is_pinned`` on views
 and storage-less tensors, ``unpin_memory``, lifetime until the last view) on the CPU accelerator, and the device

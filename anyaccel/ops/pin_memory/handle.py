@@ -34,10 +34,21 @@ from anyaccel._compat.fake_tensor import is_fake
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PinHandle", "PinMemoryModule", "PinStats", "memlock_limit"]
+__all__ = ["PinHandle", "PinMemoryModule", "PinStats", "memlock_limit", "in_native_region"]
 
 _WARN_LOCK = threading.Lock()
 _WARNED = False
+#: The loaded op module a handle was made from (one table per process), so other ops (the async I/O handle's
+#: ``is_pinned``) can recognise the regions without loading or building anything.
+_LOADED: list[Any] = []
+
+
+def in_native_region(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s bytes lie in a pinned region of this op (False when no handle was ever made, so
+    nothing is loaded or built for the answer; False for fake, meta and non-CPU tensors)."""
+    if not _LOADED or is_fake(tensor) or tensor.device.type != "cpu":
+        return False
+    return int(_LOADED[0].pin_find(tensor.data_ptr(), _span_bytes(tensor))) != 0
 
 
 def memlock_limit() -> int | None:
@@ -112,6 +123,8 @@ class PinHandle:
             raise ValueError("PinHandle: register was given without unregister; pass both (a registered region must "
                              "be unregistered before its memory is freed) or neither")
         self._module = module
+        if not _LOADED:
+            _LOADED.append(module)
         self._lock = bool(lock)
         self._register = register
         self._unregister = unregister

@@ -289,3 +289,18 @@ def test_unlocked_warning_names_the_limit(caplog: pytest.LogCaptureFixture, monk
         handle_mod._warn_if_unlocked(12, 4096)  # ENOMEM
         handle_mod._warn_if_unlocked(12, 4096)
     assert len(caplog.records) == 1 and "4096 bytes" in caplog.text and "ulimit -l" in caplog.text
+
+
+def test_the_async_io_handle_recognises_native_regions(pin_module: Any, _ops_cache_dir: str) -> None:
+    """DeepSpeed's swappers assert ``aio_handle.is_pinned(buffer)`` of buffers the native backend pinned."""
+    from anyaccel.accelerator import get_accelerator
+
+    aio = get_accelerator().create_op_builder("AsyncIOBuilder").load().aio_handle(block_size=8192, queue_depth=2)
+    try:
+        buf = pin_module.pin_handle().new_cpu_locked_tensor(3000, torch.empty(0, dtype=torch.float16))
+        assert aio.is_pinned(buf) and aio.is_pinned(buf[100:200])
+        assert not aio.is_pinned(torch.empty(3000, dtype=torch.float16))
+        pin_module.pin_handle().free_cpu_locked_tensor(buf)
+        assert not aio.is_pinned(buf)
+    finally:
+        aio.close()
