@@ -74,6 +74,14 @@ def _op_rows(build: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def _pinned_memory_section() -> dict[str, Any]:
+    """What this process pinned (``DeepSpeedAccelerator.pinned_memory_report()``; builds and loads nothing)."""
+    from anyaccel.accelerator import get_accelerator
+
+    report: dict[str, Any] = get_accelerator().pinned_memory_report()
+    return report
+
+
 def _deepspeed_section() -> dict[str, Any]:
     """Whether DeepSpeed is installed and wired (``anyaccel.integrations.deepspeed.status()``; no DeepSpeed import)."""
     from anyaccel.integrations.deepspeed import status
@@ -112,15 +120,17 @@ def collect(build: bool = False) -> dict[str, Any]:
         build: when True, build (JIT, into the cache) every op compatible with this machine first.
 
     Returns:
-        A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
-        selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
-        backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
-        build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a
-        list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build``
-        and on failure ``error``), ``deepspeed`` (:func:`anyaccel.integrations.deepspeed.status`: installed,
-        version, tested, startup hook, wired) and ``errors``: one dict per section that could not be gathered
-        (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section is then
-        ``{"error": message}`` (``ops``: empty).
+        A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the selection
+        report of :func:`anyaccel.accelerator.explain` plus device name/count and communication backend),
+        ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA, build
+        jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a list of
+        per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on
+        failure ``error``), ``pinned_memory`` (the accelerator's ``pinned_memory_report()``: backend, bytes and
+        calls pinned, ``RLIMIT_MEMLOCK``, and the native regions alive when the native backend was used in this
+        process; None without an accelerator), ``deepspeed`` (:func:`anyaccel.integrations.deepspeed.status`:
+        installed, version, tested, startup hook, wired) and ``errors``: one dict per section that could not be
+        gathered (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section
+        is then ``{"error": message}`` (``ops``: empty).
     """
     from anyaccel.op_builder.cli import info
     from anyaccel.ops.cpu_threads import thread_plan
@@ -131,6 +141,7 @@ def collect(build: bool = False) -> dict[str, Any]:
     toolchain = _section("toolchain", info.describe, errors, None)
     cpu_threads = _section("cpu_threads", thread_plan, errors, None)
     ops = _section("ops", lambda: _op_rows(build), errors, []) if accelerator is not None else []
+    pinned = _section("pinned_memory", _pinned_memory_section, errors, None) if accelerator is not None else None
     deepspeed = _section("deepspeed", _deepspeed_section, errors, None)
     return {
         "anyaccel": __version__,
@@ -147,6 +158,7 @@ def collect(build: bool = False) -> dict[str, Any]:
         "toolchain": toolchain if toolchain is not None else {"error": _first_error(errors, "toolchain")},
         "cpu_threads": cpu_threads,
         "ops": ops,
+        "pinned_memory": pinned,
         "deepspeed": deepspeed if deepspeed is not None else {"error": _first_error(errors, "deepspeed")},
         "errors": errors,
     }
@@ -205,6 +217,8 @@ def render(report: dict[str, Any]) -> str:
         extra = row.get("build") or row.get("reason") or ""
         lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
     lines.append("")
+    if report.get("pinned_memory"):
+        lines.append(_render_pinned(report["pinned_memory"]))
     lines.append(_render_deepspeed(report.get("deepspeed")))
     return "\n".join(lines + _error_lines(report))
 
@@ -227,6 +241,18 @@ def _render_threads(t: dict[str, Any]) -> str:
         line += (f"; OVERSUBSCRIBED: {t['busy_threads']} busy threads on {t['affinity_cpus']} CPUs, the CPU "
                  f"optimizers will use {t['recommended_threads']} (policy auto)")
     return line
+
+
+def _render_pinned(p: dict[str, Any]) -> str:
+    """One line on pinned host memory (the accelerator's ``pinned_memory_report()``)."""
+    limit = p["memlock_limit_bytes"]
+    line = (f"pinned memory: backend {p['backend']} (DS_PIN_MEMORY_BACKEND), {p['tracked_bytes']} bytes asked in "
+            f"{p['tracked_calls']} call(s), RLIMIT_MEMLOCK {'unlimited' if limit is None else f'{limit} bytes'}")
+    native = p.get("native")
+    if native is None:
+        return line + "; native: not used in this process"
+    return (line + f"; native: {native['bytes']} bytes in {native['regions']} region(s), {native['locked_bytes']} "
+            f"bytes mlock-ed, {native['released_regions']} released region(s) still in use")
 
 
 def _render_deepspeed(ds: Any) -> str:

@@ -317,6 +317,19 @@ AIO_TIMEOUT = Seconds(
     doc="seconds an async I/O handle's `wait()` (and the sync calls) wait for queued transfers before a typed "
         "error",
     default="600")
+PIN_MEMORY_BACKEND = Choice(
+    "DS_PIN_MEMORY_BACKEND", choices=("torch", "native"), read_by="anyaccel.accelerator.native_pinned",
+    doc="DeepSpeed's variable: `native` makes the accelerator's `pin_memory`, `pin_empty`, `pin_empty_like`, "
+        "`is_pinned` and `unpin_memory` use exact page-rounded regions of the `pin_memory` op (`mlock`-ed, or "
+        "registered with the device runtime) instead of torch's caching host allocator; read at every call "
+        "([pinned memory](pin_memory.md))",
+    default="`torch`: `tensor.pin_memory()` and torch's pinned allocator")
+PIN_MEMORY_REGISTER_DEVICE = Flag(
+    "DS_PIN_MEMORY_REGISTER_DEVICE", words=True, default_on=True, read_by="anyaccel.accelerator.native_pinned",
+    doc="DeepSpeed's variable: off (`0`, `false`, `no`, `off`) makes the native backend `mlock` its regions "
+        "instead of registering them with the device runtime (`cudaHostRegister`); read when the backend is "
+        "made, once per process",
+    default="on: register where the accelerator can (CUDA, NPU), `mlock` elsewhere")
 
 # ----------------------------------------------------------------------------------------------- op builds
 CACHE_DIR = PathSetting(

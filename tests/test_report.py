@@ -82,3 +82,22 @@ def test_cli_unknown_command_is_a_usage_error():
     with pytest.raises(SystemExit) as exc:
         cli.main(["no-such-command"])
     assert exc.value.code == 2
+
+
+def test_report_pinned_memory_section_in_a_fresh_process(op_cache_dir):
+    """The command runs in a fresh process: it shows the backend and the limit, builds nothing for it."""
+    proc = _run("report", "--json", env_extra={"ANYACCEL_CACHE_DIR": str(op_cache_dir),
+                                                "DS_PIN_MEMORY_BACKEND": "native"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    pinned = data["pinned_memory"]
+    assert pinned["backend"] == "native" and pinned["native"] is None
+    assert pinned["tracked_bytes"] == 0 and pinned["tracked_calls"] == 0
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    assert pinned["memlock_limit_bytes"] == (None if soft == resource.RLIM_INFINITY else soft)
+    row = {r["op"]: r for r in data["ops"]}["PinMemoryBuilder"]
+    assert row["compatible"] is True
+    text = report._render_pinned(pinned)
+    assert "backend native" in text and "native: not used in this process" in text

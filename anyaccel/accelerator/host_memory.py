@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,10 @@ from anyaccel.accelerator.errors import HostRegistrationError, NotHostDeviceErro
 logger = logging.getLogger(__name__)
 
 __all__ = ["PinnedHostMemory"]
+
+#: [bytes, calls] of :meth:`PinnedHostMemory._track_pinned_memory` in this process (all accelerators).
+_TRACKED = [0, 0]
+_TRACKED_LOCK = threading.Lock()
 
 
 class PinnedHostMemory(abc.ABC):
@@ -51,16 +56,59 @@ class PinnedHostMemory(abc.ABC):
         """The torch device type string of the accelerator (its device module holds the registration runtime)."""
 
     def _native_pinned_memory(self) -> Any:
-        """The native pinned-memory backend in use, or None (always None in anyaccel itself).
+        """The native pinned-memory backend in use: anyaccel's own
+        (:class:`~anyaccel.accelerator.native_pinned.NativePinnedHostMemory`, over the ``pin_memory`` op) when
+        ``DS_PIN_MEMORY_BACKEND=native``, else None (torch's pinning). Read at every call, as DeepSpeed does.
 
         A backend has DeepSpeed's ``NativePinnedMemory`` methods: ``pin(tensor, make_copy, match_shape)``,
         ``pin_empty(template, shape)``, ``is_pinned(tensor)`` and ``unpin(tensor)``.
+
+        Raises:
+            SettingError: ``DS_PIN_MEMORY_BACKEND`` is neither ``torch`` nor ``native``.
+            RuntimeError: native pinning is selected and the ``pin_memory`` op cannot be built or loaded
+                (no silent fallback to torch, as in DeepSpeed).
+
+        Side effects: the first call with the native backend builds or loads the ``pin_memory`` op.
         """
-        return None
+        from anyaccel.accelerator import native_pinned
+
+        if not native_pinned.native_backend_selected():
+            return None
+        return native_pinned.shared_native_pins(self)
 
     def _track_pinned_memory(self, num_bytes: int) -> None:
-        """Account ``num_bytes`` of newly page-locked host memory (logged at DEBUG level here)."""
+        """Account ``num_bytes`` of newly page-locked host memory: counted per process
+        (:meth:`pinned_memory_report`) and logged at DEBUG level."""
+        with _TRACKED_LOCK:
+            _TRACKED[0] += int(num_bytes)
+            _TRACKED[1] += 1
         logger.debug("pinned %d bytes of host memory for %s", num_bytes, self._name)
+
+    def pinned_memory_report(self) -> dict[str, Any]:
+        """What this process has pinned, for ``anyaccel report``.
+
+        Returns:
+            A JSON-able dict: ``backend`` (``"torch"`` or ``"native"``, from ``DS_PIN_MEMORY_BACKEND``; an
+            invalid value is reported as ``"invalid: <message>"``), ``tracked_bytes`` and ``tracked_calls``
+            (the bytes each ``pin_memory``/``pin_empty`` call asked to pin, summed, and the calls: DeepSpeed's
+            tracker's figures), ``memlock_limit_bytes`` (``RLIMIT_MEMLOCK``; None: unlimited or unknown) and
+            ``native``: the native regions alive now (``regions``, ``bytes``, ``locked_regions``,
+            ``locked_bytes``, ``released_regions``, ``released_bytes``), or None when the native backend was
+            not used in this process (the ``pin_memory`` op is never built or loaded for the report).
+        """
+        from anyaccel.accelerator import native_pinned
+        from anyaccel.accelerator.host_memory_stats import memlock_limit_bytes
+        from anyaccel.settings import SettingError
+
+        try:
+            backend = "native" if native_pinned.native_backend_selected() else "torch"
+        except SettingError as exc:
+            backend = f"invalid: {exc}"
+        pins = native_pinned.existing_native_pins(str(self._name))
+        with _TRACKED_LOCK:
+            tracked_bytes, tracked_calls = _TRACKED
+        return {"backend": backend, "tracked_bytes": tracked_bytes, "tracked_calls": tracked_calls,
+                "memlock_limit_bytes": memlock_limit_bytes(), "native": pins.stats() if pins is not None else None}
 
     def _torch_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
         """A page-locked copy of a CPU tensor (``tensor.pin_memory()``); ``tensor`` itself where pinning is a no-op."""

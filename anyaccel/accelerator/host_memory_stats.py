@@ -10,7 +10,8 @@ import importlib.util
 import os
 import sys
 
-__all__ = ["process_rss_bytes", "total_host_memory_bytes", "available_host_memory_bytes", "PeakGauge"]
+__all__ = ["process_rss_bytes", "total_host_memory_bytes", "available_host_memory_bytes", "memlock_limit_bytes",
+           "PeakGauge"]
 
 _HAS_PSUTIL = importlib.util.find_spec("psutil") is not None
 
@@ -54,6 +55,17 @@ def available_host_memory_bytes() -> int:
     except OSError:
         pass
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def memlock_limit_bytes() -> int | None:
+    """The soft ``RLIMIT_MEMLOCK`` of this process in bytes (how much it may lock with ``mlock``); None when
+    unlimited or where the limit cannot be read (not POSIX)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 class PeakGauge:

@@ -34,11 +34,11 @@ def _assert_wired(facts: dict) -> None:
     builders = facts["builders"]
     # anyaccel's builders where anyaccel implements one (the Fused* ones: its CPU builds under DeepSpeed's names)...
     for name in ("CPUAdamBuilder", "CPULionBuilder", "CPUAdagradBuilder", "FusedAdamBuilder", "FusedLionBuilder",
-                 "FusedLambBuilder", "AsyncIOBuilder"):
+                 "FusedLambBuilder", "AsyncIOBuilder", "PinMemoryBuilder"):
         assert builders[name] == ADAPTER + name, name
     assert facts["cpu_adam_module_binding"] == ADAPTER + "CPUAdamBuilder"  # bound by name in ops/adam/cpu_adam
     # ...DeepSpeed's placeholder elsewhere, and DeepSpeed's own NotImplementedBuilder under its own name
-    for name in ("ShareMemCommBuilder", "PinMemoryBuilder", "TransformerBuilder"):
+    for name in ("ShareMemCommBuilder", "TransformerBuilder"):
         assert builders[name] == f"{ADAPTER}AnyaccelNotImplemented{name}", name
     assert builders["NotImplementedBuilder"] == DEEPSPEED_NOT_IMPLEMENTED
     assert facts["placeholder_is_not_implemented"] is True
@@ -50,9 +50,9 @@ def _assert_wired(facts: dict) -> None:
     # (DeepSpeed's CPU FusedAdamBuilder is anyaccel's cpu_adam build: one entry; cpu_lamb, which DeepSpeed's CPU
     # package lacks, is there because anyaccel answers FusedLambBuilder on the CPU)
     assert facts["all_ops"] == ["async_io", "cpu_adagrad", "cpu_adam", "cpu_lamb", "cpu_lion",
-                                "deepspeed_not_implemented"]
+                                "deepspeed_not_implemented", "pin_memory"]
     assert facts["compatible_ops"] == {"deepspeed_not_implemented": False, "cpu_adam": True, "cpu_lion": True,
-                                       "cpu_adagrad": True, "async_io": True, "cpu_lamb": True}
+                                       "cpu_adagrad": True, "async_io": True, "cpu_lamb": True, "pin_memory": True}
     assert facts["cpu_adam_name"] == ["cpu_adam", "cpu_adam"]
     # DeepSpeed's return values where its code depends on them
     assert facts["visible_devices_envs"] == ["CUDA_VISIBLE_DEVICES"] and facts["fp64"] is True

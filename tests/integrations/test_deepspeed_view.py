@@ -78,7 +78,7 @@ def test_module_abi_table_is_read_from_the_declarations():
     assert builders.DEEPSPEED_MODULE_ABI["FusedAdamBuilder"] == ("multi_tensor_adam",)
     assert set(builders.DEEPSPEED_MODULE_ABI) == {"CPUAdamBuilder", "FusedAdamBuilder", "CPULionBuilder",
                                                   "FusedLionBuilder", "CPUAdagradBuilder", "FusedLambBuilder",
-                                                  "AsyncIOBuilder"}
+                                                  "AsyncIOBuilder", "PinMemoryBuilder"}
     every = set(builders.DEEPSPEED_MODULE_ABI["CPUAdamBuilder"])
     linux_only = every - set(builders.required_functions("CPUAdamBuilder"))
     assert linux_only == (set() if sys.platform.startswith("linux") else

@@ -77,9 +77,11 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
     def _native_pinned_memory(self) -> Any:
         """DeepSpeed's shared native pinned-memory manager when ``DS_PIN_MEMORY_BACKEND=native``, else None.
 
+        DeepSpeed's manager loads its op through ``PinMemoryBuilder``, which is anyaccel's ``pin_memory`` build
+        (its ``pin_handle``), so the regions are anyaccel's and DeepSpeed keeps its own bookkeeping.
+
         Raises:
-            RuntimeError: (DeepSpeed's) native pinning is selected but its ``pin_memory`` op cannot load;
-                anyaccel implements no ``PinMemoryBuilder``, so that is the case with anyaccel installed.
+            RuntimeError: (DeepSpeed's) native pinning is selected but the ``pin_memory`` op cannot load.
         """
         from deepspeed.utils.pin_memory import get_active_native_pinned_memory
 
@@ -87,9 +89,10 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
 
     @override
     def _track_pinned_memory(self, num_bytes: int) -> None:
-        """Count ``num_bytes`` in DeepSpeed's process-wide pinned-memory tracker."""
+        """Count ``num_bytes`` in DeepSpeed's process-wide pinned-memory tracker, and in anyaccel's."""
         from deepspeed.utils.pin_memory_tracker import track_pinned_memory
 
+        super()._track_pinned_memory(num_bytes)
         track_pinned_memory(num_bytes)
 
     @override

@@ -94,7 +94,10 @@ def free_locked_tensor(tensor: Any, page_lock: Callable[[int, int, bool], int]) 
 
 
 def is_locked(tensor: Any) -> bool:
-    """Whether ``tensor``'s bytes lie in a buffer made here, or torch reports it pinned."""
+    """Whether ``tensor``'s bytes lie in a buffer made here or in a region of the ``pin_memory`` op (DeepSpeed's
+    swappers assert this of buffers ``DS_PIN_MEMORY_BACKEND=native`` pinned), or torch reports it pinned."""
+    from anyaccel.ops.pin_memory.handle import in_native_region
+
     try:
         if tensor.is_pinned():
             return True
@@ -106,7 +109,9 @@ def is_locked(tensor: Any) -> bool:
     end = begin + tensor.numel() * tensor.element_size()
     with _LOCK:
         i = bisect.bisect_right(_STARTS, begin) - 1
-        return i >= 0 and end <= _REGIONS[_STARTS[i]][0]
+        if i >= 0 and end <= _REGIONS[_STARTS[i]][0]:
+            return True
+    return in_native_region(tensor)
 
 
 def _remember(start: int, end: int, locked: bool) -> None:

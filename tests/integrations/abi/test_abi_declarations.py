@@ -45,7 +45,7 @@ def test_abi_must_name_served_builders_and_not_hide_torch_ops() -> None:
 
 def test_every_declaration_names_a_family_and_every_function_exists_on_its_adapter() -> None:
     families = {s.family for s in all_op_specs()}
-    assert {abi.family for abi in all_abis()} == {"adam", "adagrad", "aio", "lamb", "lion"} <= families
+    assert {abi.family for abi in all_abis()} == {"adam", "adagrad", "aio", "lamb", "lion", "pin_memory"} <= families
     for abi in all_abis():
         adapter = resolve(abi.adapter)(object(), ())
         for _, functions in abi.builders:
