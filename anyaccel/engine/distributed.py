@@ -116,6 +116,8 @@ def init_distributed(
 
     Raises:
         InvalidEnvironmentValueError: a launcher variable is not an integer or out of range.
+        IncompleteLaunchEnvironmentError: ``RANK`` is set without ``WORLD_SIZE``, or the reverse (checked
+            before anything is initialised; torch's ``env://`` refuses the same environment).
         RankOutOfRangeError: the rank is not below the world size.
         LocalRankOutOfRangeError: the local rank is not below the local world size, or (GPU-like devices)
             not below the number of devices this process sees.
