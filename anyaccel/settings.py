@@ -296,8 +296,9 @@ CPU_ISA = Choice(
 CPU_THREADS = CountOrChoice(
     "ANYACCEL_CPU_THREADS", choices=("auto", "torch"), default_choice="auto", read_by="anyaccel.ops.cpu_threads",
     doc="threads of the CPU optimizer kernels: `torch` leaves `torch.set_num_threads` alone, `N` calls "
-        "`torch.set_num_threads(N)`; anything else is a `ThreadPolicyError`. Applied once per process before the "
-        "first CPU optimizer step",
+        "`torch.set_num_threads(N)`, an `N` above the CPUs of the process's affinity mask clamped to them with one "
+        "warning (not refused: extra threads only wait for a CPU, and one job script runs on hosts of every size); "
+        "anything else is a `ThreadPolicyError`. Applied once per process before the first CPU optimizer step",
     default="`auto`: when the ranks of this host are not bound to cores and would oversubscribe its CPUs, lower "
             "torch's thread count to their share (one warning)")
 IMPL = Text(
