@@ -2,7 +2,8 @@
 
 Each subcommand lives in the module that owns its concern; this file only wires them together. A
 subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and is imported only when
-its subcommand runs, so ``anyaccel --help`` stays cheap.
+its subcommand is named, so ``anyaccel --help`` imports none of them (and no torch), and
+``anyaccel migrate --help`` only the migrate command's.
 """
 
 from __future__ import annotations
@@ -38,18 +39,42 @@ def ignore_unactionable_warnings() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The parser's description: plain text (``--help`` prints it as it is, so no markup).
+DESCRIPTION = "anyaccel's command line: report, build, cache, migrate and tune."
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), or None when it names none.
+
+    Only ``-v``/``--verbose`` and ``-h``/``--help`` come before the subcommand, and neither takes a value, so
+    the first word not starting with ``-`` is the subcommand (or a usage error argparse reports).
+    """
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     """Return the top-level parser with one subparser per entry of ``SUBCOMMANDS``.
 
-    Side effects: imports each subcommand's module to let it declare its arguments.
+    Args:
+        command: the subcommand whose arguments to declare; ``"*"`` (the default): every subcommand's; None:
+            none (enough for ``anyaccel --help`` and for usage errors before a subcommand).
+
+    Side effects: imports the module of each subcommand whose arguments it declares (so ``anyaccel --help``
+    imports none, and ``anyaccel migrate --help`` only ``anyaccel.migrate.cli``: no torch).
     """
-    parser = argparse.ArgumentParser(prog="anyaccel", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="anyaccel", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        module.add_arguments(sp)
+        if command in ("*", name):
+            module = importlib.import_module(module_name)
+            module.add_arguments(sp)
         sp.set_defaults(_module=module_name)
     return parser
 
@@ -64,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit status: 0 on success, 2 for a usage error, 1 or a subcommand's own code otherwise.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    ignore_unactionable_warnings()  # before build_parser(): subcommand modules import torch
-    parser = build_parser()
+    ignore_unactionable_warnings()  # before a subcommand's module imports torch
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``--json`` and ``--build`` on the ``report`` subcommand's parser."""
@@ -122,6 +120,8 @@ def collect(build: bool = False) -> dict[str, Any]:
         (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section is then
         ``{"error": message}`` (``ops``: empty).
     """
+    import torch
+
     from anyaccel.op_builder.cli import info
     from anyaccel.ops.cpu_threads import thread_plan
     from anyaccel.version import __version__
