@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -38,6 +39,10 @@ def ignore_unactionable_warnings() -> None:
     for message, category in UNACTIONABLE_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
 
+
+#: Loggers whose INFO records a command does not print (``-v`` shows them): the accelerator selection logs
+#: its choice at INFO, which ``anyaccel report`` prints in full and no other command needs on every run.
+QUIET_LOGGERS = ("anyaccel.accelerator.selection",)
 
 #: The parser's description: plain text (``--help`` prints it as it is, so no markup).
 DESCRIPTION = "anyaccel's command line: report, build, cache, migrate and tune."
@@ -86,7 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments without the program name; ``sys.argv[1:]`` when None.
 
     Returns:
-        The process exit status: 0 on success, 2 for a usage error, 1 or a subcommand's own code otherwise.
+        The process exit status: 0 on success (also when the reader of stdout goes away, as in
+        ``anyaccel cache clean | head -1``: quietly), 2 for a usage error, 1 or a subcommand's own code otherwise.
+
+    Side effects: configures logging (``basicConfig``); while the subcommand runs, lowers the loggers of
+    ``QUIET_LOGGERS`` to WARNING unless ``-v``; on a closed stdout, points stdout at ``/dev/null``.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     ignore_unactionable_warnings()  # before a subcommand's module imports torch
@@ -99,7 +108,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
-    return int(importlib.import_module(args._module).run(args) or 0)
+    quiet = {} if args.verbose else {name: logging.getLogger(name) for name in QUIET_LOGGERS}
+    levels = {name: logger.level for name, logger in quiet.items()}
+    for logger in quiet.values():
+        logger.setLevel(logging.WARNING)
+    try:
+        status = int(importlib.import_module(args._module).run(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (`anyaccel cache clean | head -1`): no traceback, no error
+        _silence_stdout()
+        return 0
+    finally:  # main() called in a process that goes on (a test, a wrapper) leaves its loggers as they were
+        for name, level in levels.items():
+            quiet[name].setLevel(level)
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush into a closed pipe stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO): nothing to flush
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

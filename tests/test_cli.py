@@ -85,3 +85,15 @@ def test_every_parser_can_still_be_built_whole() -> None:
     parser = cli.build_parser()
     assert parser.parse_args(["migrate", "--check", "x.py"]).mode == "check"
     assert parser.parse_args(["report", "--json"]).json
+
+
+def test_a_command_does_not_repeat_the_selection_at_info(tmp_path: Path) -> None:
+    env = dict(_env(), ANYACCEL_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "anyaccel", "report"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "accelerator: cpu" in proc.stdout or "accelerator: " in proc.stdout
+    assert "INFO" not in proc.stderr, proc.stderr
+    verbose = subprocess.run([sys.executable, "-m", "anyaccel", "-v", "cache", "ls"], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+    assert verbose.returncode == 0, verbose.stderr

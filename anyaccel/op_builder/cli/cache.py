@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from anyaccel.op_builder.errors import OpBuilderError
 
     try:
-        cache = Cache.open()
+        cache = Cache.open(create=False)  # reading needs no folder: an empty read-only cache lists nothing
     except OpBuilderError as exc:
         logger.error("%s", exc)
         return 1

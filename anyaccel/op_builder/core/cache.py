@@ -245,19 +245,27 @@ class Cache:
     root: Path
 
     @classmethod
-    def open(cls, root: Path | None = None) -> Cache:
+    def open(cls, root: Path | None = None, create: bool = True) -> Cache:
         """Create (mode 0700, whatever the umask) and check the root and its subdirectories.
 
         Args:
             root: the root; :func:`default_cache_root` when None.
+            create: False to only read the cache (``anyaccel cache ls``/``clean``): a missing root or
+                subdirectory is left missing (it holds nothing), so a read-only or absent cache opens.
 
         Raises:
             CacheSecurityError: the root or a subdirectory is not private to the current user.
-            CacheUnusableError: the root (or a parent) is a file, or cannot be created (read-only, full).
+            CacheUnusableError: the root (or a parent) is a file, or cannot be created (read-only, full; only
+                with ``create``).
         """
         root = default_cache_root() if root is None else Path(root)
         root = Path(os.path.abspath(root))
-        make_dirs(root)
+        if create:
+            make_dirs(root)
+        elif not os.path.lexists(root):
+            if _first_non_directory(root) is not None:  # a file on the way: a misconfiguration, not an empty cache
+                raise cache_os_error(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), root, "open")
+            return cls(root)
         try:
             st = check_secure(root, allow_symlink=True, what="op cache root")
         except FileNotFoundError:
@@ -270,6 +278,8 @@ class Cache:
         for name in SUBDIRS:
             sub = root / name
             if not os.path.lexists(sub):
+                if not create:
+                    continue
                 make_dir(sub)
             st = check_secure(sub)
             if not stat.S_ISDIR(st.st_mode):
