@@ -200,10 +200,14 @@ def render(report: dict[str, Any]) -> str:
     if threads:
         lines.append(_render_threads(threads))
     lines.append("")
-    lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
-    for row in report["ops"]:
-        extra = row.get("build") or row.get("reason") or ""
-        lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
+    if "error" in acc:  # no accelerator, no ops to list: say so rather than print an empty table
+        lines.append("ops: not listed: the accelerator could not be selected (error (accelerator) below: fix it, or "
+                     "unset ANYACCEL_ACCELERATOR to let anyaccel detect the device)")
+    else:
+        lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
+        for row in report["ops"]:
+            extra = row.get("build") or row.get("reason") or ""
+            lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
     lines.append("")
     lines.append(_render_deepspeed(report.get("deepspeed")))
     return "\n".join(lines + _error_lines(report))

@@ -73,6 +73,26 @@ def test_render_is_text_for_every_section():
         assert needle in text
 
 
+def test_an_unavailable_accelerator_is_an_error_not_an_empty_op_table():
+    """As ``ANYACCEL_ACCELERATOR=cuda anyaccel report`` on a machine without a GPU: the selection failed, so
+    collect() lists no op; render() says why instead of printing the table's header alone."""
+    data = report.collect(build=False)
+    message = "accelerator 'cuda' requested by ANYACCEL_ACCELERATOR=cuda is unavailable: no GPU"
+    data.update(accelerator={"error": message}, ops=[],
+                errors=[{"section": "accelerator", "type": "AcceleratorUnavailableError", "message": message}])
+    text = report.render(data)
+    assert "compatible" not in text and "ops: not listed: the accelerator could not be selected" in text
+    assert f"error (accelerator): {message}" in text
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine where CUDA is unavailable")
+def test_forcing_an_unavailable_accelerator_fails_the_report(tmp_path):
+    proc = _run("report", env_extra={"ANYACCEL_CACHE_DIR": str(tmp_path), "ANYACCEL_ACCELERATOR": "cuda"})
+    assert proc.returncode == 1, proc.stderr
+    assert "ops: not listed" in proc.stdout and "compatible" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
 def test_cli_without_command_prints_help_and_exits_2(capsys):
     assert cli.main([]) == 2
     assert "report" in capsys.readouterr().out
