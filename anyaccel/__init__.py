@@ -1,9 +1,9 @@
 """anyaccel: run PyTorch code unchanged on any accelerator, and build the native kernels it needs.
 
 Importing this package is cheap: it imports nothing but its version until a public name is used. The names
-below are loaded on first access (PEP 562, :mod:`anyaccel.lazy_exports`), so ``import anyaccel`` imports no
+below are loaded on first access (PEP 562, `anyaccel.lazy_exports`), so ``import anyaccel`` imports no
 torch, and the ``anyaccel`` command can set up its warning filters before torch is imported (see
-:mod:`anyaccel.cli`). Device detection happens on the first ``get_accelerator()`` call, never at import.
+`anyaccel.cli`). Device detection happens on the first ``get_accelerator()`` call, never at import.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ NUMPY_WARNING = r"Failed to initialize NumPy"
 
 
 def _quiet_torch_without_numpy() -> None:
-    """Ignore :data:`NUMPY_WARNING` (that one message, UserWarning only) when numpy is not installed and torch
+    """Ignore `NUMPY_WARNING` (that one message, UserWarning only) when numpy is not installed and torch
     is not imported yet; with numpy installed nothing is filtered (a broken numpy still warns).
 
     Side effects: may add one entry to this process's ``warnings`` filters; looks numpy up (``find_spec``, no

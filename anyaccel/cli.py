@@ -32,7 +32,7 @@ UNACTIONABLE_WARNINGS = ((r"Failed to initialize NumPy", UserWarning),)
 
 
 def ignore_unactionable_warnings() -> None:
-    """Filter out :data:`UNACTIONABLE_WARNINGS`, exactly those; must run before torch is first imported.
+    """Filter out `UNACTIONABLE_WARNINGS`, exactly those; must run before torch is first imported.
 
     Side effects: adds entries to this process's ``warnings`` filters (not to child processes).
     """

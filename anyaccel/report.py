@@ -111,11 +111,14 @@ def collect(build: bool = False) -> dict[str, Any]:
 
     Returns:
         A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the
-        selection report of :func:`anyaccel.accelerator.explain` plus device name/count and communication
-        backend), ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
-        build jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a
+        selection report of [`anyaccel.accelerator.explain`][anyaccel.accelerator.explain] plus device name/count and
+        communication
+        backend), ``toolchain`` (`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA,
+        build jobs, cache root), ``cpu_threads``
+        ([`anyaccel.ops.cpu_threads.thread_plan`][anyaccel.ops.cpu_threads.thread_plan]), ``ops`` (a
         list of per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build``
-        and on failure ``error``), ``deepspeed`` (:func:`anyaccel.integrations.deepspeed.status`: installed,
+        and on failure ``error``), ``deepspeed``
+        ([`anyaccel.integrations.deepspeed.status`][anyaccel.integrations.deepspeed.status]: installed,
         version, tested, startup hook, wired) and ``errors``: one dict per section that could not be gathered
         (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section is then
         ``{"error": message}`` (``ops``: empty).
@@ -163,7 +166,7 @@ def _fmt(value: Any) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """Format a report from :func:`collect` as aligned text tables for a terminal."""
+    """Format a report from `collect` as aligned text tables for a terminal."""
     acc = report["accelerator"]
     lines = [
         f"anyaccel {report['anyaccel']}  python {report['python']}  {report['platform']}",
@@ -255,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``anyaccel report``; print the report (to stdout: it is the command's output).
 
     Returns:
-        0; 1 when a section could not be gathered (see :func:`collect`) or ``--build`` had a failed build.
+        0; 1 when a section could not be gathered (see `collect`) or ``--build`` had a failed build.
     """
     report = collect(build=args.build)
     if args.json:

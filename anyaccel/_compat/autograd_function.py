@@ -4,7 +4,7 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0): ``torch._C._are_
 ``torch._functorch.utils.unwrap_dead_wrappers`` and ``torch.autograd.forward_ad._current_level``.
 
 ``torch.autograd.Function.apply`` (in Python up to torch 2.14) binds the arguments to ``forward``'s signature
-(``inspect.signature(...).bind``) on every call, only to fill in defaults. :func:`function` makes a Function
+(``inspect.signature(...).bind``) on every call, only to fill in defaults. `function` makes a Function
 whose ``apply``, on a call passing every parameter positionally with no functorch transform active, does
 what torch's ``apply`` does after such a bind (unwrap dead functorch wrappers, then the C ``apply``), and when
 there is no graph to record (grad mode off or no input requiring grad, no forward-AD level) calls ``forward``
@@ -40,7 +40,7 @@ def _privates() -> tuple[Callable[[], bool], Callable[[Any], Any], Any] | None:
 
 
 def fast_apply_available() -> bool:
-    """Whether :func:`function` can give its classes the fast ``apply`` on this torch."""
+    """Whether `function` can give its classes the fast ``apply`` on this torch."""
     return _privates() is not None
 
 

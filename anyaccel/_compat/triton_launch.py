@@ -14,7 +14,8 @@ Private Triton internals used: ``JITFunction.device_caches`` (the binder), ``JIT
 with torch 2.10.0, Triton 3.9.0 with torch 2.15.0; the launch itself runs only on a GPU, whose numbers are
 measured there); where one is missing every launch is the public ``kernel[grid](...)``.
 
-:class:`FastLaunch` keeps, per device and per specialization, the ``CompiledKernel`` that ``JITFunction.run``
+[`FastLaunch`][anyaccel._compat.triton_launch.FastLaunch] keeps, per device and per specialization, the
+``CompiledKernel`` that ``JITFunction.run``
 returned, and launches it directly:
 
 - the specialization is Triton's own: the kernel's binder (``JITFunction.device_caches[device]``,
@@ -29,7 +30,7 @@ compiles or loads the kernel, and the result is cached here), launches while a l
 as Proton add them) or a pre-run hook is set, a changed global the kernel reads (``run`` raises), an
 interpreted kernel (``TRITON_INTERPRET=1``), and a Triton whose ``JITFunction`` lacks the members used here
 (checked once per kernel). ``ANYACCEL_TRITON_FAST_LAUNCH=0`` (read at the first launch in the process) or
-:func:`set_enabled` turns the fast path off.
+[`set_enabled`][anyaccel._compat.triton_launch.set_enabled] turns the fast path off.
 
 Consequence: a compiled kernel is chosen per (device, specialization, launch options such as
 ``num_warps``) when first seen; Triton options read from the environment at compile time
@@ -53,7 +54,8 @@ MAX_ENTRIES = 256
 
 _LOCK = threading.Lock()
 
-#: whether the fast path is on: None until the first launch reads ``ENV`` (or :func:`set_enabled` sets it)
+#: whether the fast path is on: None until the first launch reads ``ENV`` (or
+#: [`set_enabled`][anyaccel._compat.triton_launch.set_enabled] sets it)
 _enabled: bool | None = None
 
 
@@ -176,12 +178,13 @@ def _globals_unchanged(kernel: Any) -> bool:
     return True
 
 
-#: the attribute of a kernel object that holds its :class:`FastLaunch`
+#: the attribute of a kernel object that holds its [`FastLaunch`][anyaccel._compat.triton_launch.FastLaunch]
 _ATTR = "_anyaccel_fast_launch"
 
 
 def fast(kernel: Any) -> FastLaunch:
-    """The :class:`FastLaunch` of ``kernel``, made on first use and kept on the kernel object (so it lives and
+    """The [`FastLaunch`][anyaccel._compat.triton_launch.FastLaunch] of ``kernel``, made on first use and kept on the
+    kernel object (so it lives and
     dies with it).
 
     Raises:

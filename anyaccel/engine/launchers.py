@@ -1,7 +1,8 @@
 """Who started this process, and where it stands in the job: the launchers' environment variables as data.
 
 Each launcher writes the same four facts (global rank, world size, local rank, local world size) under its
-own names; :data:`LAUNCHERS` lists them, in precedence order, and :func:`detect_launch` reads the first
+own names; [`LAUNCHERS`][anyaccel.engine.launchers.LAUNCHERS] lists them, in precedence order, and
+[`detect_launch`][anyaccel.engine.launchers.detect_launch] reads the first
 launcher whose marker variables are all set. Precedence follows nesting: a launcher started *inside*
 another (torchrun or the deepspeed launcher in a SLURM job step, ``mpirun`` in a SLURM allocation) sets its
 own variables for each process it starts, while the outer one's describe the outer task, so the innermost
@@ -61,7 +62,8 @@ MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"
 #: The ``source`` of a process no launcher started.
 SINGLE_PROCESS = "single"
 #: Variables that mean nothing one without the other: one of them set alone is an
-#: :class:`IncompleteLaunchEnvironmentError`, never a one-process job (torch's ``env://`` refuses it too).
+#: [`IncompleteLaunchEnvironmentError`][anyaccel.engine.launchers.IncompleteLaunchEnvironmentError], never a one-process
+#: job (torch's ``env://`` refuses it too).
 PAIRED_VARIABLES = (("RANK", "WORLD_SIZE"),)
 
 #: A fallback reader: environment -> (value, variable read, that variable's value), or None when it has
@@ -169,7 +171,7 @@ class LaunchEnvironment:
     """This process's place in the job, as its launcher described it.
 
     Attributes:
-        source: the launcher (a :attr:`LauncherSpec.name`, or ``"single"``).
+        source: the launcher (a `LauncherSpec.name`, or ``"single"``).
         rank: global rank, ``0 <= rank < world_size``.
         world_size: number of processes in the job, >= 1.
         local_rank: rank among the processes of this node, ``0 <= local_rank < local_world_size``.
@@ -305,7 +307,8 @@ def _check(launch: LaunchEnvironment) -> None:
 
 
 def _check_pairs(env: Mapping[str, str]) -> None:
-    """Raise :class:`IncompleteLaunchEnvironmentError` when one variable of a :data:`PAIRED_VARIABLES` pair is set
+    """Raise [`IncompleteLaunchEnvironmentError`][anyaccel.engine.launchers.IncompleteLaunchEnvironmentError] when one
+    variable of a `PAIRED_VARIABLES` pair is set
     without the other (called when no launcher's markers are all set)."""
     for pair in PAIRED_VARIABLES:
         have = [name for name in pair if name in env]
@@ -326,7 +329,8 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment
         environ: the environment to read; ``os.environ`` when None.
 
     Returns:
-        A :class:`LaunchEnvironment`; ``source == "single"`` (rank 0 of 1) when no launcher's markers are set.
+        A [`LaunchEnvironment`][anyaccel.engine.launchers.LaunchEnvironment]; ``source == "single"`` (rank 0 of 1) when
+        no launcher's markers are set.
 
     Raises:
         InvalidEnvironmentValueError: a variable is not an integer, is negative or zero where a count is
@@ -335,7 +339,7 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment
         RankOutOfRangeError: rank >= world size.
         LocalRankOutOfRangeError: local rank >= local world size.
         IncompleteLaunchEnvironmentError: no launcher's markers are all set and ``RANK`` is set without
-            ``WORLD_SIZE`` or the reverse (:data:`PAIRED_VARIABLES`).
+            ``WORLD_SIZE`` or the reverse (`PAIRED_VARIABLES`).
 
     Side effects: reads the environment (nothing else); logs at DEBUG which launcher was chosen and which
     lower-precedence launchers' variables were also present.

@@ -8,7 +8,8 @@ right by itself. Ranks launched without binding each see every CPU of the host, 
 threads each run ``L * T`` busy threads on the host's CPUs: the optimizer step then slows down many-fold
 (PyTorch #108491 discusses ZeRO-Offload's CPU step as the bottleneck).
 
-:func:`thread_plan` describes the situation (``anyaccel report`` prints it); :func:`apply_thread_policy`,
+[`thread_plan`][anyaccel.ops.cpu_threads.thread_plan] describes the situation (``anyaccel report`` prints it);
+[`apply_thread_policy`][anyaccel.ops.cpu_threads.apply_thread_policy],
 called once per process by the CPU optimizers before their first step, lowers torch's thread count to the
 rank's share when it would oversubscribe, unless ``ANYACCEL_CPU_THREADS`` says otherwise:
 

@@ -1,7 +1,7 @@
 """The build driver of the stable-ABI ops: one ninja file per build, run with a bounded wall time.
 
 A build is data: per source, the compile command (host C++ compiler or nvcc, chosen by the source's
-suffix), and one link command. :func:`write_build_file` turns that into ``build.ninja``; :func:`run_ninja`
+suffix), and one link command. `write_build_file` turns that into ``build.ninja``; `run_ninja`
 runs ninja in a session of its own and kills ninja and every process of that session when
 ``ANYACCEL_BUILD_TIMEOUT`` passes, so a compiler that never returns cannot hang ``load()`` or outlive it.
 ninja's output is read as it comes (its ``[k/N] compile x.cpp`` status lines feed the build progress
@@ -53,7 +53,7 @@ class BuildTimeoutError(OpBuilderError, TimeoutError):
 
 
 def build_timeout_s(env: Mapping[str, str] | None = None) -> float:
-    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S` (:data:`anyaccel.settings.BUILD_TIMEOUT`).
+    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else `DEFAULT_TIMEOUT_S` (`anyaccel.settings.BUILD_TIMEOUT`).
 
     Raises:
         SettingError: the variable is set to something else than a finite positive number of seconds.
@@ -156,15 +156,15 @@ def run_ninja(ninja: Path, build_dir: Path, jobs: int, env: Mapping[str, str], t
         timeout_s: wall-time bound in seconds.
         on_line: called with each line of output (without the newline), in the calling thread.
         on_tick: called periodically while the build runs.
-        commands: :func:`step_commands`, to name the command of the step that was running at the timeout.
+        commands: `step_commands`, to name the command of the step that was running at the timeout.
         tick_s: seconds between ``on_tick`` calls.
 
     Returns:
-        The :class:`NinjaResult` (output decoded as UTF-8, undecodable bytes replaced).
+        The `NinjaResult` (output decoded as UTF-8, undecodable bytes replaced).
 
     Raises:
         BuildTimeoutError: the time passed; ninja and every process it started were killed (see
-            :func:`_kill_group`) before raising, naming the command that was still running (read from
+            `_kill_group`) before raising, naming the command that was still running (read from
             ``/proc``; else the first step ninja had not finished).
         OSError: ninja could not be started.
     """

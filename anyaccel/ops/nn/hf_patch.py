@@ -1,21 +1,23 @@
 """``anyaccel.ops.patch(model)``: anyaccel's model ops in a Hugging Face Llama-family model, in place.
 
-What is replaced (each optional), for the architectures of :data:`SUPPORTED`:
+What is replaced (each optional), for the architectures of `SUPPORTED`:
 
-- every ``<Arch>RMSNorm`` module's forward by :func:`~anyaccel.ops.nn.functional.rms_norm` with
+- every ``<Arch>RMSNorm`` module's forward by [`rms_norm`][anyaccel.ops.nn.functional.rms_norm] with
   ``casting="llama"`` (the module's rounding and result dtype);
 - every ``<Arch>MLP`` module's forward, when its activation is SiLU, by
   ``down_proj(swiglu(gate_proj(x), up_proj(x)))``;
-- the modeling module's ``apply_rotary_pos_emb`` by :func:`~anyaccel.ops.nn.functional.rope_qk` (a module
+- the modeling module's ``apply_rotary_pos_emb`` by [`rope_qk`][anyaccel.ops.nn.functional.rope_qk] (a module
   global that the attention layers call: like Liger-Kernel's patch, this swap applies to every model of
   that architecture in the process until the last patched one is unpatched; the math is the same);
 - the ``<Arch>ForCausalLM`` model's forward, when called with ``labels``, by one that computes the loss
-  with :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy` from the last hidden states, never
+  with [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy] from the last hidden
+  states, never
   materialising the logits (the output's ``logits`` is then None, as with Liger's patch); Hugging Face's
   label shift, ``ignore_index=-100`` and ``num_items_in_batch`` are kept. Without labels the original
   forward runs.
 
-The model's parameters, state dict and module tree are unchanged; :func:`unpatch` restores the forwards.
+The model's parameters, state dict and module tree are unchanged; [`unpatch`][anyaccel.ops.nn.hf_patch.unpatch] restores
+the forwards.
 Sources: Liger-Kernel's ``apply_liger_kernel_to_llama`` (``liger_kernel/transformers/monkey_patch.py``)
 and transformers' ``LlamaForCausalLM.forward`` / ``ForCausalLMLoss`` (5.x).
 """
@@ -48,7 +50,7 @@ _ROPE_SWAPS: dict[str, tuple[Any, int]] = {}  # modeling module -> (original fun
 
 @dataclass
 class PatchReport:
-    """What :func:`patch` replaced.
+    """What [`patch`][anyaccel.ops.nn.hf_patch.patch] replaced.
 
     Attributes:
         model_type: the architecture.
@@ -88,14 +90,15 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
     """Replace the RMSNorm, SwiGLU MLP, rotary embedding and loss of a Llama-family model in place.
 
     Args:
-        model: a ``transformers`` model of a :data:`SUPPORTED` architecture (``LlamaForCausalLM``,
+        model: a ``transformers`` model of a `SUPPORTED` architecture (``LlamaForCausalLM``,
             ``LlamaModel``, ...).
         rms_norm: replace the RMSNorm modules' forward.
         swiglu: replace the SwiGLU MLPs' forward.
         rope: replace the rotary-embedding function of the model's module.
         loss: replace the causal-LM loss with the fused linear cross-entropy.
         loss_accum_dtype: that loss's ``accum_dtype`` (see
-            :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy`): ``torch.float32`` (default) or the
+            [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy]): ``torch.float32``
+            (default) or the
             lm_head weight's dtype (Liger-Kernel's choice), which allocates no fp32 buffer of twice the lm_head
             weight's size while the loss runs (about a tenth off a Llama 3.2 1B-shaped training step's peak memory
             at sequence 4096; ``docs/nn_ops.md``).
@@ -103,7 +106,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             else each family's choice for the inputs' device.
 
     Returns:
-        A :class:`PatchReport`.
+        A [`PatchReport`][anyaccel.ops.nn.hf_patch.PatchReport].
 
     Raises:
         UnsupportedOpError: the model's ``config.model_type`` is not supported.
@@ -139,7 +142,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
 
 
 def unpatch(model: torch.nn.Module) -> None:
-    """Restore every forward :func:`patch` replaced in ``model`` (and the rotary function once no patched
+    """Restore every forward [`patch`][anyaccel.ops.nn.hf_patch.patch] replaced in ``model`` (and the rotary function
+    once no patched
     model of the architecture is left)."""
     for m in model.modules():
         if hasattr(m, _ORIG):

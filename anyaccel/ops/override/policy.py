@@ -10,7 +10,7 @@ The mode pays for itself only where it is registered: a replaced op's Python ker
 every call, also when it hands the call to aten (tens of microseconds). So under the tuned policy an op is
 registered only if the table shows a win for it and, at every measured key of that op, the call as the mode
 would route it (anyaccel's kernel where it wins, else aten through the mode's fallback, both measured by
-the tuning) keeps at least :data:`FLOOR` of aten's speed; otherwise the op is left to aten untouched.
+the tuning) keeps at least `FLOOR` of aten's speed; otherwise the op is left to aten untouched.
 
 Tables are JSON files under the anyaccel cache root, one per device name
 (``<cache>/tune/<device name>.json``, written by ``python -m anyaccel.ops.tune``). ``mode="always"``
@@ -62,7 +62,7 @@ class Policy:
     """A loaded policy.
 
     Args:
-        mode: one of :data:`MODES` (``ANYACCEL_OVERRIDE_POLICY`` overrides the default ``"tuned"``).
+        mode: one of `MODES` (``ANYACCEL_OVERRIDE_POLICY`` overrides the default ``"tuned"``).
         speedups: key -> measured speed-up of anyaccel over aten.
     """
 

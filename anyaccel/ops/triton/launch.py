@@ -101,7 +101,7 @@ def _units(device_type: str, index: int) -> int:
     return 64
 
 
-#: what :func:`device_of` returns when no device switch is needed (``nullcontext`` is reusable)
+#: what `device_of` returns when no device switch is needed (``nullcontext`` is reusable)
 _NO_SWITCH = contextlib.nullcontext()
 
 
@@ -119,8 +119,9 @@ def device_of(t: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
 
 def wrap(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
-    the kernel's eager fast launcher (:func:`anyaccel._compat.triton_launch.fast`, launched with the same
+    the kernel's eager fast launcher ([`anyaccel._compat.triton_launch.fast`][anyaccel._compat.triton_launch.fast],
+    launched with the same
     ``[grid](*args, **kwargs)``). Decides with torch's own switch, and only calls ``wrap_triton`` (several
-    imports per call, 5 us of an eager launch's host time) when it is on (:func:`anyaccel._compat.library.wrap`).
+    imports per call, 5 us of an eager launch's host time) when it is on (`anyaccel._compat.library.wrap`).
     """
     return library.wrap(kernel, fast)
