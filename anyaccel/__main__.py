@@ -1,4 +1,4 @@
-"""``python -m anyaccel`` runs the command line (see :mod:`anyaccel.cli`)."""
+"""``python -m anyaccel`` runs the command line (see `anyaccel.cli`)."""
 
 import sys
 

@@ -79,11 +79,14 @@ def _run(args: argparse.Namespace) -> int:
                          args.accelerator, ", ".join(served) or "none")
     outcomes = build_all(classes, lambda b: str(b.jit_load().path), lambda b: b.compatibility())
     sys.stdout.write(format_table(outcomes) + "\n")
+    failures: dict[str, list[str]] = {}  # error -> the ops that failed with it: each error is printed once
     for o in outcomes:
         if o.status == "failed":
-            logger.error("%s", o.error)
+            failures.setdefault(o.error, []).append(o.op)
         elif o.status == "skipped" and explicit:
             logger.error("%s was asked for but skipped: %s", o.op, o.detail)
+    for error, ops in failures.items():
+        logger.error("%s: %s", ", ".join(ops), error)
     bad = any(o.status == "failed" or (explicit and o.status == "skipped") for o in outcomes)
     return 1 if bad or missing else 0
 

@@ -41,8 +41,8 @@ def lazy_exports(
             (``anyaccel.accelerator`` after a bare ``import anyaccel``); names starting with ``_`` never are.
         fallback: called with any other name; returns its value (not stored: it may change, e.g. a builder
             class an override replaces) or raises ``AttributeError``.
-        more_names: names :func:`dir` lists besides the exports (the fallback's names).
-        dir_lists_globals: :func:`dir` lists the package's own globals too (Python's default); False lists only
+        more_names: names `dir` lists besides the exports (the fallback's names).
+        dir_lists_globals: `dir` lists the package's own globals too (Python's default); False lists only
             the exports and ``more_names``, for a package whose ``dir()`` is its public names (one without
             ``__all__``, whose names are dynamic).
 

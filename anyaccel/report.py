@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``--json`` and ``--build`` on the ``report`` subcommand's parser."""
@@ -132,6 +130,8 @@ def collect(build: bool = False) -> dict[str, Any]:
         gathered (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section
         is then ``{"error": message}`` (``ops``: empty).
     """
+    import torch
+
     from anyaccel.op_builder.cli import info
     from anyaccel.ops.cpu_threads import thread_plan
     from anyaccel.version import __version__
@@ -175,7 +175,7 @@ def _fmt(value: Any) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    """Format a report from :func:`collect` as aligned text tables for a terminal."""
+    """Format a report from `collect` as aligned text tables for a terminal."""
     acc = report["accelerator"]
     lines = [
         f"anyaccel {report['anyaccel']}  python {report['python']}  {report['platform']}",
@@ -212,10 +212,14 @@ def render(report: dict[str, Any]) -> str:
     if threads:
         lines.append(_render_threads(threads))
     lines.append("")
-    lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
-    for row in report["ops"]:
-        extra = row.get("build") or row.get("reason") or ""
-        lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
+    if "error" in acc:  # no accelerator, no ops to list: say so rather than print an empty table
+        lines.append("ops: not listed: the accelerator could not be selected (error (accelerator) below: fix it, or "
+                     "unset ANYACCEL_ACCELERATOR to let anyaccel detect the device)")
+    else:
+        lines.append(f"{'op':<22} {'compatible':<11} {'built':<6} reason / build")
+        for row in report["ops"]:
+            extra = row.get("build") or row.get("reason") or ""
+            lines.append(f"{row['op']:<22} {_fmt(row['compatible']):<11} {_fmt(row['built']):<6} {extra}")
     lines.append("")
     if report.get("pinned_memory"):
         lines.append(_render_pinned(report["pinned_memory"]))
@@ -277,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``anyaccel report``; print the report (to stdout: it is the command's output).
 
     Returns:
-        0; 1 when a section could not be gathered (see :func:`collect`) or ``--build`` had a failed build.
+        0; 1 when a section could not be gathered (see `collect`) or ``--build`` had a failed build.
     """
     report = collect(build=args.build)
     if args.json:

@@ -1,13 +1,13 @@
 """Every ``ANYACCEL_*`` environment variable, declared once: name, type, default, accepted values, one-line doc.
 
 Code that needs a variable reads it through its declaration here (``settings.BUILD_TIMEOUT.get()``), which
-parses the text into a typed value or raises :class:`SettingError` naming the variable, the bad value, what
-is accepted and the fix. ``docs/environment.md`` carries the table :func:`markdown_table` renders;
+parses the text into a typed value or raises `SettingError` naming the variable, the bad value, what
+is accepted and the fix. ``docs/environment.md`` carries the table `markdown_table` renders;
 ``scripts/gen_environment_doc.py`` writes it, and its ``--check`` (run by
 ``tests/scripts/test_gen_environment_doc.py``) fails when the document and these declarations disagree.
 
 Variables are read when the code that needs them runs, never at import. A leaf module: imports nothing else of
-anyaccel (the op builders pass their own error class, a subclass of :class:`SettingError`).
+anyaccel (the op builders pass their own error class, a subclass of `SettingError`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = [
     "markdown_table",
 ]
 
-#: The texts a :class:`Flag` with ``words=True`` reads as on (any case).
+#: The texts a `Flag` with ``words=True`` reads as on (any case).
 ON_WORDS = ("1", "true", "yes", "on")
 
 
@@ -65,7 +65,7 @@ class Setting:
 
     Attributes:
         name: the variable, e.g. ``"ANYACCEL_BUILD_TIMEOUT"``; a family of variables ends in ``<...>``
-            (``"ANYACCEL_IMPL_<FAMILY>"``), and :meth:`named` gives one of them.
+            (``"ANYACCEL_IMPL_<FAMILY>"``), and `named` gives one of them.
         doc: what it does, one line (the documentation's "effect").
         default: what unset (or empty) means, in words.
         read_by: the module(s) reading it, for the documentation.
@@ -95,7 +95,7 @@ class Setting:
 
         Args:
             env: the environment to read; ``os.environ`` when None.
-            name: the variable to read instead of :attr:`name` (one of a family, :meth:`named`).
+            name: the variable to read instead of `name` (one of a family, `named`).
 
         Side effects: reads the environment.
         """
@@ -296,8 +296,9 @@ CPU_ISA = Choice(
 CPU_THREADS = CountOrChoice(
     "ANYACCEL_CPU_THREADS", choices=("auto", "torch"), default_choice="auto", read_by="anyaccel.ops.cpu_threads",
     doc="threads of the CPU optimizer kernels: `torch` leaves `torch.set_num_threads` alone, `N` calls "
-        "`torch.set_num_threads(N)`; anything else is a `ThreadPolicyError`. Applied once per process before the "
-        "first CPU optimizer step",
+        "`torch.set_num_threads(N)`, an `N` above the CPUs of the process's affinity mask clamped to them with one "
+        "warning (not refused: extra threads only wait for a CPU, and one job script runs on hosts of every size); "
+        "anything else is a `ThreadPolicyError`. Applied once per process before the first CPU optimizer step",
     default="`auto`: when the ranks of this host are not bound to cores and would oversubscribe its CPUs, lower "
             "torch's thread count to their share (one warning)")
 IMPL = Text(

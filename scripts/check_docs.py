@@ -1,4 +1,5 @@
-"""Fail when a public name of a documented module has no docstring or is missing from the API reference.
+"""Fail when a public name of a documented module has no docstring or is missing from the API reference, or
+a docstring or page holds a raw Sphinx role.
 
     python scripts/check_docs.py                                  # the modules of DOCUMENTED_MODULES
     python scripts/check_docs.py --inventory site/objects.inv     # also: each name was rendered by mkdocs
@@ -23,6 +24,12 @@ with no ``members:`` option (then every public name of that module is rendered) 
 includes it. With ``--inventory`` (the ``objects.inv`` that ``mkdocs build`` writes), the identifier under
 which the object was found must also be in the inventory: the page really rendered it (mkdocstrings hides
 what it cannot see statically, such as names a lazy module imports on first access).
+
+**No raw Sphinx roles**: mkdocstrings renders docstrings as Markdown, where ``:func:`name``` stays literal
+text. A cross-reference is written ``[`name`][anyaccel.module.name]`` (mkdocs-autorefs; ``mkdocs build
+--strict`` fails when the target is not rendered anywhere), other code as ``name`` in backticks. Every
+``.py`` and ``.md`` file under ``--sources`` (default: ``anyaccel/`` and ``docs/``) is searched; each role
+found is one problem line ``path:line: ...``.
 
 The script imports the modules, and nothing but the standard library and anyaccel: it runs in the test
 environment, without the docs tooling.
@@ -69,6 +76,11 @@ DOCUMENTED_MODULES: tuple[str, ...] = (
     "anyaccel.migrate",
     "anyaccel.integrations.deepspeed",
 )
+
+#: A Sphinx cross-reference role (``:func:`x```, ``:py:meth:`x```...), which Markdown leaves as literal text.
+RAW_ROLE = re.compile(r":(?:py:)?(?:mod|func|meth|class|attr|data|exc|obj|const|ref):`[^`]+`")
+#: Where raw roles are looked for when ``--sources`` is not given.
+DEFAULT_SOURCES: tuple[Path, ...] = (ROOT / "anyaccel", ROOT / "docs")
 
 _DIRECTIVE = re.compile(r"^:::\s+([A-Za-z_][\w.]*)\s*$")
 _MEMBERS = re.compile(r"^(\s+)members:\s*(.*?)\s*$")
@@ -331,6 +343,24 @@ def read_inventory(path: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in text.splitlines() if line.strip()}
 
 
+def raw_roles(sources: Iterable[Path]) -> list[str]:
+    """One problem line per Sphinx role in the ``.py`` and ``.md`` files under ``sources`` (files or folders)."""
+    problems: list[str] = []
+    for source in sources:
+        files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.suffix in (".py", ".md"))
+        for path in files:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                for match in RAW_ROLE.finditer(line):
+                    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                    problems.append(f"{shown}:{number}: raw Sphinx role {match.group(0)} renders as literal text; "
+                                    "write [`name`][anyaccel.module.name] (a cross-reference) or `name` (code)")
+    return problems
+
+
 # ---- the check ------------------------------------------------------------------------------------------
 
 
@@ -386,9 +416,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the API reference pages (default: docs/api)")
     parser.add_argument("--inventory", type=Path, default=None,
                         help="objects.inv of a built site: also check that each name was rendered")
+    parser.add_argument("--sources", type=Path, nargs="+", default=list(DEFAULT_SOURCES),
+                        help="files or folders searched for raw Sphinx roles (default: anyaccel/ and docs/)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))  # this checkout's anyaccel, whatever else is installed
-    problems = check(args.modules or DOCUMENTED_MODULES, args.api_dir, args.inventory)
+    problems = raw_roles(args.sources) + check(args.modules or DOCUMENTED_MODULES, args.api_dir, args.inventory)
     for line in problems:
         print(line)
     if problems:

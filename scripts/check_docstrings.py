@@ -1,7 +1,7 @@
 """Fail when code comments, docstrings or docs pages point at things outside the repository.
 
 A reader of the repository must be able to follow every reference in it. This check reports, in the strings
-and comments of Python sources (read with :mod:`tokenize`, so code itself never counts), in C/C++/CUDA/SYCL
+and comments of Python sources (read with `tokenize`, so code itself never counts), in C/C++/CUDA/SYCL
 sources and in Markdown pages:
 
 - ``shared``: a path into a ``shared/`` folder of notes kept beside the repository (``shared/x.md``,
@@ -13,7 +13,7 @@ sources and in Markdown pages:
 - ``abs-path``: an absolute path of one machine (``/work/``, ``/root/``, ``/home/``, ``/Users/``, ``/mnt/``);
 - ``probe``: a ``.device_carry`` probe script;
 - ``run-id``: a benchmark run id such as "run BK" or "runs BC and BD" (one or two capital letters; not "run CI"
-  or "run A/B"), except on the docs pages that record this project's own benchmark runs (:data:`BENCHMARK_PAGES`);
+  or "run A/B"), except on the docs pages that record this project's own benchmark runs (`BENCHMARK_PAGES`);
 - ``dated``: a date (``2026-11-24``) in a source file: measurements with their dates belong on those pages,
   a docstring keeps the decision and its reason.
 

@@ -14,7 +14,7 @@ Private internals reached without a ``torch``/``triton`` module path are caught 
 
 * string literals (docstrings aside) that spell a private torch/Triton path (``"torch._dynamo"``) or one of
   the private attributes torch sets on functions and optimizers (``"_dynamo_marked_constant"``,
-  ``"_optimizer_step_code"``, ...; :data:`PRIVATE_ATTRIBUTES`);
+  ``"_optimizer_step_code"``, ...; `PRIVATE_ATTRIBUTES`);
 * those attributes read or written on any object (``self._optimizer_step_code()``);
 * ``ctypes`` writes into tensor memory: ``<ctypes type>.from_address(...data_ptr()...)``,
   ``ctypes.memmove``/``memset`` with a ``data_ptr()`` argument.

@@ -1,6 +1,6 @@
 """Write (or, with ``--check``, compare) the table of ``ANYACCEL_*`` variables in ``docs/environment.md``.
 
-The table is rendered from the declarations in :mod:`anyaccel.settings`; it sits between two marker lines of
+The table is rendered from the declarations in `anyaccel.settings`; it sits between two marker lines of
 the document. ``--check`` exits with status 1 and names the first differing line when the document and the
 declarations disagree (``tests/scripts/test_gen_environment_doc.py`` runs it).
 

@@ -7,7 +7,7 @@ adds them:
 - **``#:`` comments document constants** (Sphinx's convention): ``#:`` lines right above an assignment, or
   one ``#:`` at the end of its line. Griffe reads only string literals after an assignment, so without this
   every such constant would count as undocumented and be hidden (``show_if_no_docstring: false``). The rule
-  is :func:`check_docs.comment_docstring`, shared with ``scripts/check_docs.py`` so the site and the check
+  is `check_docs.comment_docstring`, shared with ``scripts/check_docs.py`` so the site and the check
   agree.
 - **Directories without ``__init__.py`` inside a package** (``anyaccel/op_builder/core/``...) are
   subpackages to Python (implicit namespace packages, PEP 420), and setuptools ships them (``packages.find``
@@ -65,7 +65,8 @@ class NamespaceSubpackages(griffe.Extension):
 class GeneratedBuilders(griffe.Extension):
     """Add the builder classes that ``anyaccel.op_builder`` makes from the op specs on first access.
 
-    ``anyaccel.op_builder.CPUAdamBuilder`` & co. are created by :func:`anyaccel.op_builder.classes.builder_class`
+    ``anyaccel.op_builder.CPUAdamBuilder`` & co. are created by
+    [`anyaccel.op_builder.classes.builder_class`][anyaccel.op_builder.classes.builder_class]
     (one per build of every op spec), so no source defines them. This imports the registry (torch included),
     asks it for every builder name and each accelerator's class, and adds one class per name to the module
     with the generated docstring, the per-accelerator builds, ``NAME`` and ``BUILD_VAR``.

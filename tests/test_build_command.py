@@ -47,3 +47,26 @@ def test_a_failing_build_makes_the_command_fail(tmp_path, monkeypatch, capsys, c
     monkeypatch.setenv("ANYACCEL_CPU_ISA", "portable")
     assert commands.run(_parse(["--ops", "CPULionBuilder"])) == 1
     assert "failed" in capsys.readouterr().out and "something broke" in caplog.text
+
+
+def test_an_unusable_cache_is_reported_once_not_once_per_op(tmp_path) -> None:
+    """In a fresh process (one that loaded no op yet): the table has one line per failed op, the error once."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANYACCEL_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]),
+               ANYACCEL_CACHE_DIR=str(blocker / "cache"))  # every build fails to create the cache
+    proc = subprocess.run([sys.executable, "-m", "anyaccel", "build", "--ops", "CPUAdamBuilder", "CPULionBuilder"],
+                          env=env, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, proc.stderr
+    table = proc.stdout.splitlines()[1:]
+    assert len(table) >= 2 and all(" failed " in row for row in table), proc.stdout  # one line per failed op
+    assert "is a file, not a directory" in errors[0] and "cpu_adam[" in errors[0] and "cpu_lion[" in errors[0]

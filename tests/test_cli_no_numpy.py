@@ -73,6 +73,27 @@ def test_migrate_prints_no_numpy_warning(no_numpy_env: dict[str, str], tmp_path:
     assert WARNING not in proc.stderr and "UserWarning" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("code", [
+    "import anyaccel; anyaccel.get_accelerator()",
+    "from anyaccel.ops.lion.cpu import CPULion",
+    "import anyaccel, torch",  # anyaccel first, then the user's own torch import
+], ids=["get-accelerator", "op-import", "anyaccel-then-torch"])
+def test_library_use_prints_no_numpy_warning(no_numpy_env: dict[str, str], code: str) -> None:
+    proc = _run(no_numpy_env, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert WARNING not in proc.stderr and "UserWarning" not in proc.stderr, proc.stderr
+
+
+def test_with_numpy_installed_nothing_is_filtered() -> None:
+    code = ("import warnings, anyaccel; "
+            "print(any('NumPy' in str(f[1] and f[1].pattern) for f in warnings.filters))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = _run(env, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    pytest.importorskip("numpy")
+    assert proc.stdout.strip() == "False"
+
+
 def test_importing_anyaccel_imports_no_torch() -> None:
     code = "import sys, anyaccel, anyaccel.cli; print('torch' in sys.modules)"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,59 @@ def test_render_is_text_for_every_section():
     text = report.render(data)
     for needle in ("accelerator:", "candidates:", "cpu SIMD level:", "cxx", "ninja", "cache root:", "op "):
         assert needle in text
+
+
+def test_an_unavailable_accelerator_is_an_error_not_an_empty_op_table():
+    """As ``ANYACCEL_ACCELERATOR=cuda anyaccel report`` on a machine without a GPU: the selection failed, so
+    collect() lists no op; render() says why instead of printing the table's header alone."""
+    data = report.collect(build=False)
+    message = "accelerator 'cuda' requested by ANYACCEL_ACCELERATOR=cuda is unavailable: no GPU"
+    data.update(accelerator={"error": message}, ops=[],
+                errors=[{"section": "accelerator", "type": "AcceleratorUnavailableError", "message": message}])
+    text = report.render(data)
+    assert "compatible" not in text and "ops: not listed: the accelerator could not be selected" in text
+    assert f"error (accelerator): {message}" in text
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine where CUDA is unavailable")
+def test_forcing_an_unavailable_accelerator_fails_the_report(tmp_path):
+    proc = _run("report", env_extra={"ANYACCEL_CACHE_DIR": str(tmp_path), "ANYACCEL_ACCELERATOR": "cuda"})
+    assert proc.returncode == 1, proc.stderr
+    assert "ops: not listed" in proc.stdout and "compatible" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def _sample_line(line: str) -> str:
+    """A report line without what differs between machines and runs: versions, the SIMD level's details, the
+    built column, trailing blanks."""
+    line = line.rstrip()
+    if line.startswith(("anyaccel ", "torch ", "cpu SIMD level:")):
+        return line.split()[0]
+    return re.sub(r"^(\w+Builder\s+(?:yes|no)\s+)(?:yes|no)\b", r"\1?", line)
+
+
+def test_the_getting_started_sample_is_the_real_report():
+    """docs/getting_started.md shows ``anyaccel report`` on a CPU-only machine: each of its lines (but ``...``)
+    is a line of the real output, in the same order, up to what differs between machines."""
+    import torch
+
+    data = report.collect(build=False)
+    if data["accelerator"].get("chosen") != "cpu" or torch.version.cuda or torch.version.hip:
+        pytest.skip("the sample is of a CPU-only torch on a machine without an accelerator")
+    page = (REPO / "docs" / "getting_started.md").read_text()
+    block = re.search(r"## `anyaccel report`.*?```text\n(.*?)```", page, re.S)
+    assert block is not None, "no sample of `anyaccel report` in docs/getting_started.md"
+    real = [_sample_line(line) for line in report.render(data).splitlines()]
+    position = 0
+    for line in block.group(1).splitlines():
+        if line == "...":
+            continue
+        wanted = _sample_line(line)
+        assert wanted in real[position:], f"the sample's line is not in the real report (after line {position}):\n"\
+                                          f"{line}\nreal report:\n" + "\n".join(real)
+        position = real.index(wanted, position) + 1
+    sample_ops = re.findall(r"^(\w+Builder) ", block.group(1), re.M)
+    assert sample_ops == [row["op"] for row in data["ops"]], "the sample lists other ops than the real report"
 
 
 def test_cli_without_command_prints_help_and_exits_2(capsys):

@@ -6,7 +6,7 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0):
 * ``torch.mps._get_default_mps_generator``: the MPS default ``torch.Generator``.
 
 Fallbacks: float16 is reported unsupported (the conservative answer DeepSpeed's callers handle); the MPS
-generator raises :class:`~anyaccel._compat.PrivateAPIUnavailableError`, as torch has no public way to reach it.
+generator raises `PrivateAPIUnavailableError`, as torch has no public way to reach it.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ _TOKEN = re.compile(r"->|[A-Za-z_][\w.:]*|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d
 
 def _normalise(text: str) -> str:
     """A schema's tokens joined by one space, numbers as Python floats (the fallback of
-    :func:`canonical_schema`)."""
+    `canonical_schema`)."""
     tokens = []
     for token in _TOKEN.findall(text):
         try:

@@ -4,12 +4,12 @@ Private name used (tested on torch 2.10.0, 2.13.0 and 2.15.0): the function attr
 ``_dynamo_marked_constant``, which ``torch.compiler.assume_constant_result`` sets
 (``torch/_dynamo/decorators.py``). Dynamo then runs a marked function once while tracing and bakes its result
 into the graph as a constant. Calling the public decorator imports Dynamo (and with it Triton), which
-importing anyaccel's front ends must not; so :func:`mark_constant_result` calls it only where Dynamo is
+importing anyaccel's front ends must not; so `mark_constant_result` calls it only where Dynamo is
 already imported, and sets the attribute otherwise.
 
 The public path is taken automatically whenever Dynamo is loaded. Where a torch renames the mark, the
 private path would no longer mark the function: ``tests/_compat/test_dynamo.py`` compares the attributes
-the public decorator sets with :data:`MARK` on every supported torch, so that is a test failure, not a silent
+the public decorator sets with `MARK` on every supported torch, so that is a test failure, not a silent
 graph break.
 """
 

@@ -3,14 +3,14 @@
 Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0): ``torch._library.triton.wrap_triton_enabled``
 (a thread-local), ``wrap_triton_enabled_default`` and ``is_wrap_triton_enabled``. ``triton_op`` turns the
 switch off around its eager calls, so ``wrap_triton(kernel)`` returns the plain kernel there; anyaccel does the
-same around its eager fast path (:func:`untraced`) and reads the switch before calling ``wrap_triton``
-(:func:`wrap_triton_enabled`).
+same around its eager fast path (`untraced`) and reads the switch before calling ``wrap_triton``
+(`wrap_triton_enabled`).
 
 An interpreted kernel (``TRITON_INTERPRET=1``) is launched as it is, as ``wrap_triton`` does from torch
 2.11 on (torch 2.10's refuses it).
 
-Fallbacks where the names are missing: :func:`untraced` returns the function unchanged (its launches then go
-through the traceable wrapper: correct, slower), and :func:`wrap` asks the public ``torch.library.wrap_triton``,
+Fallbacks where the names are missing: `untraced` returns the function unchanged (its launches then go
+through the traceable wrapper: correct, slower), and `wrap` asks the public ``torch.library.wrap_triton``,
 which returns the kernel itself when the switch is off.
 """
 
@@ -47,7 +47,7 @@ def _switch() -> tuple[Any, bool] | None:
 
 def wrap_triton_enabled() -> bool | None:
     """Whether ``torch.library.wrap_triton`` returns the traceable wrapper now (inside a ``triton_op`` being
-    traced); None where torch cannot tell (callers then ask :func:`wrap`)."""
+    traced); None where torch cannot tell (callers then ask `wrap`)."""
     query = getattr(_module(), "is_wrap_triton_enabled", None)
     return None if query is None else bool(query())
 

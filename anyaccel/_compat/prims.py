@@ -27,12 +27,12 @@ def elementwise_dtypes(*args: Any, rule: str) -> tuple[torch.dtype, torch.dtype]
 
     Args:
         args: tensors and Python scalars (at least one tensor).
-        rule: a key of :data:`RULES` (``"default"``: ``torch.add``'s rules; ``"int_to_float"``: integers and
+        rule: a key of `RULES` (``"default"``: ``torch.add``'s rules; ``"int_to_float"``: integers and
             bools become the default float dtype; ``"always_bool"``: a bool result; ``"no_opmath"``: 16-bit
             floats computed in their own type).
 
     Raises:
-        ValueError: ``rule`` is not a key of :data:`RULES`.
+        ValueError: ``rule`` is not a key of `RULES`.
     """
     if rule not in RULES:
         raise ValueError(f"elementwise_dtypes: rule={rule!r}; accepted: {sorted(RULES)}")
@@ -47,7 +47,7 @@ def elementwise_dtypes(*args: Any, rule: str) -> tuple[torch.dtype, torch.dtype]
 
 
 def _public_dtypes(args: tuple[Any, ...], rule: str) -> tuple[torch.dtype, torch.dtype]:
-    """:func:`elementwise_dtypes` from ``torch.result_type`` (the fallback)."""
+    """`elementwise_dtypes` from ``torch.result_type`` (the fallback)."""
     acc: Any = None
     for a in args:
         item = torch.empty((1,) if a.dim() > 0 else (), dtype=a.dtype, device="meta") \

@@ -9,7 +9,8 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0):
 * ``Optimizer._optimizer_load_state_dict_pre_hooks`` / ``..._post_hooks``: the hooks ``load_state_dict`` runs;
 * ``torch.autograd._profiler_enabled``: whether a profiler is recording.
 
-:func:`step_entry` runs torch.optim's step protocol (``Optimizer.profile_hook_step``: profiler range, global
+[`step_entry`][anyaccel._compat.torch_optim.step_entry] runs torch.optim's step protocol
+(``Optimizer.profile_hook_step``: profiler range, global
 and per-optimizer pre-hooks, the step under ``no_grad``, ``_optimizer_step_code``, post-hooks) with the
 registries above, opening the profiler range only while a profiler records. Its public fallback, taken per
 call whenever a private name is missing, is torch's own public ``Optimizer.profile_hook_step`` wrapper.
@@ -107,7 +108,8 @@ def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
 
 def _hooked_call(self: Any, body: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  hooks: tuple[Mapping[Any, Any], Mapping[Any, Any]]) -> Any:
-    """torch.optim's ``profile_hook_step`` sequence around ``body`` (see :func:`step_entry`).
+    """torch.optim's ``profile_hook_step`` sequence around ``body`` (see
+    [`step_entry`][anyaccel._compat.torch_optim.step_entry]).
 
     Raises:
         RuntimeError: a pre-hook returned something other than None or ``(args, kwargs)`` (torch's message).

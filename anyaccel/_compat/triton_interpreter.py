@@ -5,7 +5,7 @@ The interpreter passes a scalar kernel argument as a one-element NumPy array and
 refuses for arrays with a dimension ("only 0-dimensional arrays can be converted to Python scalars"); Triton
 3.9's interpreter squeezes the array first. Every kernel that loops up to a runtime argument then fails.
 
-:func:`scalar_loop_bounds` finds out by behaviour, never by version numbers: when NumPy still converts a
+`scalar_loop_bounds` finds out by behaviour, never by version numbers: when NumPy still converts a
 one-element array, it answers yes at once; otherwise it runs a two-iteration interpreted kernel once per
 process. Tested with Triton 3.6.0 + NumPy 2.3.5 (works), Triton 3.6.0 + NumPy 2.4.6 (refused, with the reason),
 and Triton 3.9.0 + NumPy 2.4.6 (works). No private name is used.

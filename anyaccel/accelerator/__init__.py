@@ -1,7 +1,7 @@
 """The runtime device layer: DeepSpeed's accelerator interface on CUDA/ROCm, XPU, NPU, CPU, MPS and plug-ins.
 
 Importing this package imports no device module beyond torch's own, spawns no process and probes nothing;
-``get_accelerator()`` selects on its first call (see :mod:`anyaccel.accelerator.selection` and
+``get_accelerator()`` selects on its first call (see `anyaccel.accelerator.selection` and
 ``docs/accelerators.md``). Concrete accelerator classes live in their own modules
 (``anyaccel.accelerator.cuda.CUDA_Accelerator``...) and are imported when selection needs them.
 """

@@ -6,11 +6,11 @@ here, accepting both the current and the classic signatures. Members that only s
 accelerators have (``seed``, ``set_per_process_memory_fraction``, ``communication_backend_version``) are here
 too, written once.
 
-Only two methods are abstract (:meth:`is_available` and :meth:`communication_backend_name`) plus the
+Only two methods are abstract (`is_available` and `communication_backend_name`) plus the
 ``_name`` attribute; everything else has a working default that forwards to the torch device module of the
 accelerator's device type (``torch.get_device_module(device_type)``), so a plug-in written against the small
 core keeps working as DeepSpeed's interface grows. The pinned host memory members live in
-:class:`~anyaccel.accelerator.host_memory.PinnedHostMemory`, a base of this class.
+`PinnedHostMemory`, a base of this class.
 
 Plug-ins written for DeepSpeed subclass this class without calling ``super().__init__()``, so no default may
 depend on ``__init__`` having run: per-instance state has class-level defaults and is created lazily.
@@ -60,7 +60,9 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
     """The accelerator interface. Subclass it (or a concrete accelerator) to add a device.
 
     Required of a subclass: a non-empty ``_name`` (class or instance attribute; also the torch device type
-    unless ``_device_type`` says otherwise), :meth:`is_available` and :meth:`communication_backend_name`.
+    unless ``_device_type`` says otherwise),
+    [`is_available`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.is_available] and
+    [`communication_backend_name`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.communication_backend_name].
     Optional class attributes describe the device as data:
 
     Attributes:
@@ -76,13 +78,17 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         _fp64_supported: whether float64 is supported (False on MPS); DeepSpeed's ZeRO picks its gradient-norm
             dtype from it.
         _host_streams: use the host ``Stream``/``Event`` stand-ins (``host_sync``) instead of the device
-            module's classes; None (default) means "when :meth:`is_synchronized_device`".
+            module's classes; None (default) means "when
+            [`is_synchronized_device`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.is_synchronized_device]".
         _torch_pins_host_memory, _unified_host_memory, _pin_memory_alignment, _host_register: how the device
-            pins host memory (:class:`~anyaccel.accelerator.host_memory.PinnedHostMemory`, a base of this class).
+            pins host memory (`PinnedHostMemory`, a base of this class).
         _communication_library: the device module's attribute holding the collective library with a
-            ``version()`` function (``"nccl"`` on CUDA), for :meth:`communication_backend_version`.
-        supports_nvtx_domain: DeepSpeed's public class attribute: :meth:`range_push`/:meth:`range_pop` honour
-            NVTX domains (through the ``nvtx`` package when it is installed).
+            ``version()`` function (``"nccl"`` on CUDA), for
+            [`communication_backend_version`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.communication_backend_version].
+        supports_nvtx_domain: DeepSpeed's public class attribute:
+            [`range_push`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.range_push] and
+            [`range_pop`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.range_pop] honour NVTX domains
+            (through the ``nvtx`` package when it is installed).
     """
 
     _name: str | None = None
@@ -151,15 +157,18 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return bool(self._synchronized_device)
 
     def use_host_timers(self) -> bool:
-        """True when wall-clock timers measure device work (defaults to :meth:`is_synchronized_device`)."""
+        """True when wall-clock timers measure device work (defaults to
+        [`is_synchronized_device`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.is_synchronized_device])."""
         return self.is_synchronized_device()
 
     def resolves_data_dependency(self) -> bool:
-        """True when the device orders dependent work itself (defaults to :meth:`is_synchronized_device`)."""
+        """True when the device orders dependent work itself (defaults to
+        [`is_synchronized_device`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.is_synchronized_device])."""
         return self.is_synchronized_device()
 
     def handles_memory_backpressure(self) -> bool:
-        """True when allocation waits for frees itself (defaults to :meth:`is_synchronized_device`)."""
+        """True when allocation waits for frees itself (defaults to
+        [`is_synchronized_device`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.is_synchronized_device])."""
         return self.is_synchronized_device()
 
     # ------------------------------------------------------------------ device APIs
@@ -221,7 +230,8 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return torch.random
 
     def set_rng_state(self, new_state: torch.Tensor, device_index: int | None = None) -> None:
-        """Set the generator state (a uint8 CPU tensor from :meth:`get_rng_state`) of a device."""
+        """Set the generator state (a uint8 CPU tensor from
+        [`get_rng_state`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.get_rng_state]) of a device."""
         return self._fn("set_rng_state", "set_rng_state")(new_state, *self._index_args(device_index))
 
     def get_rng_state(self, device_index: int | None = None) -> torch.Tensor:
@@ -307,7 +317,8 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return int(self._fn("memory_allocated", "memory_allocated")(*self._index_args(device_index)))
 
     def max_memory_allocated(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_allocated` (bytes) since start or the last reset."""
+        """Peak of [`memory_allocated`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.memory_allocated] (bytes)
+        since start or the last reset."""
         return int(self._fn("max_memory_allocated", "max_memory_allocated")(*self._index_args(device_index)))
 
     def reset_max_memory_allocated(self, device_index: int | None = None) -> None:
@@ -315,11 +326,13 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return self.reset_peak_memory_stats(device_index)
 
     def memory_cached(self, device_index: int | None = None) -> int:
-        """Old name of :meth:`memory_reserved` (bytes)."""
+        """Old name of [`memory_reserved`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.memory_reserved]
+        (bytes)."""
         return self.memory_reserved(device_index)
 
     def max_memory_cached(self, device_index: int | None = None) -> int:
-        """Old name of :meth:`max_memory_reserved` (bytes)."""
+        """Old name of [`max_memory_reserved`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.max_memory_reserved]
+        (bytes)."""
         return self.max_memory_reserved(device_index)
 
     def reset_max_memory_cached(self, device_index: int | None = None) -> None:
@@ -339,7 +352,8 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return int(self._fn("memory_reserved", "memory_reserved")(*self._index_args(device_index)))
 
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Peak of :meth:`memory_reserved` (bytes) since start or the last reset."""
+        """Peak of [`memory_reserved`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.memory_reserved] (bytes) since
+        start or the last reset."""
         return int(self._fn("max_memory_reserved", "max_memory_reserved")(*self._index_args(device_index)))
 
     def total_memory(self, device_index: int | None = None) -> int:
@@ -429,7 +443,9 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return push(msg) if push is not None else None
 
     def range_pop(self, domain: str | None = None) -> Any:
-        """Close the innermost range opened by :meth:`range_push` (in ``domain`` when it was opened in one)."""
+        """Close the innermost range opened by
+        [`range_push`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.range_push] (in ``domain`` when it
+        was opened in one)."""
         nvtx_domain = self._nvtx_domain(domain)
         if nvtx_domain is not None:
             return nvtx_domain.pop_range()
@@ -461,7 +477,9 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
     def capture_to_graph(self, graph: Any, pool: Any = None, stream: Any = None) -> AbstractContextManager[Any]:
         """A context manager capturing the work issued inside it into ``graph`` (``torch.cuda.graph``).
 
-        A no-op context when ``graph`` is None (what :meth:`create_graph` gives on devices without graphs).
+        A no-op context when ``graph`` is None (what
+        [`create_graph`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.create_graph] gives on devices without
+        graphs).
         """
         fn = optional_attribute(self.device_type, "graph")
         if graph is None or fn is None:
@@ -564,7 +582,8 @@ class DeepSpeedAccelerator(PinnedHostMemory, abc.ABC):
         return get_builder_class(class_name, str(self._name))
 
     def create_op_builder(self, class_name: str) -> Any:
-        """An instance of :meth:`get_op_builder`'s class, or None when the accelerator lacks the op."""
+        """An instance of [`get_op_builder`][anyaccel.accelerator.abstract.DeepSpeedAccelerator.get_op_builder]'s class,
+        or None when the accelerator lacks the op."""
         builder_class = self.get_op_builder(class_name)
         return builder_class() if builder_class is not None else None
 

@@ -170,12 +170,12 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
 
     @override
     def memory_reserved(self, device_index: int | None = None) -> int:
-        """Same as :meth:`memory_allocated`: the host has no caching allocator."""
+        """Same as `memory_allocated`: the host has no caching allocator."""
         return self._gauge().observe("reserved", process_rss_bytes())
 
     @override
     def max_memory_reserved(self, device_index: int | None = None) -> int:
-        """Same as :meth:`max_memory_allocated`."""
+        """Same as `max_memory_allocated`."""
         return self._gauge().peak("reserved", process_rss_bytes())
 
     @override
@@ -223,5 +223,5 @@ class CPU_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
 
     @override
     def is_fp16_supported(self) -> bool:
-        """True only where oneDNN reports fast float16 (:func:`anyaccel._compat.devices.mkldnn_fp16_supported`)."""
+        """True only where oneDNN reports fast float16 (`anyaccel._compat.devices.mkldnn_fp16_supported`)."""
         return devices.mkldnn_fp16_supported()

@@ -3,7 +3,8 @@
 The one place where anyaccel finds the runtime functions of a device type. ``torch.get_device_module``
 (torch >= 2.3) is the general path; on older builds the module is the attribute of ``torch`` with the
 device type's name, which is what ``torch.get_device_module`` itself returns. A missing function becomes a
-typed :class:`~anyaccel.accelerator.errors.UnsupportedOperationError` naming the member and the function.
+typed [`UnsupportedOperationError`][anyaccel.accelerator.errors.UnsupportedOperationError] naming the member and the
+function.
 """
 
 from __future__ import annotations

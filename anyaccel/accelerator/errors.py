@@ -23,7 +23,7 @@ __all__ = [
 
 
 def _rebuild(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException:
-    """Unpickle a :class:`ReconstructibleError` by calling its constructor again."""
+    """Unpickle a `ReconstructibleError` by calling its constructor again."""
     return cls(*args, **kwargs)
 
 

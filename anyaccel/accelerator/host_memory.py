@@ -1,7 +1,7 @@
 """Pinned host memory: page-locked buffers and host registration, as DeepSpeed 0.19.8's accelerator offers them.
 
-:class:`PinnedHostMemory` is a base of :class:`~anyaccel.accelerator.abstract.DeepSpeedAccelerator`. Its public
-members dispatch between a native pinned-memory backend (:meth:`~PinnedHostMemory._native_pinned_memory`, None
+`PinnedHostMemory` is a base of [`DeepSpeedAccelerator`][anyaccel.accelerator.abstract.DeepSpeedAccelerator]. Its public
+members dispatch between a native pinned-memory backend (`_native_pinned_memory`, None
 here; the DeepSpeed integration supplies DeepSpeed's when ``DS_PIN_MEMORY_BACKEND=native``) and the device's
 torch primitives (``_torch_*``). How a device pins is data, in class attributes a subclass sets:
 
@@ -10,7 +10,7 @@ Attributes:
         unified memory): ``pin_memory`` then returns its argument and scratch buffers are not page-locked.
     _unified_host_memory: host tensors are directly accessible to the device (MPS), so every CPU tensor
         counts as pinned.
-    _pin_memory_alignment: byte alignment the device runtime needs for :meth:`~PinnedHostMemory.register_host_memory`.
+    _pin_memory_alignment: byte alignment the device runtime needs for `register_host_memory`.
     _host_register: how to register host memory with the device runtime, as (runtime accessor on the
         device module, register function, unregister function, flags), e.g. ``("cudart",
         "cudaHostRegister", "cudaHostUnregister", 0)``; None where the runtime has no such call.
@@ -174,7 +174,7 @@ class PinnedHostMemory(abc.ABC):
         Returns:
             A pinned CPU tensor; ``tensor`` itself where pinning is a no-op (CPU, MPS) and a copy was asked.
 
-        Side effects: counts the pinned bytes (:meth:`_track_pinned_memory`).
+        Side effects: counts the pinned bytes (`_track_pinned_memory`).
         """
         if isinstance(make_copy, int) and not isinstance(make_copy, bool):
             make_copy = True  # classic positional align_bytes
@@ -241,7 +241,7 @@ class PinnedHostMemory(abc.ABC):
         return None
 
     def pin_memory_alignment(self) -> int:
-        """Byte alignment :meth:`register_host_memory` needs (class attribute ``_pin_memory_alignment``; 1: none)."""
+        """Byte alignment `register_host_memory` needs (class attribute ``_pin_memory_alignment``; 1: none)."""
         return int(self._pin_memory_alignment)
 
     def _host_register_functions(self) -> tuple[Callable[..., Any], Callable[..., Any], int] | None:
@@ -260,7 +260,7 @@ class PinnedHostMemory(abc.ABC):
         """Register ``num_bytes`` of page-locked host memory at ``address`` with the device runtime.
 
         Used by DeepSpeed's native pinned-memory backend so device copies from mlocked buffers use DMA.
-        ``address`` must be aligned to :meth:`pin_memory_alignment`.
+        ``address`` must be aligned to `pin_memory_alignment`.
 
         Returns:
             True when registered; False when this device's runtime has no host registration (CPU, MPS, XPU,
@@ -281,7 +281,7 @@ class PinnedHostMemory(abc.ABC):
         return True
 
     def unregister_host_memory(self, address: int) -> None:
-        """Undo :meth:`register_host_memory` for ``address``; nothing where registration is unsupported.
+        """Undo `register_host_memory` for ``address``; nothing where registration is unsupported.
 
         Raises:
             HostRegistrationError: the runtime call returned an error code.

@@ -36,7 +36,7 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
     accelerator_priority = 100
     _communication_backend = "gloo"
     _synchronized_device = True
-    #: Event is ``torch.mps.Event``; streams are the host stand-ins (see :attr:`Stream`).
+    #: Event is ``torch.mps.Event``; streams are the host stand-ins (see `Stream`).
     _host_streams = False
     _fp64_supported = False
     _torch_pins_host_memory = False

@@ -1,8 +1,10 @@
 """The registry of accelerators: built-ins, programmatic registrations and entry-point plug-ins.
 
-Selection is data, not an if/elif ladder: each accelerator is an :class:`AcceleratorSpec` (name, how to
+Selection is data, not an if/elif ladder: each accelerator is an
+[`AcceleratorSpec`][anyaccel.accelerator.registry.AcceleratorSpec] (name, how to
 build it, a cheap probe, a priority, where it came from). Third-party packages add theirs through the
-entry-point group :data:`ENTRY_POINT_GROUP` (see ``docs/plugins.md``); the entry point's name is the
+entry-point group [`ENTRY_POINT_GROUP`][anyaccel.accelerator.registry.ENTRY_POINT_GROUP] (see ``docs/plugins.md``); the
+entry point's name is the
 accelerator's name and its object is an accelerator class (or a zero-argument factory returning an
 accelerator instance). Modelled on Lightning's accelerator registry (errors list the valid names) and
 HF accelerate's lazy availability checks.
@@ -65,7 +67,8 @@ class AcceleratorSpec:
         priority: larger is probed first. Built-ins: cuda 400, xpu 300, npu 200, mps 100, cpu 0.
         source: ``"builtin"``, ``"entry-point"`` or ``"registered"``.
         description: one line for reports.
-        probe: zero-argument callable returning a :class:`ProbeResult`; None means "instantiate and call
+        probe: zero-argument callable returning a [`ProbeResult`][anyaccel.accelerator.registry.ProbeResult]; None means
+            "instantiate and call
             ``is_available()``".
     """
 
@@ -152,7 +155,7 @@ def register_accelerator(
     Args:
         name: the accelerator's name; selectable through ``ANYACCEL_ACCELERATOR=<name>``.
         factory: an accelerator class or a zero-argument callable returning an accelerator instance.
-        priority: probe order (larger first); see :data:`DEFAULT_PLUGIN_PRIORITY`.
+        priority: probe order (larger first); see `DEFAULT_PLUGIN_PRIORITY`.
         description: one line for reports.
         probe: optional cheap availability probe; by default the instance's ``is_available()``.
         override: allow replacing an existing registration or a built-in of the same name.
@@ -182,7 +185,8 @@ def unregister_accelerator(name: str) -> None:
 
 
 def entry_point_specs() -> list[AcceleratorSpec]:
-    """Specs of the accelerators installed packages declare under :data:`ENTRY_POINT_GROUP`.
+    """Specs of the accelerators installed packages declare under
+    [`ENTRY_POINT_GROUP`][anyaccel.accelerator.registry.ENTRY_POINT_GROUP].
 
     Reads installed distributions' metadata and imports each plug-in's module to read its priority (class
     attribute ``accelerator_priority``). Called only when selection must probe, never at ``import anyaccel``.

@@ -2,10 +2,11 @@
 
 Order (documented in ``docs/accelerators.md``):
 
-1. an accelerator given to :func:`set_accelerator`;
+1. an accelerator given to [`set_accelerator`][anyaccel.accelerator.selection.set_accelerator];
 2. ``ANYACCEL_ACCELERATOR``, else DeepSpeed's ``DS_ACCELERATOR`` (so existing launch scripts work): an
-   unknown name raises :class:`UnknownAcceleratorError` listing the valid names, an unavailable one raises
-   :class:`AcceleratorUnavailableError` with the probe's reason;
+   unknown name raises [`UnknownAcceleratorError`][anyaccel.accelerator.selection.UnknownAcceleratorError] listing the
+   valid names, an unavailable one raises
+   [`AcceleratorUnavailableError`][anyaccel.accelerator.selection.AcceleratorUnavailableError] with the probe's reason;
 3. probes in priority order (plug-ins 500 by default, cuda 400, xpu 300, npu 200, mps 100), choosing the
    first whose device is really present;
 4. CPU.
@@ -63,7 +64,7 @@ class CandidateReport:
         name: the accelerator's name.
         priority: its probe priority (larger first).
         available: True when its device is usable.
-        reason: why it is (un)available; :data:`NOT_PROBED` when selection stopped before it.
+        reason: why it is (un)available; `NOT_PROBED` when selection stopped before it.
         source: ``"builtin"``, ``"entry-point"``, ``"registered"``, ``"set_accelerator"`` or ``"env"``.
         probed: False when selection stopped before probing it.
         stack_present: its software stack is installed (see ``ProbeResult``).
@@ -138,7 +139,8 @@ def _is_foreign_deepspeed_accelerator(obj: object) -> bool:
 def validate_accelerator(obj: object) -> DeepSpeedAccelerator:
     """Check that ``obj`` can serve as the accelerator and return it.
 
-    Accepts instances of :class:`DeepSpeedAccelerator` subclasses, including ones whose ``__init__`` never
+    Accepts instances of [`DeepSpeedAccelerator`][anyaccel.accelerator.selection.DeepSpeedAccelerator] subclasses,
+    including ones whose ``__init__`` never
     calls ``super().__init__()``, and instances of DeepSpeed's own abstract class when DeepSpeed is imported.
 
     Raises:
@@ -251,8 +253,9 @@ def get_accelerator() -> DeepSpeedAccelerator:
     """The accelerator of this process, selected on the first call and cached.
 
     Returns:
-        The accelerator instance (the same object on every call until :func:`set_accelerator` or
-        :func:`reset_accelerator`).
+        The accelerator instance (the same object on every call until
+        [`set_accelerator`][anyaccel.accelerator.selection.set_accelerator] or
+        [`reset_accelerator`][anyaccel.accelerator.selection.reset_accelerator]).
 
     Raises:
         UnknownAcceleratorError: ``ANYACCEL_ACCELERATOR``/``DS_ACCELERATOR`` names no known accelerator.
@@ -278,7 +281,7 @@ def set_accelerator(accel_obj: Any) -> None:
     """Use ``accel_obj`` as the accelerator of this process, replacing any earlier choice.
 
     Args:
-        accel_obj: an accelerator instance (see :func:`validate_accelerator`).
+        accel_obj: an accelerator instance (see `validate_accelerator`).
 
     Raises:
         InvalidAcceleratorError: (a ``TypeError``) ``accel_obj`` is not an accelerator instance.
@@ -302,13 +305,15 @@ def explain(probe_all: bool = True) -> SelectionReport:
             the report of the cached choice as it was made.
 
     Returns:
-        A :class:`SelectionReport`; ``.to_dict()`` is JSON-able.
+        A [`SelectionReport`][anyaccel.accelerator.selection.SelectionReport]; ``.to_dict()`` is JSON-able.
 
     Raises:
-        AcceleratorError: the errors of :func:`get_accelerator` when no accelerator is chosen yet and selection
+        AcceleratorError: the errors of [`get_accelerator`][anyaccel.accelerator.selection.get_accelerator] when no
+            accelerator is chosen yet and selection
             fails.
 
-    Side effects: like :func:`get_accelerator`; with ``probe_all``, probes every installed stack. Does not
+    Side effects: like [`get_accelerator`][anyaccel.accelerator.selection.get_accelerator]; with ``probe_all``, probes
+    every installed stack. Does not
     change the cached choice.
     """
     get_accelerator()

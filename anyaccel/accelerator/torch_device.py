@@ -1,6 +1,6 @@
 """``TorchDeviceAccelerator``: the base of every built-in accelerator whose runtime is a torch device module.
 
-The runtime members are written once, in :class:`~anyaccel.accelerator.abstract.DeepSpeedAccelerator`,
+The runtime members are written once, in [`DeepSpeedAccelerator`][anyaccel.accelerator.abstract.DeepSpeedAccelerator],
 forwarding to ``torch.get_device_module(device_type)``. This class adds what the built-ins share on top of
 that: DeepSpeed's private attributes set in ``__init__``, availability from the device module, and the
 communication backend from data. Concrete classes (``cuda.py``, ``xpu.py``...) only hold their differences.
@@ -73,7 +73,8 @@ class TorchDeviceAccelerator(DeepSpeedAccelerator):
         """Cheap availability check used by selection; subclasses override it.
 
         Returns:
-            A :class:`ProbeResult`; this default reports the device module's ``is_available()``.
+            A [`ProbeResult`][anyaccel.accelerator.torch_device.ProbeResult]; this default reports the device module's
+            ``is_available()``.
         """
         device_type = cls._device_type or str(cls._name)
         available = optional_attribute(device_type, "is_available")

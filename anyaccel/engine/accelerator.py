@@ -13,7 +13,7 @@ rank indexes the devices this process sees, after the accelerator's visible-devi
 (``CUDA_VISIBLE_DEVICES``, ``ZE_AFFINITY_MASK``, ``ASCEND_RT_VISIBLE_DEVICES``...) have filtered them; a
 process that sees exactly one device while such a variable is set was given that device by its launcher
 (SLURM ``--gpus-per-task=1``, one-GPU containers) and uses it whatever its local rank. On
-:data:`SHARED_DEVICE_TYPES` every local process uses the one device.
+[`SHARED_DEVICE_TYPES`][anyaccel.engine.accelerator.SHARED_DEVICE_TYPES] every local process uses the one device.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class Accelerator:
 
     Args:
         accelerator: the anyaccel accelerator to use; ``anyaccel.get_accelerator()`` when None (on first use).
-        launch: the launcher environment; read with :func:`~anyaccel.engine.launchers.detect_launch` from
+        launch: the launcher environment; read with [`detect_launch`][anyaccel.engine.launchers.detect_launch] from
             ``os.environ`` when None (on first use).
 
     Construction reads nothing and touches no device; each property reads what it needs on first use.
@@ -150,7 +150,8 @@ class Accelerator:
         return int(self.accelerator.device_count())
 
     def auto_device_count(self) -> int:
-        """Lightning Fabric's name for :attr:`device_count`: the devices a ``devices="auto"`` run would use."""
+        """Lightning Fabric's name for [`device_count`][anyaccel.engine.accelerator.Accelerator.device_count]: the
+        devices a ``devices="auto"`` run would use."""
         return self.device_count
 
     def _visible(self) -> dict[str, str]:
@@ -159,10 +160,11 @@ class Accelerator:
 
     @property
     def device_index(self) -> int | None:
-        """Index of this process's device among those it sees; None on :data:`SHARED_DEVICE_TYPES`.
+        """Index of this process's device among those it sees; None on
+        [`SHARED_DEVICE_TYPES`][anyaccel.engine.accelerator.SHARED_DEVICE_TYPES].
 
         Raises:
-            LocalRankOutOfRangeError: more local ranks than devices (see :func:`local_device_index`).
+            LocalRankOutOfRangeError: more local ranks than devices (see `local_device_index`).
 
         Side effects (first use): ``accelerator.device_count()`` (a driver query, no device context on CUDA);
         reads the visible-devices variables.
@@ -180,7 +182,7 @@ class Accelerator:
         """This process's device: ``cuda:<index>``, ``xpu:<index>``..., or ``cpu`` / ``mps``.
 
         Raises:
-            LocalRankOutOfRangeError: see :attr:`device_index`.
+            LocalRankOutOfRangeError: see [`device_index`][anyaccel.engine.accelerator.Accelerator.device_index].
         """
         index = self.device_index
         return self.accelerator.device() if index is None else self.accelerator.device(index)
@@ -188,7 +190,8 @@ class Accelerator:
     @property
     def device_ids(self) -> list[int] | None:
         """The ``device_ids`` argument of ``DistributedDataParallel`` for this process: ``[index]`` on a device
-        of its own, None on :data:`SHARED_DEVICE_TYPES` (where DDP requires None)."""
+        of its own, None on [`SHARED_DEVICE_TYPES`][anyaccel.engine.accelerator.SHARED_DEVICE_TYPES] (where DDP requires
+        None)."""
         index = self.device_index
         return None if index is None else [index]
 
@@ -199,7 +202,8 @@ class Accelerator:
 
     @property
     def supports_collectives(self) -> bool:
-        """True when :attr:`backend` exists in this torch build and its collectives accept tensors on this
+        """True when [`backend`][anyaccel.engine.accelerator.Accelerator.backend] exists in this torch build and its
+        collectives accept tensors on this
         device type (False on MPS: gloo takes CPU and CUDA tensors only). See ``collectives.py``."""
         return supports_collectives(self.backend, self.device_type)
 
@@ -208,14 +212,14 @@ class Accelerator:
         """Make this process's device its current device, once; later calls return the device and do nothing.
 
         Returns:
-            :attr:`device`.
+            [`device`][anyaccel.engine.accelerator.Accelerator.device].
 
         Raises:
-            LocalRankOutOfRangeError: see :attr:`device_index`.
+            LocalRankOutOfRangeError: see [`device_index`][anyaccel.engine.accelerator.Accelerator.device_index].
 
         Side effects: ``accelerator.set_device(index)`` on device types with per-process devices, which
         initialises the device runtime for this process (a CUDA context is created lazily by torch, on the
-        first allocation); nothing on :data:`SHARED_DEVICE_TYPES`.
+        first allocation); nothing on [`SHARED_DEVICE_TYPES`][anyaccel.engine.accelerator.SHARED_DEVICE_TYPES].
         """
         device = self.device
         if not self._bound:
@@ -235,12 +239,13 @@ class Accelerator:
             model: an ``nn.Module`` (possibly already wrapped, e.g. by ``DistributedDataParallel``).
 
         Returns:
-            ``model``, on :attr:`device`.
+            ``model``, on [`device`][anyaccel.engine.accelerator.Accelerator.device].
 
         Raises:
-            LocalRankOutOfRangeError: see :attr:`device_index`.
+            LocalRankOutOfRangeError: see [`device_index`][anyaccel.engine.accelerator.Accelerator.device_index].
 
-        Side effects: :meth:`bind`; copies tensors to the device when they are elsewhere.
+        Side effects: [`bind`][anyaccel.engine.accelerator.Accelerator.bind]; copies tensors to the device when they are
+        elsewhere.
         """
         device = self.bind()
         tensors = [*model.parameters(), *model.buffers()]

@@ -73,7 +73,7 @@ def ensure_backend(backend: str) -> None:
 
     Raises:
         DistributedUnavailableError: torch has no ``torch.distributed``.
-        ImportError: the backend's provider package (:data:`BACKEND_PROVIDERS`) is not installed; the message
+        ImportError: the backend's provider package (`BACKEND_PROVIDERS`) is not installed; the message
             names it.
 
     Side effects: may import the provider package (which registers the backend with torch).

@@ -1,9 +1,11 @@
 """``init_distributed()`` / ``destroy_distributed()``: the launcher-to-process-group steps every script repeats.
 
-``init_distributed()`` reads the launcher's environment (:mod:`anyaccel.engine.launchers`: torchrun, the
-deepspeed launcher, MPI, SLURM, in that precedence), binds the local device (:class:`Accelerator`), and
+``init_distributed()`` reads the launcher's environment (`anyaccel.engine.launchers`: torchrun, the
+deepspeed launcher, MPI, SLURM, in that precedence), binds the local device
+([`Accelerator`][anyaccel.engine.distributed.Accelerator]), and
 initialises ``torch.distributed`` with the accelerator's ``communication_backend_name()`` (gloo on the CPU)
-and a bounded timeout. It is idempotent: a second call returns the same :class:`EnvironmentTable`, and a
+and a bounded timeout. It is idempotent: a second call returns the same
+[`EnvironmentTable`][anyaccel.engine.distributed.EnvironmentTable], and a
 process group initialised by someone else (DeepSpeed, a test harness) is adopted, not re-created.
 
 How the processes meet: a one-process group needs no rendezvous (an in-memory ``HashStore``); otherwise
@@ -107,15 +109,18 @@ def init_distributed(
         backend: the ``torch.distributed`` backend; ``accelerator.communication_backend_name()`` when None
             (nccl on CUDA/ROCm, xccl or ccl on XPU, hccl on NPU, gloo on CPU and MPS).
         timeout: how long the rendezvous and each collective may wait, as a ``timedelta`` or seconds;
-            :data:`DEFAULT_TIMEOUT` (10 min) when None.
+            [`DEFAULT_TIMEOUT`][anyaccel.engine.distributed.DEFAULT_TIMEOUT] (10 min) when None.
         accelerator: the anyaccel accelerator; ``get_accelerator()`` when None.
         environ: the environment to read the launcher's variables from; ``os.environ`` when None.
 
     Returns:
-        The :class:`EnvironmentTable`; the same object on every later call while the group lives.
+        The [`EnvironmentTable`][anyaccel.engine.distributed.EnvironmentTable]; the same object on every later call
+        while the group lives.
 
     Raises:
         InvalidEnvironmentValueError: a launcher variable is not an integer or out of range.
+        IncompleteLaunchEnvironmentError: ``RANK`` is set without ``WORLD_SIZE``, or the reverse (checked
+            before anything is initialised; torch's ``env://`` refuses the same environment).
         RankOutOfRangeError: the rank is not below the world size.
         LocalRankOutOfRangeError: the local rank is not below the local world size, or (GPU-like devices)
             not below the number of devices this process sees.
@@ -187,7 +192,8 @@ def init_distributed(
 
 
 def current_environment() -> EnvironmentTable | None:
-    """The record of the last :func:`init_distributed`, or None when none is live (never set up, destroyed)."""
+    """The record of the last [`init_distributed`][anyaccel.engine.distributed.init_distributed], or None when none is
+    live (never set up, destroyed)."""
     with _lock:
         return _table if _table is not None and dist.is_available() and dist.is_initialized() else None
 
@@ -195,7 +201,8 @@ def current_environment() -> EnvironmentTable | None:
 def destroy_distributed() -> None:
     """Tear down the default process group, if one is initialised, and forget the record.
 
-    Safe to call twice, or when nothing was set up. A later :func:`init_distributed` sets up afresh.
+    Safe to call twice, or when nothing was set up. A later
+    [`init_distributed`][anyaccel.engine.distributed.init_distributed] sets up afresh.
 
     Side effects: ``torch.distributed.destroy_process_group()`` (also for a group that was adopted, since
     it is the default group either way); does not reset the current device.

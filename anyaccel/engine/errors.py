@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "DistributedEnvironmentError",
     "InvalidEnvironmentValueError",
+    "IncompleteLaunchEnvironmentError",
     "RankOutOfRangeError",
     "LocalRankOutOfRangeError",
     "MissingMasterAddressError",
@@ -55,6 +56,13 @@ class DistributedEnvironmentError(EngineError, ValueError):
 
 class InvalidEnvironmentValueError(DistributedEnvironmentError):
     """A variable holds something other than what the launcher writes (not an integer, out of range)."""
+
+
+class IncompleteLaunchEnvironmentError(DistributedEnvironmentError):
+    """Half of a launcher's pair of variables is set (``RANK`` without ``WORLD_SIZE``, or the reverse).
+
+    Read as no launcher at all, the process would quietly train alone; torch's ``env://`` refuses it too.
+    """
 
 
 class RankOutOfRangeError(DistributedEnvironmentError):

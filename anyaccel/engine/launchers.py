@@ -1,7 +1,8 @@
 """Who started this process, and where it stands in the job: the launchers' environment variables as data.
 
 Each launcher writes the same four facts (global rank, world size, local rank, local world size) under its
-own names; :data:`LAUNCHERS` lists them, in precedence order, and :func:`detect_launch` reads the first
+own names; [`LAUNCHERS`][anyaccel.engine.launchers.LAUNCHERS] lists them, in precedence order, and
+[`detect_launch`][anyaccel.engine.launchers.detect_launch] reads the first
 launcher whose marker variables are all set. Precedence follows nesting: a launcher started *inside*
 another (torchrun or the deepspeed launcher in a SLURM job step, ``mpirun`` in a SLURM allocation) sets its
 own variables for each process it starts, while the outer one's describe the outer task, so the innermost
@@ -35,6 +36,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from anyaccel.engine.errors import (
+    IncompleteLaunchEnvironmentError,
     InvalidEnvironmentValueError,
     LocalRankOutOfRangeError,
     MissingMasterAddressError,
@@ -59,6 +61,10 @@ DEFAULT_MASTER_PORT = 29500
 MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"
 #: The ``source`` of a process no launcher started.
 SINGLE_PROCESS = "single"
+#: Variables that mean nothing one without the other: one of them set alone is an
+#: [`IncompleteLaunchEnvironmentError`][anyaccel.engine.launchers.IncompleteLaunchEnvironmentError], never a one-process
+#: job (torch's ``env://`` refuses it too).
+PAIRED_VARIABLES = (("RANK", "WORLD_SIZE"),)
 
 #: A fallback reader: environment -> (value, variable read, that variable's value), or None when it has
 #: nothing to say (``("node001", "SLURM_JOB_NODELIST", "node[001-004]")``).
@@ -165,7 +171,7 @@ class LaunchEnvironment:
     """This process's place in the job, as its launcher described it.
 
     Attributes:
-        source: the launcher (a :attr:`LauncherSpec.name`, or ``"single"``).
+        source: the launcher (a `LauncherSpec.name`, or ``"single"``).
         rank: global rank, ``0 <= rank < world_size``.
         world_size: number of processes in the job, >= 1.
         local_rank: rank among the processes of this node, ``0 <= local_rank < local_world_size``.
@@ -300,6 +306,22 @@ def _check(launch: LaunchEnvironment) -> None:
         )
 
 
+def _check_pairs(env: Mapping[str, str]) -> None:
+    """Raise [`IncompleteLaunchEnvironmentError`][anyaccel.engine.launchers.IncompleteLaunchEnvironmentError] when one
+    variable of a `PAIRED_VARIABLES` pair is set
+    without the other (called when no launcher's markers are all set)."""
+    for pair in PAIRED_VARIABLES:
+        have = [name for name in pair if name in env]
+        if have and len(have) < len(pair):
+            missing = [name for name in pair if name not in env]
+            raise IncompleteLaunchEnvironmentError(
+                f"{' and '.join(missing)} is not set, so the job's size is unknown; {' and '.join(have)} alone "
+                f"would make this process a one-process job", "env", {name: env[name] for name in have},
+                f"set both {' and '.join(pair)} (e.g. RANK=0 WORLD_SIZE=2, and MASTER_ADDR/MASTER_PORT) or unset "
+                f"{' and '.join(have)} to run a single process; or start the job with a launcher (torchrun)",
+            )
+
+
 def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
     """Read this process's launcher environment (module docstring: which launchers, which precedence).
 
@@ -307,7 +329,8 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment
         environ: the environment to read; ``os.environ`` when None.
 
     Returns:
-        A :class:`LaunchEnvironment`; ``source == "single"`` (rank 0 of 1) when no launcher's markers are set.
+        A [`LaunchEnvironment`][anyaccel.engine.launchers.LaunchEnvironment]; ``source == "single"`` (rank 0 of 1) when
+        no launcher's markers are set.
 
     Raises:
         InvalidEnvironmentValueError: a variable is not an integer, is negative or zero where a count is
@@ -315,6 +338,8 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment
             exceeds the world size.
         RankOutOfRangeError: rank >= world size.
         LocalRankOutOfRangeError: local rank >= local world size.
+        IncompleteLaunchEnvironmentError: no launcher's markers are all set and ``RANK`` is set without
+            ``WORLD_SIZE`` or the reverse (`PAIRED_VARIABLES`).
 
     Side effects: reads the environment (nothing else); logs at DEBUG which launcher was chosen and which
     lower-precedence launchers' variables were also present.
@@ -322,6 +347,7 @@ def detect_launch(environ: Mapping[str, str] | None = None) -> LaunchEnvironment
     env = os.environ if environ is None else environ
     present = [spec for spec in LAUNCHERS if all(name in env for name in spec.markers)]
     if not present:
+        _check_pairs(env)
         logger.debug("no launcher variables set: a single process")
         return LaunchEnvironment(SINGLE_PROCESS, 0, 1, 0, 1, env.get(MASTER_ADDR) or None, DEFAULT_MASTER_PORT)
     chosen = present[0]

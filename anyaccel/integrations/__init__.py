@@ -2,6 +2,7 @@
 
 Each integration is a subpackage that imports its framework only when asked to (never at ``import anyaccel``):
 
-- :mod:`anyaccel.integrations.deepspeed`: DeepSpeed uses anyaccel's accelerator and op builders
+- [`anyaccel.integrations.deepspeed`][anyaccel.integrations.deepspeed]: DeepSpeed uses anyaccel's accelerator and op
+  builders
   (``docs/deepspeed.md``).
 """

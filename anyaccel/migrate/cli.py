@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
 
 def _run_files(paths: Iterable[str], mode: str, migrator: IsolatedMigrator, out: TextIO, err: TextIO) -> int:
-    """Migrate ``paths`` one by one through ``migrator`` (see :func:`run`); returns the exit status."""
+    """Migrate ``paths`` one by one through ``migrator`` (see `run`); returns the exit status."""
     from anyaccel.migrate.files import SourceText, read_source, write_atomic
     from anyaccel.migrate.findings import Finding
 

@@ -4,12 +4,12 @@ One read-only pass over the whole module, run before any rewrite, marks the expr
 position (a ``device=`` keyword, the first argument of ``torch.device``/``.to``, an assignment to
 ``device``, a ``"cuda" if ... else "cpu"`` pair, a comparison with ``.type``) or a *backend* position (the
 backend of ``init_process_group``/``new_group``/``deepspeed.init_distributed``, an assignment to
-``backend``, a ``"nccl" if ... else "gloo"`` pair). The rules are the tables of :mod:`anyaccel.migrate.rules`.
+``backend``, a ``"nccl" if ... else "gloo"`` pair). The rules are the tables of `anyaccel.migrate.rules`.
 
 Because the pass sees the whole module first, a later use can prove an earlier literal: the default of
 ``parser.add_argument("--backend", default="nccl")`` is provably the backend when ``args.backend`` is
 passed to ``init_process_group`` further down. Such uses are recorded as attribute names (``backend``)
-in :attr:`ContextMarker.device_attributes` / :attr:`ContextMarker.backend_attributes`.
+in `ContextMarker.device_attributes` / `ContextMarker.backend_attributes`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class ContextMarker(cst.CSTVisitor):
         backend_attributes: ``x`` of every ``<name>.x`` in a backend position.
         device_checks: ``id()`` of every comparison that is a device check (``device.type == "cuda"``).
         check_strings: ``id()`` of the ``"cuda"`` literal of each such check.
-        int_names: ``(scope, name)`` of the names proven to hold an int (see :meth:`is_int`); the scope is the
+        int_names: ``(scope, name)`` of the names proven to hold an int (see `is_int`); the scope is the
             ``id()`` of the function or lambda binding the name, None at module level.
         int_attributes: ``x`` of the ``<name>.x`` attributes proven to hold an int.
         field_names: attribute names that are data fields somewhere: argparse destinations, class fields,

@@ -1,7 +1,7 @@
 """Plain values read off libcst nodes: the last name of a dotted expression and a string literal's value.
 
-Shared by the context pass (:mod:`anyaccel.migrate.contexts`), the option reader
-(:mod:`anyaccel.migrate.options`) and the transformer, so none of them imports another for these.
+Shared by the context pass (`anyaccel.migrate.contexts`), the option reader
+(`anyaccel.migrate.options`) and the transformer, so none of them imports another for these.
 """
 
 from __future__ import annotations

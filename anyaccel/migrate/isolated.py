@@ -12,7 +12,7 @@ text alone covers these (the ``and`` chain has no nesting at all, and CPython's 
    reports them as before (it accepts newer grammar than the running CPython).
 2. Everything else is migrated in one long-lived worker process (``python -c``, libcst imported once per
    run; the texts and results travel as pickles over its stdin/stdout). When the worker dies (a crash of
-   the parser) or takes longer than :data:`TIMEOUT_S` on one file, that file gets a ``too-complex``
+   the parser) or takes longer than `TIMEOUT_S` on one file, that file gets a ``too-complex``
    finding naming what happened, and the next file gets a new worker.
 
 Measured on the 14 files of ``tests/migrate/corpus`` (26 KiB; 2 shared cores): migrating them in this
@@ -51,7 +51,7 @@ class IsolatedMigrator:
             target); None detects them once, here, so the worker never imports torch.
         timeout_s: seconds one file may take in the worker.
 
-    Use as a context manager, or call :meth:`close`; the worker is started on the first file.
+    Use as a context manager, or call `close`; the worker is started on the first file.
     """
 
     def __init__(self, torch_accelerator: frozenset[str] | None = None, timeout_s: float = TIMEOUT_S) -> None:

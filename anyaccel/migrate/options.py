@@ -43,7 +43,7 @@ def read_option(call: cst.Call) -> OptionCall:
         call: the ``add_argument(...)`` call node.
 
     Returns:
-        An :class:`OptionCall`; its ``dest`` is None when a string it depends on is not a literal.
+        An `OptionCall`; its ``dest`` is None when a string it depends on is not a literal.
     """
     names: list[str | None] = [string_value(a.value) for a in call.args if a.keyword is None and not a.star]
     keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}

@@ -1,6 +1,6 @@
 """The libcst transformer that rewrites torch.cuda code to ``get_accelerator()`` calls.
 
-First a read-only pass (:class:`~anyaccel.migrate.contexts.ContextMarker`) marks the expressions that
+First a read-only pass (`ContextMarker`) marks the expressions that
 stand in a *device* or *communication-backend* position (a ``device=`` keyword, the first argument of
 ``torch.device``/``.to``, an assignment to ``device``, a ``"cuda" if ... else "cpu"`` pair, the backend of
 ``init_process_group``); then, on the way up the tree (``leave_*``), the transformer rewrites what

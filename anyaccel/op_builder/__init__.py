@@ -8,7 +8,7 @@ Grouped by the question a reader asks:
 - ``backends/``: one base per backend (CPU, CUDA, SYCL, NPU), mostly data;
 - ``cli/``: ``anyaccel build`` / ``anyaccel cache`` and the AOT (install-time) builds;
 - ``classes``: the builder classes made from the op specs' native builds (which class answers a builder name
-  on an accelerator is the op registry's view, :mod:`anyaccel.ops.registry`).
+  on an accelerator is the op registry's view, [`anyaccel.ops.registry`][anyaccel.ops.registry]).
 
 Importing this package is cheap: builder classes are made on first attribute access, DeepSpeed-style
 (``from anyaccel.op_builder import CPUAdamBuilder``), from the op specs. See docs/op_builders.md.
@@ -37,7 +37,8 @@ def _builder_class(name: str) -> Any:
     """A builder class by its DeepSpeed name, made from the op specs (the host row, else CUDA's); not stored.
 
     This is the op-builder layer's own view (specs only): a row replaced through
-    :func:`anyaccel.ops.registry.register` is seen through ``create_op_builder`` and the registry.
+    [`anyaccel.ops.registry.register`][anyaccel.ops.registry.register] is seen through ``create_op_builder`` and the
+    registry.
 
     Raises:
         AttributeError: ``name`` is no known builder.

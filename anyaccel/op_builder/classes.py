@@ -1,11 +1,14 @@
 """Builder classes made from the op specs' native builds (docs/architecture.md "Accelerator -> op builder").
 
-Every :class:`~anyaccel.spec.NativeBuild` of every op spec (:func:`anyaccel.spec.all_op_specs`) becomes a
-builder class, made on first use by :func:`builder_class` from its backend's base (:data:`BACKEND_BASES`) and
+Every [`NativeBuild`][anyaccel.spec.NativeBuild] of every op spec
+([`anyaccel.spec.all_op_specs`][anyaccel.spec.all_op_specs]) becomes a
+builder class, made on first use by [`builder_class`][anyaccel.op_builder.classes.builder_class] from its backend's base
+([`BACKEND_BASES`][anyaccel.op_builder.classes.BACKEND_BASES]) and
 named after the build's builder name (``"CPUAdamBuilder"``); a name an integration contributes for the build
-(:class:`~anyaccel.op_builder.core.aliases.BuilderAlias`: DeepSpeed's ``FusedAdamBuilder`` on the CPU) gets a
+(`BuilderAlias`: DeepSpeed's ``FusedAdamBuilder`` on the CPU) gets a
 subclass under that name (same ``NAME``, cache entry and loaded library). Which class answers a builder name
-on an accelerator, overrides included, is the op registry's business (:mod:`anyaccel.ops.registry`); this
+on an accelerator, overrides included, is the op registry's business ([`anyaccel.ops.registry`][anyaccel.ops.registry]);
+this
 module knows the specs and the contributed aliases only.
 
 Importing this module is cheap: specs are read and classes made when first asked for.
@@ -62,7 +65,8 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
 
 @functools.cache
 def _make_class(family: str, build_name: str, alias: str | None) -> type:
-    """The class of :func:`builder_class`, made once per (family, build, alias)."""
+    """The class of [`builder_class`][anyaccel.op_builder.classes.builder_class], made once per (family, build,
+    alias)."""
     s = op_spec(family)
     build = s.build(build_name)
     if alias is not None:
@@ -87,7 +91,7 @@ def _make_class(family: str, build_name: str, alias: str | None) -> type:
 
 def builder_names(family: str, build_name: str) -> tuple[str, ...]:
     """Every builder name build ``build_name`` (its ``NAME``) of ``family`` answers to: its own, then the
-    aliases integrations contribute (:func:`anyaccel.op_builder.core.aliases.names_of`).
+    aliases integrations contribute (`anyaccel.op_builder.core.aliases.names_of`).
 
     Raises:
         SpecError: no such family or build.

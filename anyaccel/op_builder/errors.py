@@ -1,13 +1,15 @@
 """Typed errors of the op-builder layer and the diagnosis of failed builds.
 
 Every failure a user can hit while building or loading an op is one of the classes below, all subclasses
-of :class:`OpBuilderError`. A failed build raises :class:`BuildError`, which carries the op, the command,
-the return code, the first compiler error lines, a :class:`Diagnosis` (a code plus its fix) and the path of
+of [`OpBuilderError`][anyaccel.op_builder.errors.OpBuilderError]. A failed build raises
+[`BuildError`][anyaccel.op_builder.errors.BuildError], which carries the op, the command,
+the return code, the first compiler error lines, a `Diagnosis` (a code plus its fix) and the path of
 the full log, which is always kept (a build error shown without its log cannot be diagnosed).
 
-The diagnosis is data: :data:`DIAGNOSES` maps each code to its explanation and fix, and
-:data:`LOG_PATTERNS` maps regular expressions over the build log to codes, tried in order. Every error class
-has a code too (:attr:`OpBuilderError.code`), so ``DIAGNOSES[err.code].fix`` is defined for any error of the
+The diagnosis is data: `DIAGNOSES` maps each code to its explanation and fix, and
+`LOG_PATTERNS` maps regular expressions over the build log to codes, tried in order. Every error class
+has a code too ([`OpBuilderError.code`][anyaccel.op_builder.errors.OpBuilderError.code]), so ``DIAGNOSES[err.code].fix``
+is defined for any error of the
 layer, not only for failed builds: every error comes with a fix.
 """
 
@@ -27,7 +29,7 @@ class Diagnosis:
     """What went wrong with a build and how to fix it.
 
     Attributes:
-        code: a stable identifier, one of the keys of :data:`DIAGNOSES`.
+        code: a stable identifier, one of the keys of `DIAGNOSES`.
         summary: one line saying what went wrong.
         fix: what the user should do about it.
     """
@@ -249,7 +251,7 @@ def diagnose(log_text: str, returncode: int | None = None) -> Diagnosis:
         returncode: the build command's exit status, if known; -9 or 137 mean "killed".
 
     Returns:
-        The first :class:`Diagnosis` whose pattern in :data:`LOG_PATTERNS` matches; else, from the return
+        The first `Diagnosis` whose pattern in `LOG_PATTERNS` matches; else, from the return
         code, ``killed`` (SIGKILL), ``compiler_crashed`` (another fatal signal) or ``compiler_not_executable``
         (126); else ``compile_error``.
     """
@@ -281,11 +283,11 @@ def first_error_lines(log_text: str, limit: int = 8) -> tuple[str, ...]:
 
 
 class OpBuilderError(Exception):
-    """Base of every error raised by :mod:`anyaccel.op_builder`.
+    """Base of every error raised by [`anyaccel.op_builder`][anyaccel.op_builder].
 
     Attributes:
-        CODE: the class's :data:`DIAGNOSES` code; subclasses whose instances differ (e.g.
-            :class:`ToolchainError`) set ``_code`` per instance.
+        CODE: the class's `DIAGNOSES` code; subclasses whose instances differ (e.g.
+            `ToolchainError`) set ``_code`` per instance.
     """
 
     CODE: ClassVar[str] = "op_builder_error"
@@ -293,12 +295,13 @@ class OpBuilderError(Exception):
 
     @property
     def code(self) -> str:
-        """The error's :data:`DIAGNOSES` code."""
+        """The error's `DIAGNOSES` code."""
         return self._code or self.CODE
 
     @property
     def fix(self) -> str:
-        """What the user should do: the fix of :attr:`code` in :data:`DIAGNOSES`."""
+        """What the user should do: the fix of [`code`][anyaccel.op_builder.errors.OpBuilderError.code] in
+        `DIAGNOSES`."""
         found = DIAGNOSES.get(self.code)
         return found.fix if found is not None else DIAGNOSES["op_builder_error"].fix
 
@@ -325,7 +328,7 @@ class ISAError(OpBuilderError, ValueError):
 
 class SettingError(OpBuilderError, settings.SettingError):
     """An environment variable of the op builders has a value that is not accepted (the message names the
-    variable, its value, what is accepted and an example); :mod:`anyaccel.settings` raises it for them."""
+    variable, its value, what is accepted and an example); `anyaccel.settings` raises it for them."""
 
     CODE = "bad_setting"
 
@@ -399,7 +402,7 @@ class ToolchainError(OpBuilderError, RuntimeError):
     """A tool the build needs is missing or unusable, found before any compiler runs.
 
     Attributes:
-        code: the :data:`DIAGNOSES` code of the problem (e.g. ``compiler_missing``, ``cuda_mismatch``,
+        code: the `DIAGNOSES` code of the problem (e.g. ``compiler_missing``, ``cuda_mismatch``,
             ``compiler_not_executable``, ``version_probe_failed``).
     """
 

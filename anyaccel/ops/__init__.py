@@ -1,6 +1,6 @@
 """anyaccel's op library: one package per op family (spec + front ends), plus the shared machinery.
 
-- ``<family>/spec.py``: each family described once, in the vocabulary of :mod:`anyaccel.spec`;
+- ``<family>/spec.py``: each family described once, in the vocabulary of [`anyaccel.spec`][anyaccel.spec];
 - ``validation.py``: the checks shared by kernels, fakes and front ends;
 - ``dispatch.py``: the implementation loader (priority, availability, forcing by name);
 - ``adam/``, ``lion/``, ``lamb/``, ``adagrad/``: the optimizer families (``CPUAdam``, ``FusedAdam``, ``CPULion``,
@@ -8,7 +8,7 @@
 - ``registry.py``: the op registry (family -> builds and implementations) and its one hook, ``register``.
 
 DeepSpeed's op-module ABI (``create_adam``, ``multi_tensor_adam``...) over these ops is the DeepSpeed
-integration's (:mod:`anyaccel.integrations.deepspeed.abi`).
+integration's ([`anyaccel.integrations.deepspeed.abi`][anyaccel.integrations.deepspeed.abi]).
 
 Importing this package builds nothing and loads no native library; the optimizers are imported on first
 attribute access and load their op on first use.

@@ -8,12 +8,16 @@ right by itself. Ranks launched without binding each see every CPU of the host, 
 threads each run ``L * T`` busy threads on the host's CPUs: the optimizer step then slows down many-fold
 (PyTorch #108491 discusses ZeRO-Offload's CPU step as the bottleneck).
 
-:func:`thread_plan` describes the situation (``anyaccel report`` prints it); :func:`apply_thread_policy`,
+[`thread_plan`][anyaccel.ops.cpu_threads.thread_plan] describes the situation (``anyaccel report`` prints it);
+[`apply_thread_policy`][anyaccel.ops.cpu_threads.apply_thread_policy],
 called once per process by the CPU optimizers before their first step, lowers torch's thread count to the
 rank's share when it would oversubscribe, unless ``ANYACCEL_CPU_THREADS`` says otherwise:
 
 * unset or ``auto``: share the CPUs of the mask among the ranks of this host that are not bound;
-* an integer ``N >= 1``: ``torch.set_num_threads(N)``;
+* an integer ``N >= 1``: ``torch.set_num_threads(min(N, M))``, ``M`` the CPUs of the affinity mask; an ``N``
+  above ``M`` is clamped with one warning, not refused: a thread beyond the mask's CPUs only waits for a CPU
+  another thread of the pool holds, so it can never speed a step up, and one job script (one value) runs on
+  hosts and bindings of every size, where an error would stop a training run over a tuning knob;
 * ``torch``: leave torch's setting alone.
 
 Local rank counts come from the launchers' environment: ``LOCAL_WORLD_SIZE`` (torchrun, DeepSpeed),
@@ -106,8 +110,9 @@ def apply_thread_policy() -> int:
     Raises:
         ThreadPolicyError: the variable is not ``auto``, ``torch`` or an integer ``>= 1``.
 
-    Side effects: may call ``torch.set_num_threads`` (process-wide) and logs one warning when it lowers the
-    count because the host's ranks would oversubscribe it.
+    Side effects: may call ``torch.set_num_threads`` (process-wide); logs one warning when it lowers the count
+    because the host's ranks would oversubscribe it, or because an explicit count exceeds the CPUs of the
+    affinity mask (``os.sched_getaffinity``; ``os.cpu_count()`` where there is none) and is clamped to them.
     """
     global _applied
     with _lock:
@@ -126,6 +131,13 @@ def apply_thread_policy() -> int:
                     plan["torch_threads"], plan["affinity_cpus"], plan["recommended_threads"], ENV)
                 torch.set_num_threads(plan["recommended_threads"])
         elif isinstance(policy, int):
+            mask, _ = _affinity()
+            if policy > mask:
+                logger.warning(
+                    "anyaccel: %s=%d asks for more threads than the %d CPU(s) this process may run on (its affinity "
+                    "mask); using %d (extra threads would only wait for a CPU; set %s to at most %d to silence this)",
+                    ENV, policy, mask, mask, ENV, mask)
+                policy = mask
             torch.set_num_threads(policy)
         _applied = True
         return torch.get_num_threads()

@@ -1,11 +1,12 @@
 """Several implementations of one op family, chosen by availability and priority.
 
 An op family such as ``adam`` runs through a compiled CPU kernel, a compiled CUDA kernel, a Triton kernel, a
-SYCL kernel or torch_npu. Each is a :class:`~anyaccel.ops.registry.RegisteredImplementation`: a name, a
+SYCL kernel or torch_npu. Each is a [`RegisteredImplementation`][anyaccel.ops.registry.RegisteredImplementation]: a
+name, a
 priority, the device types it serves, a cheap availability probe (no compiler, no process, no device
 initialisation beyond asking whether one exists) and a loader. They are the implementation view of the op
-registry (:mod:`anyaccel.ops.registry`: the specs' implementations plus those added with
-:func:`anyaccel.ops.registry.register`). For a device type the loader picks:
+registry ([`anyaccel.ops.registry`][anyaccel.ops.registry]: the specs' implementations plus those added with
+[`anyaccel.ops.registry.register`][anyaccel.ops.registry.register]). For a device type the loader picks:
 
 1. the implementation named by the caller (``name=``), else
 2. the one named by ``ANYACCEL_IMPL_<FAMILY>`` (e.g. ``ANYACCEL_IMPL_ADAM=triton``), else
@@ -43,7 +44,7 @@ class NoImplementationError(ImplementationError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One line of :func:`explain`: an implementation and whether it was chosen."""
+    """One line of [`explain`][anyaccel.ops.dispatch.explain]: an implementation and whether it was chosen."""
 
     name: str
     priority: int
@@ -156,7 +157,8 @@ def load(op: str, device_type: str, name: str | None = None) -> Any:
         An object with the op's functions as attributes, and ``impl_name`` set to the chosen name.
 
     Raises:
-        ImplementationError: the errors of :func:`choose`; whatever the implementation's loader raises (e.g.
+        ImplementationError: the errors of [`choose`][anyaccel.ops.dispatch.choose]; whatever the implementation's
+            loader raises (e.g.
             a build error) passes through.
 
     Side effects: may compile the op (CPU: seconds; CUDA: nvcc, tens of seconds cold; Triton: at first call).

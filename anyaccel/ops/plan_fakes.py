@@ -5,7 +5,7 @@ tensors, kept on the device between steps; a planned step launches from it with 
 fakes let ``torch.compile`` and ``opcheck`` trace the functions: the plan's fake validates the lists like
 ``<family>_step``'s fake and returns an int64 tensor of the plan's size; the planned steps' fakes check the
 plan tensor and the device scalars (their scalar ranges are checked by the spec's generated checks and by
-:func:`anyaccel.ops.validation.check_scalars` in the front ends).
+[`anyaccel.ops.validation.check_scalars`][anyaccel.ops.validation.check_scalars] in the front ends).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def make_plan_fake(op: str, state_names: Sequence[str], dtypes: Sequence[DtypeCo
     """The fake of ``<family>_plan`` (``op``) for a family with the given state lists.
 
     The fake validates like the step's kernels and returns an int64 tensor of the plan's size; it raises
-    ``RuntimeError`` for a bad list entry (:func:`anyaccel.ops.validation.check_optimizer_lists`) or tensors of
+    ``RuntimeError`` for a bad list entry
+    ([`anyaccel.ops.validation.check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists]) or tensors of
     more than one dtype combination, with the kernels' words.
 
     Args:

@@ -2,15 +2,19 @@
 
 Two views read it, so they cannot disagree:
 
-- the builder view, :func:`get_builder_class` (what ``accelerator.create_op_builder(name)`` returns): the
+- the builder view, [`get_builder_class`][anyaccel.ops.registry.get_builder_class] (what
+  ``accelerator.create_op_builder(name)`` returns): the
   class serving a builder name on an accelerator, from the specs' native builds
-  (:mod:`anyaccel.op_builder.classes`) unless a registration replaced that row;
-- the implementation view, :func:`implementations` (what :mod:`anyaccel.ops.dispatch` chooses among for
+  ([`anyaccel.op_builder.classes`][anyaccel.op_builder.classes]) unless a registration replaced that row;
+- the implementation view, [`implementations`][anyaccel.ops.registry.implementations] (what
+  [`anyaccel.ops.dispatch`][anyaccel.ops.dispatch] chooses among for
   ``FusedAdam``, ``CPUAdam``, the model ops): the specs' implementations plus registered ones. An
-  implementation backed by a native build resolves its builder class through :func:`get_builder_class` on
+  implementation backed by a native build resolves its builder class through
+  [`get_builder_class`][anyaccel.ops.registry.get_builder_class] on
   the device type it serves, so a replaced builder row is what the optimizers run too.
 
-Entries are added or replaced through one hook, :func:`register`, with one rule: an existing entry is replaced
+Entries are added or replaced through one hook, [`register`][anyaccel.ops.registry.register], with one rule: an existing
+entry is replaced
 only with ``override=True``, and every cached choice of either view is dropped.
 
 Importing this module is cheap: specs are read and classes made when first asked for.
@@ -79,7 +83,7 @@ class BuilderRow:
 @dataclass(frozen=True)
 class RegisteredImplementation:
     """One implementation of an op family, ready to probe and load (a spec's
-    :class:`~anyaccel.spec.Implementation` with its probe and loader bound, or one registered by hand).
+    [`Implementation`][anyaccel.spec.Implementation] with its probe and loader bound, or one registered by hand).
 
     Attributes:
         op: the family's name (``"adam"``).
@@ -113,7 +117,8 @@ _listeners: list[Callable[[], None]] = []
 
 
 def on_change(listener: Callable[[], None]) -> None:
-    """Call ``listener()`` after every :func:`register` (caches derived from the registry clear themselves)."""
+    """Call ``listener()`` after every [`register`][anyaccel.ops.registry.register] (caches derived from the registry
+    clear themselves)."""
     _listeners.append(listener)
 
 
@@ -121,15 +126,17 @@ def register(entry: BuilderRow | RegisteredImplementation, override: bool = Fals
     """Add an entry to the registry, or replace one: the one extension point of both views.
 
     Args:
-        entry: a :class:`BuilderRow` (a builder class for a builder name on an accelerator: what
+        entry: a [`BuilderRow`][anyaccel.ops.registry.BuilderRow] (a builder class for a builder name on an accelerator:
+            what
             ``create_op_builder`` returns there, and what an implementation backed by that build loads) or a
-            :class:`RegisteredImplementation` (one more way to run a family, for the dispatcher).
+            [`RegisteredImplementation`][anyaccel.ops.registry.RegisteredImplementation] (one more way to run a family,
+            for the dispatcher).
         override: replace an existing entry (a spec-derived one included) instead of raising.
 
     Raises:
         ValueError: the entry exists and ``override`` is False (the message names it and the fix).
 
-    Side effects: clears every choice cached from the registry (:func:`on_change` listeners).
+    Side effects: clears every choice cached from the registry (`on_change` listeners).
     """
     with _lock:
         if isinstance(entry, BuilderRow):
@@ -193,7 +200,7 @@ def get_builder_class(name: str, accelerator_name: str) -> type | None:
     """The builder class of ``name`` (``"CPUAdamBuilder"`` or ``"cpu_adam"``) for ``accelerator_name``.
 
     Returns:
-        The class (a subclass of :class:`~anyaccel.op_builder.core.builder.OpBuilder`); None when the op
+        The class (a subclass of [`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder]); None when the op
         exists but not for this accelerator.
 
     Raises:

@@ -5,7 +5,7 @@ For each replaced aten op, dtype and shape (``rows x row length``), the op is ti
 (anyaccel's kernel through the override, Python overhead included) and on with ``policy="never"`` (aten's
 kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel`` and the fallback's speed
 ``aten / fallback`` are stored under the call's policy key in the device's table
-(:mod:`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
+(`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
 default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
 256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
 each batch device-synchronised once; the three variants take turns batch by batch (round-robin, in an
@@ -119,7 +119,7 @@ def round_robin_times(variants: Sequence[Callable[[], contextlib.AbstractContext
 
 def time_round_robin(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
                      fn: Callable[[], Any], sync: Callable[[], None], reps: int, warmup: int = 3) -> list[float]:
-    """The median of :func:`round_robin_times` per variant, batches of :data:`BATCH` calls."""
+    """The median of `round_robin_times` per variant, batches of `BATCH` calls."""
     return [statistics.median(t) for t in round_robin_times(variants, fn, sync, reps, BATCH, warmup)]
 
 

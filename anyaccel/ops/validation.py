@@ -9,8 +9,9 @@ The same rules run in three places, so a bad call fails the same way wherever it
 
 Messages follow one form: ``"<owner>: <what> is invalid; accepted: <rule>"`` for scalars and
 ``"<op>: <list>[<i>] <problem>; <fix>"`` for tensors. Scalar ranges are written as intervals
-(``"[0, 1)"``, ``"(0, inf)"``): :class:`Interval` parses them; every value must also be finite and, for
-``float`` arguments, representable in float32 (the kernels compute in fp32: ``lr=1e39`` would become inf).
+(``"[0, 1)"``, ``"(0, inf)"``): [`Interval`][anyaccel.spec.Interval] parses them; every value must also be
+finite and, for ``float`` arguments, representable in float32 (the kernels compute in fp32: ``lr=1e39`` would
+become inf).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def check_scalar(owner: str, name: str, value: Any, interval: str | Interval, ki
         owner: the message prefix (``"adam_step"``, ``"CPUAdam"``).
         name: the argument name (``"lr"``, ``"betas[0]"``).
         value: the value.
-        interval: the accepted range (an :class:`Interval` or its text).
-        kind: ``"float"`` or ``"int"`` (see :func:`scalar_problem`).
+        interval: the accepted range (an [`Interval`][anyaccel.spec.Interval] or its text).
+        kind: ``"float"`` or ``"int"`` (see [`scalar_problem`][anyaccel.ops.validation.scalar_problem]).
         error: the exception class (``ValueError`` for front ends, ``RuntimeError`` where the kernel's
             ``STD_TORCH_CHECK`` would raise).
 
@@ -80,7 +81,7 @@ def check_beta_pair(owner: str, betas: Any) -> None:
 
 
 def check_scalars(function: Any, values: Mapping[str, Any], error: type[Exception] = RuntimeError) -> None:
-    """Check every ranged scalar of a spec function (:class:`anyaccel.spec.Function`).
+    """Check every ranged scalar of a spec function ([`anyaccel.spec.Function`][anyaccel.spec.Function]).
 
     Args:
         function: the spec function (its ``ranges`` and ``arguments``).
@@ -146,10 +147,11 @@ def check_optimizer_lists(op: str, params: Sequence[Any], grads: Sequence[Any], 
 def _all_fine(lists: Mapping[str, Sequence[Any]], params: Sequence[Any], grads: Sequence[Any],
               states: Mapping[str, Sequence[Any]], model_copies: Sequence[Any], allowed: tuple[str, ...], host: bool,
               first_device: Any, accepted_set: set[tuple[str, str, str, str]]) -> bool:
-    """The fast path of :func:`check_optimizer_lists`: True when every rule holds (one pass, no message built).
+    """The fast path of [`check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists]: True when every rule
+    holds (one pass, no message built).
 
     A call that fails any rule, or holds objects that are not tensors, returns False and is examined again by
-    :func:`_first_problem` in the kernels' order, for the exact message.
+    `_first_problem` in the kernels' order, for the exact message.
     """
     import torch
 
@@ -197,7 +199,8 @@ def _first_problem(op: str, lists: Mapping[str, Sequence[Any]], params: Sequence
                    accepted: Sequence[tuple[str, str, str, str]], allowed: tuple[str, ...], host: bool,
                    first_device: Any, accepted_set: set[tuple[str, str, str, str]],
                    error: type[Exception]) -> None:
-    """Raise for the first broken rule of :func:`check_optimizer_lists`, in the kernels' order."""
+    """Raise for the first broken rule of [`check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists], in
+    the kernels' order."""
     for i, param in enumerate(params):
         for list_name, values in lists.items():
             t = values[i]

@@ -1,24 +1,27 @@
 """Op specs: every op family described once, in a leaf package that imports nothing else of anyaccel.
 
-An :class:`OpSpec` is the single source of truth for one op family (Adam, Lion, ...): its functions and
-their schemas (:mod:`anyaccel.spec.schema`), the dtype combinations its kernels accept, its native builds
-(:mod:`anyaccel.spec.builds`: sources and flags per backend) and its implementations with their priorities
-(:mod:`anyaccel.spec.implementations`). Everything else is derived from the specs:
+An [`OpSpec`][anyaccel.spec.OpSpec] is the single source of truth for one op family (Adam, Lion, ...): its functions and
+their schemas (`anyaccel.spec.schema`), the dtype combinations its kernels accept, its native builds
+(`anyaccel.spec.builds`: sources and flags per backend) and its implementations with their priorities
+(`anyaccel.spec.implementations`). Everything else is derived from the specs:
 
-- the op registry (:mod:`anyaccel.ops.registry`): family -> builds and implementations, the builder classes
-  made from the builds (:mod:`anyaccel.op_builder.classes`) and the loader's candidates;
-- the schema header each native build compiles against (:mod:`anyaccel.op_builder.toolchains.schema`);
+- the op registry ([`anyaccel.ops.registry`][anyaccel.ops.registry]): family -> builds and implementations, the builder
+  classes
+  made from the builds ([`anyaccel.op_builder.classes`][anyaccel.op_builder.classes]) and the loader's candidates;
+- the schema header each native build compiles against (`anyaccel.op_builder.toolchains.schema`);
 - the validating fakes registered for ``torch.compile`` and ``opcheck``;
-- DeepSpeed's view (:mod:`anyaccel.integrations.deepspeed`), AOT selection, ``anyaccel report`` and
+- DeepSpeed's view ([`anyaccel.integrations.deepspeed`][anyaccel.integrations.deepspeed]), AOT selection, ``anyaccel
+  report`` and
   ``anyaccel build``;
 - the tests' parametrisation (``tests/spec/test_specs.py`` walks every spec).
 
 Specs live in ``anyaccel/ops/<family>/spec.py`` as a module-level ``SPEC``, or deeper for a group of
-families (``anyaccel/ops/nn/families/<family>/spec.py``: the model ops); :func:`all_op_specs` finds them by
-that convention (:mod:`anyaccel.spec.discovery`, and through the ``anyaccel.ops`` entry-point group for
+families (``anyaccel/ops/nn/families/<family>/spec.py``: the model ops); [`all_op_specs`][anyaccel.spec.all_op_specs]
+finds them by
+that convention (`anyaccel.spec.discovery`, and through the ``anyaccel.ops`` entry-point group for
 plug-in op families), so adding an op family edits no table. Importing a spec module is cheap: it imports
 neither torch nor a builder; fakes and loaders are named as ``"module:attribute"`` strings
-(:func:`resolve`) and imported on first use.
+([`resolve`][anyaccel.spec.resolve]) and imported on first use.
 """
 
 from __future__ import annotations

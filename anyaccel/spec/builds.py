@@ -17,7 +17,7 @@ class NativeBuild:
 
     Integrations may publish a build under more builder names on named accelerators (DeepSpeed's
     ``FusedAdamBuilder`` on the CPU is the CPU Adam build); those names are theirs, contributed through the
-    ``anyaccel.builder_aliases`` entry-point group (:mod:`anyaccel.op_builder.core.aliases`), not the spec's.
+    ``anyaccel.builder_aliases`` entry-point group (`anyaccel.op_builder.core.aliases`), not the spec's.
 
     Attributes:
         builder: the name of the builder class made from the build, which ``create_op_builder`` takes
@@ -58,16 +58,16 @@ class NativeBuild:
 
     @property
     def builder_names(self) -> tuple[str, ...]:
-        """The builder names the spec gives the build: :attr:`builder` alone. What the op-builder layer passes
+        """The builder names the spec gives the build: `builder` alone. What the op-builder layer passes
         to module-function providers, which then add the aliases integrations contribute
-        (:func:`anyaccel.op_builder.core.module_functions.for_build`)."""
+        (`anyaccel.op_builder.core.module_functions.for_build`)."""
         return (self.builder,)
 
     def rows(self) -> tuple[tuple[str, str], ...]:
         """``(builder name, accelerator)`` for every registry row the spec gives the build (contributed aliases:
-        :func:`anyaccel.op_builder.classes.spec_rows`)."""
+        [`anyaccel.op_builder.classes.spec_rows`][anyaccel.op_builder.classes.spec_rows])."""
         return tuple((self.builder, acc) for acc in self.accelerators)
 
 
-#: The op-builder backends a :class:`NativeBuild` may name.
+#: The op-builder backends a [`NativeBuild`][anyaccel.spec.builds.NativeBuild] may name.
 BACKENDS = frozenset({"cpu", "cuda", "xpu", "npu"})

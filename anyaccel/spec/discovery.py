@@ -27,7 +27,7 @@ BUILTIN_SPEC_PACKAGES: tuple[str, ...] = ("anyaccel.ops",)
 
 @functools.lru_cache(maxsize=1)
 def all_op_specs() -> tuple[OpSpec, ...]:
-    """Every op spec: the ``<family>/spec.py`` modules of :data:`BUILTIN_SPEC_PACKAGES`, then the
+    """Every op spec: the ``<family>/spec.py`` modules of `BUILTIN_SPEC_PACKAGES`, then the
     ``anyaccel.ops`` entry points.
 
     Each spec is validated once. A plug-in spec that fails to import or validate is logged and skipped; a

@@ -23,7 +23,7 @@ class OpSpec:
         builds: the native builds.
         implementations: the implementations the loader chooses among, per device type.
         benchmarks: benchmark scripts (``benchmarks/<file>``) that measure the family.
-        source: the module that defined the spec (set by :func:`all_op_specs`).
+        source: the module that defined the spec (set by [`all_op_specs`][anyaccel.spec.all_op_specs]).
     """
 
     family: str

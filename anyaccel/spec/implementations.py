@@ -13,7 +13,7 @@ class Implementation:
         name: unique within the family (``"cuda"``, ``"triton"``, ``"cpu"``, ``"sycl"``, ``"npu"``).
         priority: higher wins among the available ones.
         device_types: torch device types it runs on.
-        build: the :attr:`NativeBuild.name` whose builder loads it (probe: the builder's ``compatibility()``).
+        build: the `NativeBuild.name` whose builder loads it (probe: the builder's ``compatibility()``).
         module: for Python-level implementations (Triton), ``"module:load"`` returning the op module.
         requires: Python packages that must be importable (checked with ``find_spec``, never imported).
         probe: ``"module:function"`` of a further cheap availability check returning ``(available, reason)``

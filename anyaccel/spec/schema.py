@@ -2,7 +2,8 @@
 
 Schemas use torch's schema language (``torch/csrc/jit/frontend/function_schema_parser.cpp``), written
 without the function name: ``"(Tensor(a!)[] params, Tensor[] grads, float lr) -> ()"``. Functions a native
-build registers use the subset with a C++ mapping (:data:`CXX_TYPES`, :data:`CXX_RETURNS`); functions
+build registers use the subset with a C++ mapping ([`CXX_TYPES`][anyaccel.spec.schema.CXX_TYPES],
+[`CXX_RETURNS`][anyaccel.spec.schema.CXX_RETURNS]); functions
 offered only by Python-level implementations (``custom_op``/``triton_op``) may also take optional tensors
 (``Tensor? weight``) and dtypes (``ScalarType accum_dtype``) and return tuples (``-> (Tensor, Tensor)``).
 """
@@ -66,7 +67,7 @@ class Function:
             without tensor arguments.
         ranges: ``(argument, interval)`` pairs for scalar arguments, e.g. ``("beta1", "[0, 1)")``: checked
             by the kernels (generated into the schema header), the fakes and the front ends
-            (:mod:`anyaccel.ops.validation`), so the range is written once.
+            ([`anyaccel.ops.validation`][anyaccel.ops.validation]), so the range is written once.
         doc: one line for the report and docs.
     """
 
@@ -86,7 +87,8 @@ class Function:
         """The parsed arguments.
 
         Raises:
-            SpecError: an argument is not of the form ``<type>[(x!)][[]] <name>`` with a type of :data:`CXX_TYPES`.
+            SpecError: an argument is not of the form ``<type>[(x!)][[]] <name>`` with a type of
+                [`CXX_TYPES`][anyaccel.spec.schema.CXX_TYPES].
         """
         args_text = self._split()[0]
         out = []
@@ -108,7 +110,7 @@ class Function:
         """The returned types in order: ``()`` for none, ``("Tensor", "Tensor")`` for a tuple.
 
         Raises:
-            SpecError: a returned type is not one of :data:`PYTHON_RETURNS`.
+            SpecError: a returned type is not one of [`PYTHON_RETURNS`][anyaccel.spec.schema.PYTHON_RETURNS].
         """
         text = self.returns
         inner = text[1:-1] if text.startswith("(") and text.endswith(")") else text

@@ -6,7 +6,7 @@ own exception) on a violation. Run them on a machine where the accelerator's dev
     from anyaccel.testing.conformance import run_conformance
     failures = {name: err for name, err in run_conformance(MyAccelerator()).items() if err}
 
-or subclass :class:`anyaccel.testing.pytest_conformance.AcceleratorConformance` in a pytest file. The
+or subclass `anyaccel.testing.pytest_conformance.AcceleratorConformance` in a pytest file. The
 member list is that of DeepSpeed's ``accelerator/abstract_accelerator.py`` (v0.9 to v0.19); the behaviours
 checked are the ones DeepSpeed's own callers rely on (``docs/plugins.md``, "Conformance suite").
 """

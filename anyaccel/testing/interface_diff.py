@@ -2,11 +2,11 @@
 
 DeepSpeed's interface grows between releases (0.19.8 added ``pin_empty``, ``is_fp64_supported``...), and a
 member an accelerator lacks is found only when DeepSpeed's runtime calls it. This module reads DeepSpeed's
-``accelerator/*.py`` sources with :mod:`ast` (so nothing of DeepSpeed is imported or initialised and vendor
+``accelerator/*.py`` sources with `ast` (so nothing of DeepSpeed is imported or initialised and vendor
 packages its accelerators import need not be installed) and reports, for a class of ours:
 
-- members DeepSpeed's class has and ours lacks (:func:`missing_members`);
-- methods whose signature cannot accept every call DeepSpeed's signature allows (:func:`signature_problems`):
+- members DeepSpeed's class has and ours lacks (`missing_members`);
+- methods whose signature cannot accept every call DeepSpeed's signature allows (`signature_problems`):
   a parameter DeepSpeed lets callers omit must have a default here, ``*args``/``**kwargs`` and keyword-only
   parameters must be accepted, and (with ``check_names``) positional parameters keep DeepSpeed's names.
 
@@ -141,7 +141,7 @@ def missing_members(cls: type, members: dict[str, Member], include_private: bool
 
     Args:
         cls: the class to check.
-        members: DeepSpeed's members, from :func:`deepspeed_classes`.
+        members: DeepSpeed's members, from `deepspeed_classes`.
         include_private: also check names starting with ``_``.
     """
     return sorted(
@@ -163,7 +163,7 @@ def signature_problems(cls: type, members: dict[str, Member], check_names: bool 
 
     Args:
         cls: the class to check.
-        members: DeepSpeed's members, from :func:`deepspeed_classes`.
+        members: DeepSpeed's members, from `deepspeed_classes`.
         check_names: also require DeepSpeed's names for positional parameters (callers may pass them by
             keyword); DeepSpeed's concrete classes rename some (``create_op_builder(self, op_name)``), so
             check names against its abstract class only.

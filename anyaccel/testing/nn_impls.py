@@ -32,7 +32,7 @@ def use_interpreter_without_gpu() -> None:
 
 def interpreter() -> bool:
     """Whether the Triton kernels run in the interpreter here (Triton installed, ``TRITON_INTERPRET=1``, no
-    CUDA device, and an interpreter that runs them with this NumPy: :func:`interpreter_reason`)."""
+    CUDA device, and an interpreter that runs them with this NumPy: `interpreter_reason`)."""
     return HAS_TRITON and not HAS_CUDA and os.environ.get("TRITON_INTERPRET") == "1" and \
         interpreter_reason() == ""
 

@@ -1,11 +1,11 @@
 """Sample arguments for an op spec's functions, derived from the spec (for tests, ``opcheck`` and plug-ins).
 
 The tests' parametrisation comes from the specs: every function, every accepted dtype combination, every
-implementation. :func:`sample_args` builds one valid call of a spec function from its schema: ``Tensor[]``
+implementation. `sample_args` builds one valid call of a spec function from its schema: ``Tensor[]``
 arguments become lists of random tensors of odd sizes whose dtypes follow the spec's dtype combination
 (the lists in schema order are params, grads, the state lists, and ``model_copies``), a single ``Tensor``
 argument is a per-parameter float32 output (one entry per tensor of the lists), and ranged scalars get a
-value inside their interval (:func:`in_range`).
+value inside their interval (`in_range`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TYPICAL: dict[str, float] = {"step": 3, "lr": 1e-2, "beta1": 0.9, "beta2": 0.99,
 
 
 def in_range(name: str, interval: str) -> float:
-    """A value of ``name`` inside ``interval``: :data:`TYPICAL`'s when it fits, else a point inside.
+    """A value of ``name`` inside ``interval``: `TYPICAL`'s when it fits, else a point inside.
 
     Raises:
         ValueError: the interval is empty or malformed.

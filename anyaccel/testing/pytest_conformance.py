@@ -10,7 +10,7 @@
         def accelerator(self):
             return MyAccelerator()
 
-Each check of :data:`anyaccel.testing.conformance.CHECKS` becomes one test case.
+Each check of `anyaccel.testing.conformance.CHECKS` becomes one test case.
 """
 
 from __future__ import annotations

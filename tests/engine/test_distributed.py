@@ -21,6 +21,7 @@ from anyaccel.accelerator.cpu import CPU_Accelerator
 from anyaccel.engine import (
     DEFAULT_TIMEOUT,
     EnvironmentTable,
+    IncompleteLaunchEnvironmentError,
     MissingMasterAddressError,
     ProcessGroupMismatchError,
     RankOutOfRangeError,
@@ -101,6 +102,14 @@ def test_several_processes_without_master_addr_fail_before_connecting(launcher_e
 def test_inconsistent_environment_initialises_nothing(launcher_env: SetEnv) -> None:
     launcher_env(RANK=2, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1")
     with pytest.raises(RankOutOfRangeError):
+        init_distributed(accelerator=CPU_Accelerator())
+    assert not dist.is_initialized() and current_environment() is None
+
+
+@pytest.mark.parametrize("variables", [dict(RANK=1), dict(WORLD_SIZE=2)], ids=["rank-alone", "world-size-alone"])
+def test_half_a_launch_environment_initialises_nothing(launcher_env: SetEnv, variables: dict[str, object]) -> None:
+    launcher_env(**variables)
+    with pytest.raises(IncompleteLaunchEnvironmentError, match="RANK and WORLD_SIZE"):
         init_distributed(accelerator=CPU_Accelerator())
     assert not dist.is_initialized() and current_environment() is None
 

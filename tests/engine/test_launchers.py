@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from anyaccel.engine import (
     LAUNCHERS,
     DistributedEnvironmentError,
+    IncompleteLaunchEnvironmentError,
     InvalidEnvironmentValueError,
     LocalRankOutOfRangeError,
     MissingMasterAddressError,
@@ -123,6 +124,25 @@ def test_inconsistent_environment(launcher_env: SetEnv, variables: dict[str, obj
     assert caught.value.fix and caught.value.variables
     again = pickle.loads(pickle.dumps(caught.value))
     assert type(again) is error and str(again) == message
+
+
+@pytest.mark.parametrize("variables,missing", [(dict(RANK=1), "WORLD_SIZE"), (dict(WORLD_SIZE=4), "RANK"),
+                                               (dict(RANK=0, LOCAL_RANK=0, MASTER_ADDR="h"), "WORLD_SIZE")],
+                         ids=["rank-alone", "world-size-alone", "rank-with-local-rank"])
+def test_half_of_rank_and_world_size_is_an_error(launcher_env: SetEnv, variables: dict[str, object],
+                                                 missing: str) -> None:
+    launcher_env(**variables)
+    with pytest.raises(IncompleteLaunchEnvironmentError) as caught:
+        detect_launch()
+    message = str(caught.value)
+    assert f"{missing} is not set" in message and "RANK and WORLD_SIZE" in message and "Fix: " in message
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is IncompleteLaunchEnvironmentError and str(again) == message
+
+
+def test_rank_alone_under_another_launcher_is_that_launchers_job(launcher_env: SetEnv) -> None:
+    launcher_env(RANK=0, OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=2)
+    assert detect_launch().source == "openmpi"
 
 
 def test_missing_master_addr_names_the_fix(launcher_env: SetEnv) -> None:

@@ -66,6 +66,19 @@ def test_explicit_policy(monkeypatch: pytest.MonkeyPatch, policy: str, expected:
     assert cpu_threads.apply_thread_policy() == expected
 
 
+@pytest.mark.parametrize("asked", ["3", "300", "100000"])
+def test_a_count_above_the_mask_is_clamped_with_one_warning(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture, asked: str) -> None:
+    _host(monkeypatch, 2, 64)  # 2 CPUs in the mask of a 64-CPU host
+    monkeypatch.setenv(cpu_threads.ENV, asked)
+    with caplog.at_level("WARNING", logger=cpu_threads.__name__):
+        assert cpu_threads.apply_thread_policy() == 2
+        assert cpu_threads.apply_thread_policy() == 2  # applied once: no second warning
+    assert torch.get_num_threads() == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"ANYACCEL_CPU_THREADS={asked}" in warnings[0] and "using 2" in warnings[0]
+
+
 @pytest.mark.parametrize("bad", ["0", "-1", "many", "1.5"])
 def test_bad_policy_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     monkeypatch.setenv(cpu_threads.ENV, bad)

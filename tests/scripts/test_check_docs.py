@@ -103,6 +103,29 @@ def test_a_planted_undocumented_name_fails_with_one_line_per_problem(tmp_path: P
     assert any(line.startswith("planted_mod.UNDOC_CONST: has no documentation") for line in lines)
 
 
+def test_a_raw_sphinx_role_is_reported(tmp_path: Path) -> None:
+    api = _plant(tmp_path)
+    role = ":" + "func:`planted_mod.documented`"  # split: this file is not searched, but stays greppable-clean
+    (tmp_path / "roles.py").write_text(f'"""See {role}."""\n')
+    (tmp_path / "page.md").write_text("fine [`x`][planted_mod.documented]\nand :" + "class:`Klass` here\n")
+    result = _run("--api-dir", str(api), "--sources", str(tmp_path / "roles.py"), str(tmp_path / "page.md"),
+                  pythonpath=tmp_path)
+    assert result.returncode == 1
+    roles = [line for line in result.stdout.splitlines() if "raw Sphinx role" in line]
+    assert len(roles) == 2, result.stdout
+    assert roles[0].startswith(f"{tmp_path / 'roles.py'}:1: raw Sphinx role {role} renders as literal text")
+    assert roles[1].startswith(f"{tmp_path / 'page.md'}:2: raw Sphinx role :" + "class:`Klass`")
+
+
+def test_the_sources_and_docs_hold_no_raw_role() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import check_docs
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert check_docs.raw_roles(check_docs.DEFAULT_SOURCES) == []
+
+
 def test_a_page_that_names_nothing_is_reported(tmp_path: Path) -> None:
     api = _plant(tmp_path, PAGE + "\n::: planted_mod.no_such_name\n")
     result = _run("--api-dir", str(api), "planted_mod", pythonpath=tmp_path)

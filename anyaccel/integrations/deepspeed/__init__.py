@@ -8,7 +8,8 @@
 or, with no code change, ``ANYACCEL_DEEPSPEED=1`` in the environment of a Python whose site-packages holds
 ``anyaccel-deepspeed.pth`` (written by anyaccel's wheel, or by
 ``python -m anyaccel.integrations.deepspeed write-pth``): the first ``import deepspeed`` calls
-:func:`install` (``_anyaccel_deepspeed_startup``). See ``docs/deepspeed.md`` for what changes in DeepSpeed
+[`install`][anyaccel.integrations.deepspeed.install] (``_anyaccel_deepspeed_startup``). See ``docs/deepspeed.md`` for
+what changes in DeepSpeed
 and every difference between anyaccel's accelerators and DeepSpeed's.
 
 Importing this package is cheap and never imports DeepSpeed; DeepSpeed is not a dependency of anyaccel.

@@ -60,7 +60,7 @@ for _entry in list(_sys.path):
 
 
 def write_sitecustomize(directory: Path) -> Path:
-    """Write :data:`SITECUSTOMIZE` into ``directory`` (see the module doc) and return its path."""
+    """Write `SITECUSTOMIZE` into ``directory`` (see the module doc) and return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "sitecustomize.py"
     target.write_text(SITECUSTOMIZE, encoding="utf-8")

@@ -3,10 +3,10 @@
 DeepSpeed asks for some ops under a builder name whose build on that accelerator is, in anyaccel, a build
 published under another name: DeepSpeed's ``FusedAdam``, ``FusedLion`` and ``FusedLamb`` on CPU tensors call
 ``create_op_builder("FusedAdamBuilder")`` (and so on), which anyaccel serves with its CPU SIMD builds. Those
-names are DeepSpeed's vocabulary, so they are this table's, not the op specs': :func:`builder_aliases` is
+names are DeepSpeed's vocabulary, so they are this table's, not the op specs': `builder_aliases` is
 anyaccel's ``anyaccel.builder_aliases`` entry point, through which the op registry learns them without
-importing this package (:mod:`anyaccel.op_builder.core.aliases`). Every row stays in DeepSpeed's op table too
-(:mod:`anyaccel.integrations.deepspeed.op_table` completes it from the registry).
+importing this package (`anyaccel.op_builder.core.aliases`). Every row stays in DeepSpeed's op table too
+([`anyaccel.integrations.deepspeed.op_table`][anyaccel.integrations.deepspeed.op_table] completes it from the registry).
 """
 
 from __future__ import annotations
@@ -26,6 +26,6 @@ ALIASES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 
 
 def builder_aliases() -> tuple[BuilderAlias, ...]:
-    """The :data:`ALIASES` rows as :class:`~anyaccel.op_builder.core.aliases.BuilderAlias` objects (the
+    """The `ALIASES` rows as `BuilderAlias` objects (the
     ``anyaccel.builder_aliases`` entry point of anyaccel itself)."""
     return tuple(BuilderAlias(name, family, build, accelerators) for name, family, build, accelerators in ALIASES)

@@ -17,13 +17,15 @@ DeepSpeed resolves builders by class name through ``get_accelerator().get_op_bui
 
 anyaccel's own ``create_op_builder`` is unchanged: an unknown name still raises ``UnknownOpError`` listing the
 valid names. The DeepSpeed behaviour lives only here, applied through the DeepSpeed-facing accelerator
-(:mod:`anyaccel.integrations.deepspeed.view`).
+(`anyaccel.integrations.deepspeed.view`).
 
 DeepSpeed's optimizers call functions on the module ``load()`` returns (``create_adam``, ``adam_update``,
 ``multi_tensor_adam``...). anyaccel's op modules offer them: the integration declares DeepSpeed's module ABI
-per op family (:mod:`anyaccel.integrations.deepspeed.abi`), and :data:`DEEPSPEED_MODULE_ABI` (builder name ->
+per op family ([`anyaccel.integrations.deepspeed.abi`][anyaccel.integrations.deepspeed.abi]), and
+[`DEEPSPEED_MODULE_ABI`][anyaccel.integrations.deepspeed.builders.DEEPSPEED_MODULE_ABI] (builder name ->
 the functions DeepSpeed's callers use) is read from those declarations. The adapter checks a loaded module
-against it and raises :class:`DeepSpeedABIMissingError` for a builder whose module lacks them (a plug-in op
+against it and raises [`DeepSpeedABIMissingError`][anyaccel.integrations.deepspeed.DeepSpeedABIMissingError] for a
+builder whose module lacks them (a plug-in op
 family published under a DeepSpeed builder name without declaring the ABI). There is no fallback to
 DeepSpeed's own builders: with anyaccel installed, DeepSpeed builds nothing itself.
 """
@@ -50,8 +52,10 @@ __all__ = [
 
 class _SpecModuleABI(Mapping[str, tuple[str, ...]]):
     """DeepSpeed builder name -> the functions DeepSpeed's callers use on the module ``load()`` returns, read
-    from the declarations (:func:`anyaccel.integrations.deepspeed.abi.all_abis`) on first use (every platform's
-    functions; the check of a loaded module uses this platform's, :func:`required_functions`)."""
+    from the declarations
+    ([`anyaccel.integrations.deepspeed.abi.all_abis`][anyaccel.integrations.deepspeed.abi.all_abis]) on first use (every
+    platform's
+    functions; the check of a loaded module uses this platform's, `required_functions`)."""
 
     def _table(self) -> dict[str, tuple[str, ...]]:
         from anyaccel.integrations.deepspeed.abi import all_abis
@@ -106,7 +110,7 @@ _placeholders: dict[tuple[str, str], type] = {}
 
 def implemented_builders(accelerator_name: str) -> list[str]:
     """Builder names anyaccel implements for ``accelerator_name``, from the op registry (for error messages and
-    DeepSpeed's op table, :mod:`anyaccel.integrations.deepspeed.op_table`).
+    DeepSpeed's op table, [`anyaccel.integrations.deepspeed.op_table`][anyaccel.integrations.deepspeed.op_table]).
 
     Side effects: makes the builder classes through the registry.
     """
@@ -132,7 +136,7 @@ def placeholder_class(name: str, accelerator_name: str) -> type:
     Returns:
         DeepSpeed's ``NotImplementedBuilder`` itself for ``name == "NotImplementedBuilder"``; otherwise a
         subclass (cached per name) with ``is_compatible() -> False`` and ``load()``/``jit_load()`` raising
-        :class:`DeepSpeedBuilderNotImplementedError`.
+        [`DeepSpeedBuilderNotImplementedError`][anyaccel.integrations.deepspeed.DeepSpeedBuilderNotImplementedError].
     """
     base = _not_implemented_base()
     if name == NOT_IMPLEMENTED_BUILDER:
@@ -171,7 +175,7 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
 
     Adds the instance attribute ``name`` (DeepSpeed's ``OpBuilder.__init__`` sets it; ``ALL_OPS`` and
     ``ds_report`` key on it), accepts DeepSpeed's ``load(verbose=True)`` default, and checks the loaded
-    module for DeepSpeed's functions (:func:`required_functions`, from the op specs).
+    module for DeepSpeed's functions (`required_functions`, from the op specs).
 
     Attributes:
         deepspeed_builder_name: the DeepSpeed class name this adapter answers for (``"CPUAdamBuilder"``).
@@ -205,7 +209,8 @@ class DeepSpeedBuilderAdapter(_BuilderBase):
         return self._deepspeed_module(super().load(verbose), verbose)
 
     def jit_load(self, verbose: bool = False) -> Any:
-        """anyaccel's ``jit_load()``, checked like :meth:`load`."""
+        """anyaccel's ``jit_load()``, checked like
+        [`load`][anyaccel.integrations.deepspeed.builders.DeepSpeedBuilderAdapter.load]."""
         return self._deepspeed_module(super().jit_load(verbose), verbose)
 
     def _deepspeed_module(self, module: Any, verbose: bool) -> Any:
@@ -251,7 +256,7 @@ def deepspeed_builder_class(anyaccel_class: type | None, name: str, accelerator_
         accelerator_name: the accelerator's name.
 
     Returns:
-        :func:`adapter_class` of ``anyaccel_class``, or :func:`placeholder_class` when it is None.
+        `adapter_class` of ``anyaccel_class``, or `placeholder_class` when it is None.
     """
     if anyaccel_class is None:
         return placeholder_class(name, accelerator_name)

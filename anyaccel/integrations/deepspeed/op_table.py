@@ -5,7 +5,8 @@ read it) from the builder classes in its own op-builder package for the device (
 op anyaccel answers under a builder name that package lacks is missing from it: on the CPU, DeepSpeed has no
 ``FusedLambBuilder``, anyaccel answers it with its ``cpu_lamb`` build, and DeepSpeed code reading
 ``__compatible_ops__[FusedLambBuilder.NAME]`` fails with ``KeyError: 'cpu_lamb'``. After DeepSpeed builds the
-table, :func:`complete` adds one entry per op anyaccel answers on the accelerator, derived from the op
+table, [`complete`][anyaccel.integrations.deepspeed.op_table.complete] adds one entry per op anyaccel answers on the
+accelerator, derived from the op
 registry (every builder name whose lookup is not DeepSpeed's placeholder), keeping DeepSpeed's entries.
 """
 
@@ -28,7 +29,7 @@ def complete(all_ops: types.ModuleType, view: Any) -> list[str]:
 
     Args:
         all_ops: DeepSpeed's executed ``all_ops`` module.
-        view: the DeepSpeed-facing accelerator (:mod:`anyaccel.integrations.deepspeed.view`).
+        view: the DeepSpeed-facing accelerator (`anyaccel.integrations.deepspeed.view`).
 
     Returns:
         The op names added, sorted.

@@ -2,7 +2,8 @@
 
     python -m pytest -p anyaccel.integrations.deepspeed.pytest_plugin <DeepSpeed's tests>
 
-``pytest_configure`` calls :func:`anyaccel.integrations.deepspeed.install` before any test module imports
+``pytest_configure`` calls [`anyaccel.integrations.deepspeed.install`][anyaccel.integrations.deepspeed.install] before
+any test module imports
 DeepSpeed; the session header says what DeepSpeed will use. Processes the tests start themselves
 (DeepSpeed's ``DistributedTest`` uses forkserver/spawn) do not load pytest plug-ins: give them
 ``ANYACCEL_DEEPSPEED=1`` with the startup hook (``scripts/run_deepspeed_tests.py`` does both).

@@ -2,7 +2,8 @@
 
 The integration relies on DeepSpeed internals that are not a public API (``_validate_accelerator``'s
 ``isinstance`` check, the names ``deepspeed.ops.op_builder`` binds at import, the op modules' function
-names), so an untested DeepSpeed is refused with :class:`UntestedDeepSpeedVersionError` unless
+names), so an untested DeepSpeed is refused with
+[`UntestedDeepSpeedVersionError`][anyaccel.integrations.deepspeed.UntestedDeepSpeedVersionError] unless
 ``ANYACCEL_DEEPSPEED_ALLOW_UNTESTED=1``, which downgrades the error to one logged warning.
 """
 
@@ -56,7 +57,8 @@ def check_version(environ: Mapping[str, str] | None = None) -> str:
 
     Raises:
         DeepSpeedNotInstalledError: DeepSpeed is not installed.
-        UntestedDeepSpeedVersionError: the version is not in :data:`TESTED_VERSIONS` and the override
+        UntestedDeepSpeedVersionError: the version is not in
+            [`TESTED_VERSIONS`][anyaccel.integrations.deepspeed.version.TESTED_VERSIONS] and the override
             variable is not set.
 
     Side effects: logs one warning when an untested version is allowed by the override.

@@ -1,14 +1,16 @@
 """The DeepSpeed-facing view of anyaccel's chosen accelerator: the same object's state, DeepSpeed's contract.
 
 DeepSpeed's ``get_accelerator()`` gets a *view* of anyaccel's accelerator: an instance of a generated
-subclass of the accelerator's own class (:class:`DeepSpeedFacingAccelerator` mixed in front) that shares the
+subclass of the accelerator's own class
+([`DeepSpeedFacingAccelerator`][anyaccel.integrations.deepspeed.view.DeepSpeedFacingAccelerator] mixed in front) that
+shares the
 original instance's ``__dict__``, so every piece of state (compile backend, peak-memory gauges, plug-in
 attributes) is one, while the few members whose DeepSpeed contract differs from anyaccel's own are
 answered DeepSpeed's way:
 
 - ``get_op_builder``/``create_op_builder``: DeepSpeed's placeholder instead of ``UnknownOpError`` for a
   builder anyaccel does not implement, and anyaccel's builders adapted to DeepSpeed's builder contract
-  (:mod:`anyaccel.integrations.deepspeed.builders`); they still call anyaccel's own lookup first, which is
+  (`anyaccel.integrations.deepspeed.builders`); they still call anyaccel's own lookup first, which is
   ``anyaccel.ops.registry.get_builder_class(name, accelerator_name)``;
 - ``op_builder_dir``: DeepSpeed's package for the device (``ds_report``'s ``all_ops`` iterates it);
 - pinned memory: DeepSpeed's native backend (``DS_PIN_MEMORY_BACKEND=native``,
@@ -58,7 +60,7 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
         """The builder class DeepSpeed gets for ``class_name``: anyaccel's, adapted, or DeepSpeed's placeholder.
 
         Never raises for an unknown name and never returns None (see
-        :func:`anyaccel.integrations.deepspeed.builders.deepspeed_builder_class`).
+        `anyaccel.integrations.deepspeed.builders.deepspeed_builder_class`).
         """
         from anyaccel.op_builder.errors import UnknownOpError
 
@@ -70,7 +72,8 @@ class DeepSpeedFacingAccelerator(DeepSpeedAccelerator):
 
     @override
     def create_op_builder(self, class_name: str) -> Any:
-        """An instance of :meth:`get_op_builder`'s class."""
+        """An instance of
+        [`get_op_builder`][anyaccel.integrations.deepspeed.view.DeepSpeedFacingAccelerator.get_op_builder]'s class."""
         return self.get_op_builder(class_name)()
 
     @override

@@ -4,10 +4,11 @@ DeepSpeed keeps its accelerator in ``deepspeed.accelerator.real_accelerator.ds_a
 instances of its abstract class (``_validate_accelerator``: ``isinstance`` against
 ``deepspeed.accelerator.abstract_accelerator.DeepSpeedAccelerator``, an ``abc.ABC``). Wiring therefore:
 
-1. registers anyaccel's :class:`~anyaccel.accelerator.abstract.DeepSpeedAccelerator` as a *virtual subclass*
+1. registers anyaccel's [`DeepSpeedAccelerator`][anyaccel.accelerator.abstract.DeepSpeedAccelerator] as a *virtual
+subclass*
    of DeepSpeed's ABC (``ABCMeta.register``), so every anyaccel accelerator, plug-ins included, passes
    DeepSpeed's own validation, no DeepSpeed file patched and no DeepSpeed class inherited;
-2. hands DeepSpeed the view (:func:`~anyaccel.integrations.deepspeed.view.deepspeed_view`) through
+2. hands DeepSpeed the view ([`deepspeed_view`][anyaccel.integrations.deepspeed.view.deepspeed_view]) through
    DeepSpeed's public ``set_accelerator``, which runs that validation;
 3. after ``import deepspeed`` only: rebinds the builder classes DeepSpeed bound at import
    (``deepspeed.ops.op_builder.<Name>Builder`` and the same objects imported by name into other
@@ -15,7 +16,7 @@ instances of its abstract class (``_validate_accelerator``: ``isinstance`` again
    at import (``deepspeed.runtime.utils.torch_memory_reserved``), and refreshes ``all_ops.ALL_OPS`` (in
    place) and the lazily cached ``deepspeed.ops.__compatible_ops__``;
 4. completes ``ALL_OPS`` with every op anyaccel answers on the accelerator
-   (:mod:`~anyaccel.integrations.deepspeed.op_table`), now or when DeepSpeed first imports ``all_ops``.
+   ([`op_table`][anyaccel.integrations.deepspeed.op_table]), now or when DeepSpeed first imports ``all_ops``.
 
 Before ``import deepspeed``, a meta-path finder waits for ``deepspeed.accelerator.real_accelerator`` and wires
 right after that module executes, before DeepSpeed asks for its accelerator the first time; DeepSpeed then
@@ -96,14 +97,15 @@ class RealAcceleratorFinder(importlib.abc.MetaPathFinder):
     """Meta-path finder that wires anyaccel in when ``deepspeed.accelerator.real_accelerator`` is imported.
 
     It finds nothing itself: it asks the finders after it for the module's spec and wraps the spec's loader
-    so that :func:`install`'s wiring runs right after the module body. It removes itself once used.
+    so that [`install`][anyaccel.integrations.deepspeed.wiring.install]'s wiring runs right after the module body. It
+    removes itself once used.
     """
 
     #: The module it waits for.
     MODULE = REAL_ACCELERATOR_MODULE
 
     def after(self, module: types.ModuleType) -> None:
-        """Run right after :attr:`MODULE`'s body: wire DeepSpeed to anyaccel (when still requested)."""
+        """Run right after `MODULE`'s body: wire DeepSpeed to anyaccel (when still requested)."""
         with _lock:
             if _state.requested:
                 _wire(module)
@@ -138,7 +140,8 @@ class RealAcceleratorFinder(importlib.abc.MetaPathFinder):
 
 class OpTableFinder(RealAcceleratorFinder):
     """Meta-path finder that completes DeepSpeed's op table when ``deepspeed.ops.op_builder.all_ops`` is
-    imported after the wiring (:func:`anyaccel.integrations.deepspeed.op_table.complete`)."""
+    imported after the wiring
+    ([`anyaccel.integrations.deepspeed.op_table.complete`][anyaccel.integrations.deepspeed.op_table.complete])."""
 
     MODULE = op_table.ALL_OPS_MODULE
 
@@ -212,7 +215,8 @@ def _rebind_after_import(view: Any, previous: Any) -> int:
 
 def _refresh_op_caches(view: Any) -> None:
     """Recompute DeepSpeed's op tables that were computed with the previous accelerator; with anyaccel's
-    ``view``, complete them with every op anyaccel answers (None: after :func:`uninstall`)."""
+    ``view``, complete them with every op anyaccel answers (None: after
+    [`uninstall`][anyaccel.integrations.deepspeed.wiring.uninstall])."""
     ops = sys.modules.get("deepspeed.ops")
     if ops is not None:
         vars(ops).pop("__compatible_ops__", None)  # recomputed on next access (deepspeed/ops/__init__.py)
@@ -285,10 +289,12 @@ def install() -> Any:
 
 
 def uninstall() -> None:
-    """Undo :func:`install`: DeepSpeed's previous accelerator and import-time bindings come back.
+    """Undo [`install`][anyaccel.integrations.deepspeed.wiring.install]: DeepSpeed's previous accelerator and
+    import-time bindings come back.
 
     The virtual-subclass registration stays (``abc`` has no public way to undo it); it only makes anyaccel
-    accelerators pass DeepSpeed's validation. Does nothing when :func:`install` was not called.
+    accelerators pass DeepSpeed's validation. Does nothing when
+    [`install`][anyaccel.integrations.deepspeed.wiring.install] was not called.
     """
     with _lock:
         for finder in (_state.finder, _state.op_table_finder):
@@ -308,7 +314,8 @@ def uninstall() -> None:
 
 
 def is_installed() -> bool:
-    """True once :func:`install` was called in this process (DeepSpeed wired, or wired when imported)."""
+    """True once [`install`][anyaccel.integrations.deepspeed.wiring.install] was called in this process (DeepSpeed
+    wired, or wired when imported)."""
     return _state.requested
 
 

@@ -14,14 +14,14 @@ from anyaccel.op_builder.toolchains.cpu_isa import ISALevel, resolve_isa
 class TorchCPUOpBuilder(OpBuilder):
     """Base of CPU ops.
 
-    Flags (docs/architecture.md "CPU ISA levels"): :data:`COMMON_CXX_ARGS`, then the ISA level's one macro
+    Flags (docs/architecture.md "CPU ISA levels"): `COMMON_CXX_ARGS`, then the ISA level's one macro
     and flags. Threads come from torch's own pool through the stable ABI (``torch_parallel_for``), so the
     kernels follow ``torch.set_num_threads`` and link no OpenMP runtime of their own; nothing CUDA is
     compiled or linked, also on a CUDA build of torch (a CPU op must build on a machine without a toolkit).
 
     The ISA level is resolved once per builder instance (``ANYACCEL_CPU_ISA`` or the best level the CPU
     runs among the levels the spec's sources implement; see
-    :func:`~anyaccel.op_builder.toolchains.cpu_isa.resolve_isa`) and is part of the cache key.
+    `resolve_isa`) and is part of the cache key.
     """
 
     BACKEND: ClassVar[str] = "cpu"
@@ -47,7 +47,7 @@ class TorchCPUOpBuilder(OpBuilder):
             self._isa = ISA_LEVELS[isa]
 
     def isa_level(self) -> ISALevel:
-        """The chosen :class:`~anyaccel.op_builder.toolchains.cpu_isa.ISALevel` (resolved on first use).
+        """The chosen `ISALevel` (resolved on first use).
 
         Raises:
             ISAError: ``ANYACCEL_CPU_ISA`` is invalid or names a level this CPU lacks.

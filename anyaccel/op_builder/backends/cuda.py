@@ -1,23 +1,23 @@
 """``CUDAOpBuilder``: the op-builder base for CUDA kernels, on the core load path and torch's stable ABI.
 
 A CUDA build is data (its spec's ``.cu`` sources and flags); this base plugs it into the core
-:class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
-publish, typed :class:`~anyaccel.op_builder.errors.BuildError`) through its hooks:
+[`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder] (content-addressed cache, build lock, manifest, atomic
+publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through its hooks:
 
-- :meth:`extra_key_inputs`: the GPU arch list, the toolkit flavour, the CUDA major version the binary's
+- `extra_key_inputs`: the GPU arch list, the toolkit flavour, the CUDA major version the binary's
   runtime is (``cudart``'s soname), and the device compiler's identity (path, size, mtime; no process; a
   build-host field) join the cache key: a build for another arch list or toolkit is another entry, never a
   silent reuse. torch's own version is not an input: the sources use only the
   stable ABI;
-- :meth:`preflight`: finds nvcc, runs ``nvcc --version`` once and applies the toolkit/torch major-version
-  policy of :func:`anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build
+- `preflight`: finds nvcc, runs ``nvcc --version`` once and applies the toolkit/torch major-version
+  policy of `anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build
   (``ANYACCEL_SKIP_CUDA_CHECK=1`` skips it); with a CPU-only torch the build still runs, for another
   machine (a GPU wheel built on a CPU host), and the toolkit's own major version is recorded;
-- :meth:`compile_steps` / :meth:`link_command`: ``.cu`` files go to nvcc with explicit ``-gencode`` flags,
+- `compile_steps` / `link_command`: ``.cu`` files go to nvcc with explicit ``-gencode`` flags,
   ``.cpp`` files to the host compiler; the link takes only ``libtorch_cpu`` (the stable shim) and
   ``libcudart`` (torch's CUDA library is found at run time among the libraries torch has loaded).
 
-Nothing here touches a device at import. :meth:`arch_list` asks the driver for the visible devices'
+Nothing here touches a device at import. `arch_list` asks the driver for the visible devices'
 compute capabilities only when ``TORCH_CUDA_ARCH_LIST`` is unset (load/build time, not import). ROCm:
 the flags and the arch list are generated (``toolchains/cuda_flags.py``) but the stable-ABI sources have
 not been hipified or run on ROCm.
@@ -89,7 +89,7 @@ class CUDAOpBuilder(OpBuilder):
         """The GPU archs to compile for, resolved once per builder instance.
 
         CUDA: ``TORCH_CUDA_ARCH_LIST`` parsed, else every visible device's compute capability (the highest
-        with ``+PTX``), see :func:`~anyaccel.op_builder.toolchains.cuda.cuda_arch_list`. ROCm:
+        with ``+PTX``), see `cuda_arch_list`. ROCm:
         ``PYTORCH_ROCM_ARCH`` split on ``;``/spaces, else the visible devices' ``gcnArchName``.
 
         Raises:
@@ -116,7 +116,7 @@ class CUDAOpBuilder(OpBuilder):
         """Device-compiler flags: the toolkit's base flags, its arch flags (``-gencode`` per arch), the spec's.
 
         Raises:
-            GPUArchError: see :meth:`arch_list`.
+            GPUArchError: see [`arch_list`][anyaccel.op_builder.backends.cuda.CUDAOpBuilder.arch_list].
         """
         tk = self._toolkit_or_cuda()
         try:
@@ -197,7 +197,8 @@ class CUDAOpBuilder(OpBuilder):
     # ----- building ----------------------------------------------------------------------------------------
     @override
     def preflight(self) -> dict[str, str | None]:
-        """The host tools (see :meth:`OpBuilder.preflight`) plus the device toolkit and its policy.
+        """The host tools (see [`OpBuilder.preflight`][anyaccel.op_builder.core.builder.OpBuilder.preflight]) plus the
+        device toolkit and its policy.
 
         Returns:
             The core's variables plus ``NVCC`` (the device compiler), ``CUDA_HOME`` (its toolkit) and

@@ -2,13 +2,13 @@
 
 An NPU op is C++ compiled by the host compiler (on torch's stable ABI, like every other build) with the
 CANN toolkit's headers (``include/acl/acl.h``), linked to ``libascendcl.so``, and registered for the
-``PrivateUse1`` dispatch key that torch_npu claims. :class:`NPUDelegatingBuilder` serves spec builds that
+``PrivateUse1`` dispatch key that torch_npu claims. `NPUDelegatingBuilder` serves spec builds that
 compile nothing because torch_npu already ships the kernels (``NativeBuild.module``).
 
 Toolkit discovery, file system only (no process), first hit wins:
 
 1. ``ASCEND_HOME_PATH`` (set by CANN's ``set_env.sh``), then ``ASCEND_TOOLKIT_HOME``: a variable that is set
-   must name a complete toolkit, else a :class:`ToolchainError` names the missing file (a broken
+   must name a complete toolkit, else a `ToolchainError` names the missing file (a broken
    ``set_env.sh`` is never silently replaced by another install);
 2. ``/usr/local/Ascend/ascend-toolkit/latest`` (CANN's default install prefix).
 
@@ -178,7 +178,7 @@ class NPUOpBuilder(OpBuilder):
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "built_with_torch")
 
     def toolkit(self) -> AscendToolkit | None:
-        """The CANN toolkit (see :func:`find_ascend_toolkit`)."""
+        """The CANN toolkit (see `find_ascend_toolkit`)."""
         return find_ascend_toolkit()
 
     def extra_key_inputs(self) -> dict[str, Any]:
@@ -247,7 +247,7 @@ class NPUOpBuilder(OpBuilder):
 
 class NPUDelegatingBuilder(NPUOpBuilder):
     """An NPU op served by Python over torch_npu's own kernels (a spec build with ``module=``): nothing to
-    compile; :meth:`load` returns the module's torch ops (``"anyaccel.ops.adam.npu:load"``), as DeepSpeed's NPU
+    compile; `load` returns the module's torch ops (``"anyaccel.ops.adam.npu:load"``), as DeepSpeed's NPU
     ``FusedAdamBuilder`` returns a Python class.
     """
 
@@ -277,7 +277,7 @@ class NPUDelegatingBuilder(NPUOpBuilder):
 
         Returns:
             The op's torch ops, plus the functions integrations add for the build (DeepSpeed's
-            ``multi_tensor_adam``...; :mod:`anyaccel.op_builder.core.module_functions`).
+            ``multi_tensor_adam``...; `anyaccel.op_builder.core.module_functions`).
 
         Side effects: imports torch_npu (which registers the ``npu`` device type), then registers the
         Python-level ops.
@@ -298,7 +298,7 @@ class NPUDelegatingBuilder(NPUOpBuilder):
 
     @override
     def jit_load(self, verbose: bool = False) -> Any:
-        """Same as :meth:`load`."""
+        """Same as `load`."""
         return self.load(verbose)
 
     @override

@@ -1,16 +1,16 @@
 """``SYCLOpBuilder``: the op-builder base for SYCL kernels on Intel GPUs (XPU), on the core load path.
 
 A SYCL builder is data (its ``.sycl`` sources and flags); this base plugs it into the core
-:class:`~anyaccel.op_builder.core.builder.OpBuilder` (content-addressed cache, build lock, manifest, atomic
-publish, typed :class:`~anyaccel.op_builder.errors.BuildError`) through its hooks:
+[`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder] (content-addressed cache, build lock, manifest, atomic
+publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through its hooks:
 
-- :meth:`extra_key_inputs`: the XPU arch list (``TORCH_XPU_ARCH_LIST``, else torch's own list), torch's
+- `extra_key_inputs`: the XPU arch list (``TORCH_XPU_ARCH_LIST``, else torch's own list), torch's
   XPU runtime version and the SYCL compiler's identity (path, size, mtime; no process) join the key;
-- :meth:`preflight`: requires a torch built with XPU support, finds the SYCL compiler and RUNS it
-  (``icpx --version``, :func:`~anyaccel.op_builder.toolchains.sycl.require_sycl_compiler`), never trusting
+- `preflight`: requires a torch built with XPU support, finds the SYCL compiler and RUNS it
+  (``icpx --version``, `require_sycl_compiler`), never trusting
   ``ONEAPI_ROOT`` alone, and returns the variables the compile needs (``PATH`` with the compiler first,
   ``TORCH_XPU_ARCH_LIST`` set to the key's list), which the core sets only while compiling;
-- :meth:`compile`: ``torch.utils.cpp_extension.load(..., with_sycl=True)`` (torch >= 2.7). torch routes
+- `compile`: ``torch.utils.cpp_extension.load(..., with_sycl=True)`` (torch >= 2.7). torch routes
   only files ending in ``.sycl`` to the SYCL compiler (``_is_sycl_file``), runs it by the name ``icpx``
   from ``PATH``, and adds ``-fsycl``, ``-fsycl-targets=spir64_gen,spir64`` (AOT for the arch list plus a
   JIT image) and the device link step itself; AOT builds use ``SyclExtension``
@@ -62,7 +62,8 @@ def torch_has_xpu() -> bool:
 class SYCLOpBuilder(OpBuilder):
     """Base of the SYCL op builders (``XPUFusedAdamBuilder``, ``XPUFusedLionBuilder``).
 
-    Subclasses set ``NAME``, ``BUILD_VAR`` and :meth:`sources` (``.sycl`` files relative to the package
+    Subclasses set ``NAME``, ``BUILD_VAR`` and [`sources`][anyaccel.op_builder.core.builder.OpBuilder.sources]
+    (``.sycl`` files relative to the package
     directory); the shared SYCL headers live in ``csrc/includes/sycl`` and are part of the key.
 
     Attributes:
@@ -117,7 +118,7 @@ class SYCLOpBuilder(OpBuilder):
         """``sycl_args``, the arch list, torch's XPU version and the SYCL compiler's identity. Spawns no process.
 
         Raises:
-            XPUArchError: see :meth:`arch_list`.
+            XPUArchError: see [`arch_list`][anyaccel.op_builder.backends.sycl.SYCLOpBuilder.arch_list].
             ToolchainError: ``ANYACCEL_SYCL_CXX`` names nothing.
         """
         import torch
@@ -160,7 +161,8 @@ class SYCLOpBuilder(OpBuilder):
 
     # ----- building ----------------------------------------------------------------------------------------
     def preflight(self) -> dict[str, str | None]:
-        """The host tools (see :meth:`OpBuilder.preflight`) plus the SYCL compiler, checked by running it.
+        """The host tools (see [`OpBuilder.preflight`][anyaccel.op_builder.core.builder.OpBuilder.preflight]) plus the
+        SYCL compiler, checked by running it.
 
         Returns:
             The core's variables plus ``PATH`` with the SYCL compiler's directory first and

@@ -3,7 +3,8 @@
 Shared by ``setup.py`` (``ANYACCEL_BUILD_OPS=1`` / ``ANYACCEL_BUILD_<NAME>=1``, into the package's
 ``_prebuilt`` directory, for wheels) and ``anyaccel build`` (into the cache): every build ends as built,
 skipped or failed, and one failure never stops the others. The builds are the op specs' builds
-(:func:`anyaccel.op_builder.classes.spec_builds`); a CPU build is built once per SIMD level this machine's
+([`anyaccel.op_builder.classes.spec_builds`][anyaccel.op_builder.classes.spec_builds]); a CPU build is built once per
+SIMD level this machine's
 compiler can target (x86-64: AVX-512, AVX2, portable; aarch64: NEON, portable), so one wheel serves every
 CPU and the loader picks the level the CPU reports.
 """
@@ -94,7 +95,7 @@ def build_all(classes: Iterable[type], build: Callable[[Any], str],
         check: ``(ok, reason)`` deciding whether to build or skip (``buildability`` or ``compatibility``).
 
     Returns:
-        One :class:`BuildOutcome` per variant, in order.
+        One `BuildOutcome` per variant, in order.
     """
     outcomes = []
     for cls in classes:
@@ -124,5 +125,5 @@ def format_table(outcomes: Iterable[BuildOutcome]) -> str:
 
 def build_prebuilt_ops(classes: Iterable[type], dest_root: Path) -> list[BuildOutcome]:
     """Build every variant into ``dest_root/<NAME>/<key>`` for installation (used by setup.py); a build is
-    attempted when its toolchain is present (:meth:`buildability`), not only where it could run."""
+    attempted when its toolchain is present (`buildability`), not only where it could run."""
     return build_all(classes, lambda b: str(b.build_prebuilt(Path(dest_root))), lambda b: b.buildability())

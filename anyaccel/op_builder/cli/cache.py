@@ -6,7 +6,7 @@ Every item under ``ops/`` gets a state:
 - ``stale``: intact but never loadable here again: built for another platform or anyaccel version, or for a
   stable-ABI target newer than the running torch (the torch version itself does not make an entry stale: the
   ops use torch's stable ABI);
-- ``damaged``: fails the checks made before loading (:func:`~anyaccel.op_builder.core.integrity.inspect_entry`:
+- ``damaged``: fails the checks made before loading (`inspect_entry`:
   no or edited manifest, a library whose size or SHA-256 differs from the manifest's, a component another user
   owns or may write), so the loader would quarantine and rebuild it;
 - ``insecure``: an op directory that is a symbolic link, another user's, or writable by others (the loader
@@ -17,7 +17,7 @@ Every item under ``ops/`` gets a state:
 default) removes everything that is not ``ok`` and empties the quarantine; ``clean --all`` removes every
 entry, leftover build directory, log and quarantined entry, whatever is found there (files, folders, dangling
 links: links are removed, never followed). Entries whose build lock is held (a build in progress) are never
-removed, and neither are lock files (see :mod:`anyaccel.op_builder.core.lock`) nor anything outside the
+removed, and neither are lock files (see `anyaccel.op_builder.core.lock`) nor anything outside the
 cache's own folders.
 
 Both commands print a clean error (no traceback) and exit 1 when the cache cannot be used (a root that is
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def runtime_fields() -> dict[str, Any]:
-    """The running process's values of :data:`RUNTIME_FIELDS`."""
+    """The running process's values of `RUNTIME_FIELDS`."""
     import platform
 
     from anyaccel.version import __version__
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from anyaccel.op_builder.errors import OpBuilderError
 
     try:
-        cache = Cache.open()
+        cache = Cache.open(create=False)  # reading needs no folder: an empty read-only cache lists nothing
     except OpBuilderError as exc:
         logger.error("%s", exc)
         return 1

@@ -1,17 +1,17 @@
 """Builder aliases: more builder names a build answers to on named accelerators, contributed by integrations.
 
-A build is compiled once, under its own ``NAME``, and makes one builder class (:attr:`NativeBuild.builder
+A build is compiled once, under its own ``NAME``, and makes one builder class (`NativeBuild.builder
 <anyaccel.spec.NativeBuild>`). An integration whose callers ask for a build under another builder name
 (DeepSpeed's ``FusedAdam`` on CPU tensors asks for ``FusedAdamBuilder``, which anyaccel serves with its CPU
-Adam build) contributes a :class:`BuilderAlias` through the ``anyaccel.builder_aliases`` entry-point group
+Adam build) contributes a `BuilderAlias` through the ``anyaccel.builder_aliases`` entry-point group
 (``name = "module:function"``, the function returning the aliases). The alias publishes the same build (same
 sources, cache entry and loaded library) under that name, so ``create_op_builder("FusedAdamBuilder")`` on
 the CPU answers through the op registry while the op specs and the op-builder layer stay free of the
 integration's vocabulary and never import it.
 
-The group is read on the first lookup (:func:`contributed`), through
-:func:`anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
-existed raises :class:`~anyaccel.op_builder.errors.StaleInstallError` instead of losing the names.
+The group is read on the first lookup (`contributed`), through
+`anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
+existed raises `StaleInstallError` instead of losing the names.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class BuilderAlias:
 
     Attributes:
         name: the builder class name (``"FusedAdamBuilder"``); ``create_op_builder(name)`` on one of
-            :attr:`accelerators` returns a subclass of the build's class under that name.
+            `accelerators` returns a subclass of the build's class under that name.
         family: the op family (``"adam"``).
         build: the build's ``NAME`` (``"cpu_adam"``).
         accelerators: accelerator names (``_name``); never ``"*"``, so an alias cannot hide another build's row.

@@ -13,11 +13,11 @@ Loading a shared library runs its code, so every path from the root to the libra
 user's control (else another user could plant code we run): each component is owned by the current user (or
 root) and not writable by group or others, and none is a symbolic link, except the root itself when the link
 is the user's own. Everything we create gets an explicit mode (directories 0700, files 0600, the library 0700)
-whatever the process umask. A path that fails these checks raises :class:`CacheSecurityError` naming the path
+whatever the process umask. A path that fails these checks raises `CacheSecurityError` naming the path
 and the fix; an *entry* that fails them is quarantined instead (it is ours to move) and rebuilt.
 
 Failures of the file system itself (the root is a file, a read-only file system, a full disk) raise
-:class:`CacheUnusableError` with a code and a fix (:func:`cache_os_error`), never a raw ``OSError``.
+`CacheUnusableError` with a code and a fix (`cache_os_error`), never a raw ``OSError``.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def cache_os_error(exc: OSError, path: Path, action: str) -> OpBuilderError:
         action: what we tried, as a verb phrase ("create the directory", "write the lock file").
 
     Returns:
-        :class:`CacheUnusableError` with code ``cache_not_directory`` (a file where a directory must be),
+        `CacheUnusableError` with code ``cache_not_directory`` (a file where a directory must be),
         ``cache_read_only`` (permission denied, read-only file system), ``disk_full`` (no space, quota) or
-        ``cache_unusable`` (anything else); :class:`CacheSecurityError` for ``ELOOP`` (a symbolic link met
+        ``cache_unusable`` (anything else); `CacheSecurityError` for ``ELOOP`` (a symbolic link met
         where none is followed). The message names the path, the system's reason and the fix.
     """
     reason = exc.strerror or str(exc)
@@ -168,7 +168,7 @@ def make_dir(path: Path, mode: int = DIR_MODE) -> bool:
         True when it was created, False when something already exists at ``path``.
 
     Raises:
-        CacheUnusableError: the parent is missing, a file, read-only or full (see :func:`cache_os_error`).
+        CacheUnusableError: the parent is missing, a file, read-only or full (see `cache_os_error`).
     """
     try:
         os.mkdir(path, mode)
@@ -188,7 +188,7 @@ def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
     whose parents get ``0777 & ~umask``: world-writable under ``umask 0``).
 
     Raises:
-        CacheUnusableError: see :func:`make_dir`.
+        CacheUnusableError: see `make_dir`.
     """
     missing = []
     current = path
@@ -245,19 +245,27 @@ class Cache:
     root: Path
 
     @classmethod
-    def open(cls, root: Path | None = None) -> Cache:
+    def open(cls, root: Path | None = None, create: bool = True) -> Cache:
         """Create (mode 0700, whatever the umask) and check the root and its subdirectories.
 
         Args:
-            root: the root; :func:`default_cache_root` when None.
+            root: the root; `default_cache_root` when None.
+            create: False to only read the cache (``anyaccel cache ls``/``clean``): a missing root or
+                subdirectory is left missing (it holds nothing), so a read-only or absent cache opens.
 
         Raises:
             CacheSecurityError: the root or a subdirectory is not private to the current user.
-            CacheUnusableError: the root (or a parent) is a file, or cannot be created (read-only, full).
+            CacheUnusableError: the root (or a parent) is a file, or cannot be created (read-only, full; only
+                with ``create``).
         """
         root = default_cache_root() if root is None else Path(root)
         root = Path(os.path.abspath(root))
-        make_dirs(root)
+        if create:
+            make_dirs(root)
+        elif not os.path.lexists(root):
+            if _first_non_directory(root) is not None:  # a file on the way: a misconfiguration, not an empty cache
+                raise cache_os_error(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), root, "open")
+            return cls(root)
         try:
             st = check_secure(root, allow_symlink=True, what="op cache root")
         except FileNotFoundError:
@@ -270,6 +278,8 @@ class Cache:
         for name in SUBDIRS:
             sub = root / name
             if not os.path.lexists(sub):
+                if not create:
+                    continue
                 make_dir(sub)
             st = check_secure(sub)
             if not stat.S_ISDIR(st.st_mode):

@@ -1,9 +1,12 @@
 """Building an op: the toolchain hooks backends override, the ninja build, and the atomic publication.
 
-:class:`CompilingBuilder` turns a builder's data (:class:`~anyaccel.op_builder.core.hooks.BuilderHooks`) into
-a shared library: :meth:`~CompilingBuilder.preflight` checks the tools, :meth:`~CompilingBuilder.compile_steps`
-and :meth:`~CompilingBuilder.link_command` say what to run (backends override these three), and
-:meth:`~CompilingBuilder.compile` runs ninja. A build happens in a private directory and is published with one
+`CompilingBuilder` turns a builder's data (`BuilderHooks`) into
+a shared library: [`preflight`][anyaccel.op_builder.core.compiling.CompilingBuilder.preflight] checks the tools,
+[`compile_steps`][anyaccel.op_builder.core.compiling.CompilingBuilder.compile_steps]
+and [`link_command`][anyaccel.op_builder.core.compiling.CompilingBuilder.link_command] say what to run (backends
+override these three), and
+[`compile`][anyaccel.op_builder.core.compiling.CompilingBuilder.compile] runs ninja. A build happens in a private
+directory and is published with one
 ``os.rename`` (``_build_and_publish``), so a reader never sees half an entry; a failure
 leaves a log and publishes nothing.
 """
@@ -78,7 +81,7 @@ class CompilingBuilder(BuilderHooks):
 
         Returns:
             Variables to set (or remove, None) only for the duration of the compile: ``CXX`` (the resolved
-            compiler), ``MAX_JOBS`` (:func:`~anyaccel.op_builder.toolchains.host.build_jobs`) and ``PATH``
+            compiler), ``MAX_JOBS`` (`build_jobs`) and ``PATH``
             with ninja's directory first.
 
         Raises:
@@ -114,7 +117,7 @@ class CompilingBuilder(BuilderHooks):
 
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """One :class:`~anyaccel.op_builder.toolchains.ninja.CompileStep` per source (``.cpp`` here; the CUDA
+        """One `CompileStep` per source (``.cpp`` here; the CUDA
         backend adds ``.cu``)."""
         root = self.source_root()
         host = tuple(self.host_compile_command(env, namespace, gen_dir))
@@ -285,7 +288,8 @@ class CompilingBuilder(BuilderHooks):
         os.rename(out, entry)
 
     def _os_failure(self, error: OpBuilderError, log_path: Path | None = None) -> BuildError:
-        """A :class:`BuildError` for a build the file system failed (full disk, read-only cache, ...)."""
+        """A [`BuildError`][anyaccel.op_builder.errors.BuildError] for a build the file system failed (full disk,
+        read-only cache, ...)."""
         code = getattr(error, "code", "cache_unusable")
         return BuildError(self.NAME, DIAGNOSES.get(code, DIAGNOSES["cache_unusable"]), detail=str(error),
                           log_path=log_path)
@@ -299,7 +303,7 @@ class CompilingBuilder(BuilderHooks):
             The entry directory (library, manifest, build log).
 
         Raises:
-            BuildError: as :meth:`load`.
+            BuildError: as `load`.
         """
         dest_root = Path(dest_root).resolve()  # ninja runs in the build directory: relative paths would break
         inputs = self.key_inputs()
@@ -318,9 +322,11 @@ class CompilingBuilder(BuilderHooks):
     def builder(self) -> Any:
         """A setuptools extension for this op (DeepSpeed's ``builder()``), for custom AOT pipelines.
 
-        Note: anyaccel's own AOT path (``ANYACCEL_BUILD_OPS=1``, :meth:`build_prebuilt`) does not use it; the
+        Note: anyaccel's own AOT path (``ANYACCEL_BUILD_OPS=1``,
+            [`build_prebuilt`][anyaccel.op_builder.core.compiling.CompilingBuilder.build_prebuilt]) does not use it; the
         extension compiles the same sources with the same flags through setuptools, except the per-source
-        flags (:meth:`source_cxx_args`), which setuptools cannot give one source: every source gets ``-O3``.
+        flags ([`source_cxx_args`][anyaccel.op_builder.core.builder.OpBuilder.source_cxx_args]), which setuptools cannot
+        give one source: every source gets ``-O3``.
 
         Side effects: imports ``torch.utils.cpp_extension``; writes the schema header into a temporary dir.
         """

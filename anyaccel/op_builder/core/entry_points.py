@@ -6,7 +6,7 @@ The op core never imports an integration: an integration names what it contribut
 anyaccel's own integrations are declared in its own ``pyproject.toml``, so they exist only in the
 installed distribution metadata: an environment installed (``pip install -e .``) before a group was added has
 source code that relies on the group and metadata that lacks it, and what the group contributes would be
-missing without a word. :func:`entry_points` refuses that case with :class:`StaleInstallError` naming the fix.
+missing without a word. `entry_points` refuses that case with `StaleInstallError` naming the fix.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def check_own_group(group: str) -> None:
     """Check that anyaccel's installed metadata declares its own entries of ``group`` (once per group).
 
     Args:
-        group: an entry-point group name; groups not in :data:`OWN_GROUPS` are not checked.
+        group: an entry-point group name; groups not in `OWN_GROUPS` are not checked.
 
     Raises:
         StaleInstallError: anyaccel is installed but its metadata has no entry in ``group`` although its
@@ -63,7 +63,7 @@ def check_own_group(group: str) -> None:
 
 
 def entry_points(group: str) -> tuple[importlib.metadata.EntryPoint, ...]:
-    """The installed entry points of ``group``, sorted by name, after :func:`check_own_group`.
+    """The installed entry points of ``group``, sorted by name, after `check_own_group`.
 
     Raises:
         StaleInstallError: ``group`` is one of anyaccel's own and its installed metadata lacks it.

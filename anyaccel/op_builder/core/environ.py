@@ -2,7 +2,7 @@
 
 torch.utils.cpp_extension reads ``CXX``, ``MAX_JOBS``, ``PATH`` (to find ninja) and
 ``TORCH_CUDA_ARCH_LIST`` from the process environment. DeepSpeed sets such variables globally and leaves
-them set, which leaks into later builds and the user's own; we set them only inside :func:`scoped_environ`
+them set, which leaks into later builds and the user's own; we set them only inside `scoped_environ`
 and restore every variable to its previous value, or remove it, on exit, also when the build raises.
 """
 

@@ -1,12 +1,16 @@
-"""What an op build is, as data, and the hooks a backend overrides: :class:`BuilderHooks`.
+"""What an op build is, as data, and the hooks a backend overrides: `BuilderHooks`.
 
-The base of :class:`~anyaccel.op_builder.core.builder.OpBuilder`. A builder is data: the op spec's build
-(:class:`anyaccel.spec.NativeBuild`: sources, functions, flags) plus its backend base (``backends/``),
-which overrides the hooks declared here (:meth:`~BuilderHooks.isa`, :meth:`~BuilderHooks.extra_key_inputs`,
-:meth:`~BuilderHooks.nvcc_args`, ...). This module also derives the cache key from that data
-(:meth:`~BuilderHooks.key_inputs`), and spawns no process doing so: the key uses the compiler's path, size and
+The base of [`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder]. A builder is data: the op spec's build
+([`anyaccel.spec.NativeBuild`][anyaccel.spec.NativeBuild]: sources, functions, flags) plus its backend base
+(``backends/``),
+which overrides the hooks declared here ([`isa`][anyaccel.op_builder.core.hooks.BuilderHooks.isa],
+[`extra_key_inputs`][anyaccel.op_builder.core.hooks.BuilderHooks.extra_key_inputs],
+[`nvcc_args`][anyaccel.op_builder.core.hooks.BuilderHooks.nvcc_args], ...). This module also derives the cache key from
+that data
+([`key_inputs`][anyaccel.op_builder.core.hooks.BuilderHooks.key_inputs]), and spawns no process doing so: the key uses
+the compiler's path, size and
 mtime, never its ``--version``. Sources are compiled against torch's stable ABI
-(:mod:`anyaccel.op_builder.toolchains.torch_abi`): the key carries the ABI target, not the torch version, so a
+(`anyaccel.op_builder.toolchains.torch_abi`): the key carries the ABI target, not the torch version, so a
 torch upgrade reuses every artifact.
 """
 
@@ -41,9 +45,11 @@ def torch_version() -> str:
 class BuilderHooks:
     """Base of every op builder (DeepSpeed's ``OpBuilder`` vocabulary): the build as data, and its key.
 
-    Builders of anyaccel's own ops are made from op specs (:func:`anyaccel.op_builder.classes.builder_class`),
-    which set :attr:`SPEC` and :attr:`BUILD`; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
-    :meth:`sources` and :meth:`functions` instead.
+    Builders of anyaccel's own ops are made from op specs
+    ([`anyaccel.op_builder.classes.builder_class`][anyaccel.op_builder.classes.builder_class]),
+    which set `SPEC` and `BUILD`; a hand-written builder sets ``NAME``/``BUILD_VAR`` and overrides
+    [`sources`][anyaccel.op_builder.core.hooks.BuilderHooks.sources] and
+    [`functions`][anyaccel.op_builder.core.hooks.BuilderHooks.functions] instead.
 
     Class attributes:
         NAME: the op build's name, e.g. "cpu_adam"; the cache directory and namespace prefix.
@@ -53,7 +59,8 @@ class BuilderHooks:
         BUILD_HOST_FIELDS: key inputs that describe the build machine rather than the binary's runtime
             contract; they are ignored when matching a prebuilt artifact (a user needs no compiler to use
             one).
-        HEADER_SUFFIXES: which files under :meth:`include_paths` are part of the key.
+        HEADER_SUFFIXES: which files under [`include_paths`][anyaccel.op_builder.core.hooks.BuilderHooks.include_paths]
+            are part of the key.
         SPEC, BUILD: the op spec and its build this builder was made from (None for hand-written ones).
     """
 
@@ -86,7 +93,8 @@ class BuilderHooks:
         return f"anyaccel.ops.{self.NAME}_op"
 
     def source_root(self) -> Path:
-        """The directory :meth:`sources` are relative to: anyaccel's package directory, or, for a spec
+        """The directory [`sources`][anyaccel.op_builder.core.hooks.BuilderHooks.sources] are relative to: anyaccel's
+        package directory, or, for a spec
         contributed by another package (``anyaccel.ops`` entry point), that package's top directory."""
         top = self.SPEC.source.partition(".")[0] if self.SPEC is not None and self.SPEC.source else "anyaccel"
         if top == "anyaccel":
@@ -99,13 +107,15 @@ class BuilderHooks:
         return Path(next(iter(found.submodule_search_locations)))
 
     def sources(self) -> list[str]:
-        """Source files relative to :meth:`source_root` (the spec build's ``sources``)."""
+        """Source files relative to [`source_root`][anyaccel.op_builder.core.hooks.BuilderHooks.source_root] (the spec
+        build's ``sources``)."""
         if self.BUILD is None:
             raise NotImplementedError(f"{type(self).__name__} must define sources()")
         return list(self.BUILD.sources)
 
     def include_paths(self) -> list[str]:
-        """Include directories (relative to :meth:`source_root`, or absolute); every header in them is part
+        """Include directories (relative to [`source_root`][anyaccel.op_builder.core.hooks.BuilderHooks.source_root], or
+        absolute); every header in them is part
         of the key. anyaccel's shared headers (``csrc/includes``: stable-ABI tensors, checks, SIMD, multi-tensor
         apply) are always one."""
         shared = PACKAGE_DIR / "csrc" / "includes"
@@ -116,7 +126,8 @@ class BuilderHooks:
         return list(self.BUILD.cxx_args) if self.BUILD else []
 
     def source_cxx_args(self, source: str) -> list[str]:
-        """Host-compiler flags for the one source ``source`` (a :meth:`sources` entry), after every other flag:
+        """Host-compiler flags for the one source ``source`` (a
+        [`sources`][anyaccel.op_builder.core.hooks.BuilderHooks.sources] entry), after every other flag:
         the spec build's ``source_cxx_args`` for it, else none."""
         if self.BUILD is None:
             return []
@@ -156,8 +167,9 @@ class BuilderHooks:
         return self.isa() or ""
 
     def verify_functions(self, namespace: str) -> str:
-        """Check that a loaded library registered ``namespace`` with every function of :meth:`functions`, each
-        with the spec's schema (:func:`~anyaccel.op_builder.core.registration.verify_functions`).
+        """Check that a loaded library registered ``namespace`` with every function of
+        [`functions`][anyaccel.op_builder.core.hooks.BuilderHooks.functions], each
+        with the spec's schema (`verify_functions`).
 
         Returns:
             "" when it did; else what is missing or different, in words.
@@ -179,14 +191,15 @@ class BuilderHooks:
                 schema.DTYPES_HEADER_NAME: schema.generate_dtypes(self.SPEC, self.BUILD)}
 
     def write_generated_headers(self, gen_dir: Path) -> None:
-        """Write :meth:`generated_headers` into ``gen_dir``."""
+        """Write [`generated_headers`][anyaccel.op_builder.core.hooks.BuilderHooks.generated_headers] into
+        ``gen_dir``."""
         for name, text in self.generated_headers().items():
             (gen_dir / name).write_text(text)
 
     def register_fakes(self, namespace: str) -> None:
         """Register the spec's validating fake of every function in ``namespace`` (for ``torch.compile``,
         ``opcheck`` and meta tensors) and the fallback kernel explaining calls no native kernel takes
-        (:mod:`~anyaccel.op_builder.core.registration`); a hand-written builder overrides this.
+        (`registration`); a hand-written builder overrides this.
 
         Side effects: registers with the torch dispatcher.
         """
@@ -197,7 +210,8 @@ class BuilderHooks:
         registration.register_fallbacks(namespace, functions, self.DEVICE_TYPE)
 
     def _variant_or_empty(self) -> str:
-        """:meth:`variant_label`, or "" when it cannot be told (a bad ``ANYACCEL_CPU_ISA``)."""
+        """[`variant_label`][anyaccel.op_builder.core.hooks.BuilderHooks.variant_label], or "" when it cannot be told (a
+        bad ``ANYACCEL_CPU_ISA``)."""
         try:
             return self.variant_label()
         except OpBuilderError:
@@ -205,7 +219,8 @@ class BuilderHooks:
 
     # ----- key --------------------------------------------------------------------------------------------
     def _files_in_key(self) -> list[Path]:
-        """The sources, every header under :meth:`include_paths`, and the headers beside the sources (a
+        """The sources, every header under [`include_paths`][anyaccel.op_builder.core.hooks.BuilderHooks.include_paths],
+        and the headers beside the sources (a
         ``"cpu_adam.h"`` included by ``cpu_adam.cpp`` changes the binary as much as the source does)."""
         root = self.source_root()
         files = [root / s for s in self.sources()]
@@ -216,7 +231,7 @@ class BuilderHooks:
         return files
 
     def key_inputs(self) -> dict[str, Any]:
-        """Every input that changes the binary (see :mod:`anyaccel.op_builder.core.manifest`). Spawns no process.
+        """Every input that changes the binary (see `anyaccel.op_builder.core.manifest`). Spawns no process.
 
         The torch version is not an input: the sources use only the stable ABI, so the stable-ABI target
         (``abi_target``) stands for torch; ``built_with_torch`` is recorded for the report but ignored when

@@ -7,12 +7,12 @@ lock file while someone waits on it would let two holders in); a file left by a 
 acquired again.
 
 The holder writes its pid, host and start time into the file, so waiters can log who holds the build and
-for how long; a wait longer than the timeout ends in :class:`LockTimeoutError`.
+for how long; a wait longer than the timeout ends in `LockTimeoutError`.
 
 The lock file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600 (whatever the umask); an existing one
 must be what this library made, a regular file of the user with one link and mode 0600. Anything else, a
 symbolic or hard link planted in its place, another user's file, a directory, a FIFO, is refused
-(:class:`CacheSecurityError`), never followed, truncated or chmod-ed (see :func:`open_lock_file`).
+(`CacheSecurityError`), never followed, truncated or chmod-ed (see `open_lock_file`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ DEFAULT_TIMEOUT_S = settings.BUILD_LOCK_TIMEOUT.default_s
 def default_timeout_s() -> float:
     """``ANYACCEL_BUILD_LOCK_TIMEOUT`` in seconds, else 1800.
 
-    Parsed by :data:`anyaccel.settings.BUILD_LOCK_TIMEOUT`, as every duration setting.
+    Parsed by `anyaccel.settings.BUILD_LOCK_TIMEOUT`, as every duration setting.
 
     Raises:
         SettingError: the variable is not a finite positive number of seconds (``nan``, ``inf``, ``1e308``,
@@ -112,7 +112,7 @@ def open_lock_file(path: Path) -> int:
 
 
 def _check_lock_file(path: Path, st: os.stat_result) -> None:
-    """Refuse ``st`` (of ``path``) unless it is a lock file this library made (see :func:`open_lock_file`).
+    """Refuse ``st`` (of ``path``) unless it is a lock file this library made (see `open_lock_file`).
 
     Raises:
         CacheSecurityError: what it is instead, and how to clear it.
@@ -153,9 +153,9 @@ class BuildLock:
     """An exclusive ``flock`` on ``path``, used as a context manager.
 
     Args:
-        path: the lock file (created if missing, mode 0600; see :func:`open_lock_file`).
+        path: the lock file (created if missing, mode 0600; see `open_lock_file`).
         what: what the lock protects, for log and error messages (e.g. "cpu_adam 1a2b3c").
-        timeout_s: seconds to wait before :class:`LockTimeoutError`; :func:`default_timeout_s` (read when
+        timeout_s: seconds to wait before `LockTimeoutError`; `default_timeout_s` (read when
             the lock is first waited for) when None.
         poll_s: seconds between attempts.
         log_every_s: seconds between "waiting for ..." log lines.
@@ -164,7 +164,7 @@ class BuildLock:
         LockTimeoutError: on ``__enter__``, when the lock stays held longer than ``timeout_s``; the
             message names the holder and how long it has held the lock.
         SettingError: on ``__enter__``, a bad ``ANYACCEL_BUILD_LOCK_TIMEOUT``.
-        CacheSecurityError, CacheUnusableError: on ``__enter__`` (see :func:`open_lock_file`).
+        CacheSecurityError, CacheUnusableError: on ``__enter__`` (see `open_lock_file`).
     """
 
     def __init__(self, path: Path, what: str, timeout_s: float | None = None, poll_s: float = 0.1,
@@ -254,7 +254,7 @@ class BuildLock:
         """Take the lock if it is free right now; never waits. Returns whether it is held.
 
         Raises:
-            CacheSecurityError, CacheUnusableError: see :func:`open_lock_file`.
+            CacheSecurityError, CacheUnusableError: see `open_lock_file`.
         """
         fd = open_lock_file(self.path)
         try:

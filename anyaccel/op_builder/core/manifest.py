@@ -8,7 +8,7 @@ level, GPU arch list / toolkit (for GPU builders) and our package version. The m
 document, so a load can check that the artifact it is about to trust was built from the same inputs, and
 ``anyaccel cache ls`` can say why an entry is stale. It also records the SHA-256 and size of the library
 (``library_sha256``, ``library_size``; schema 2), checked before the library is loaded
-(:mod:`anyaccel.op_builder.core.integrity`).
+(`anyaccel.op_builder.core.integrity`).
 """
 
 from __future__ import annotations
@@ -80,12 +80,12 @@ NOT_IN_KEY = ("built_with_torch",)
 
 
 def compute_key(inputs: Mapping[str, Any]) -> str:
-    """The cache key: SHA-256 hex of ``inputs`` (less :data:`NOT_IN_KEY`) as canonical JSON (sorted keys, no
+    """The cache key: SHA-256 hex of ``inputs`` (less `NOT_IN_KEY`) as canonical JSON (sorted keys, no
     whitespace).
 
     The integrity check recomputes it from a manifest's recorded inputs
-    (:func:`anyaccel.op_builder.core.integrity.inspect_entry`), so an edited input never passes, while a field of
-    :data:`NOT_IN_KEY` may differ (an artifact built under another torch).
+    (`anyaccel.op_builder.core.integrity.inspect_entry`), so an edited input never passes, while a field of
+    `NOT_IN_KEY` may differ (an artifact built under another torch).
     """
     hashed = {k: v for k, v in inputs.items() if k not in NOT_IN_KEY}
     blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"), default=str)

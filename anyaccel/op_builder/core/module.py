@@ -13,7 +13,7 @@ __all__ = ["OpModule", "AdaptedFunctions", "with_adapted_functions"]
 class AdaptedFunctions:
     """The functions an integration adds to one loaded op module, found and made on first use.
 
-    An integration (:mod:`anyaccel.op_builder.core.module_functions`; DeepSpeed's module ABI) names an adapter
+    An integration (`anyaccel.op_builder.core.module_functions`; DeepSpeed's module ABI) names an adapter
     factory (``"module:factory"``) and the functions a module of this build offers (``create_adam``,
     ``adam_update``, ...). Asking the integrations reads the installed entry points and imports their
     declarations, so it is deferred to the first name a module's torch ops do not answer: loading an op, and
@@ -74,7 +74,8 @@ class OpModule:
     ``module.adam_step(...)`` is ``torch.ops.<namespace>.adam_step(...)``: attribute access forwards to the
     op namespace the library registered with ``STABLE_TORCH_LIBRARY`` (docs/architecture.md "Op builders").
     Names that are not torch ops of the library are the functions integrations add for this build
-    (DeepSpeed's ``create_adam``, ``adam_update``, ``multi_tensor_adam``...; :attr:`adapted_functions`).
+    (DeepSpeed's ``create_adam``, ``adam_update``, ``multi_tensor_adam``...;
+    [`adapted_functions`][anyaccel.op_builder.core.module.OpModule.adapted_functions]).
 
     Attributes:
         op: the builder's ``NAME``.
@@ -129,7 +130,7 @@ class OpModule:
 
 class _WithAdaptedFunctions:
     """A Python-level op module (a namespace of torch ops) plus the integrations' functions (see
-    :func:`with_adapted_functions`)."""
+    `with_adapted_functions`)."""
 
     def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
         self._module = module
@@ -157,7 +158,7 @@ def with_adapted_functions(module: Any, extras: dict[str, Any]) -> Any:
 
     Args:
         module: the object whose attributes are the op's torch ops.
-        extras: :meth:`~anyaccel.op_builder.core.loading.LoadingBuilder._module_extras` of its builder.
+        extras: `_module_extras` of its builder.
 
     Returns:
         A forwarding wrapper offering ``module``'s attributes and the added functions, or ``module`` itself

@@ -4,8 +4,8 @@ An integration (DeepSpeed's module ABI: ``create_adam``, ``multi_tensor_adam``..
 the ``anyaccel.module_functions`` entry-point group (``name = "module:function"``). The op-builder layer asks
 the providers when it loads a build and never imports an integration itself; the provider named there is
 imported once per process, on the first load. The group is read through
-:func:`anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
-existed raises :class:`~anyaccel.op_builder.errors.StaleInstallError` instead of loading modules without
+`anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
+existed raises `StaleInstallError` instead of loading modules without
 their functions.
 """
 
@@ -53,9 +53,10 @@ def for_build(family: str, builder_names: tuple[str, ...]) -> tuple[str, tuple[s
 
     Args:
         family: the op family of the build.
-        builder_names: the build's own builder names (:attr:`anyaccel.spec.NativeBuild.builder_names`); the
+        builder_names: the build's own builder names
+            ([`anyaccel.spec.NativeBuild.builder_names`][anyaccel.spec.NativeBuild.builder_names]); the
             aliases integrations contribute for the family's builds of those names
-            (:mod:`anyaccel.op_builder.core.aliases`) are added before the providers are asked, so a module
+            (`anyaccel.op_builder.core.aliases`) are added before the providers are asked, so a module
             loaded as ``CPUAdamBuilder`` also offers what DeepSpeed calls on it as ``FusedAdamBuilder``.
 
     Returns:

@@ -1,7 +1,7 @@
 """What a user sees while an op compiles: the op, its variant, the elapsed time and the steps done.
 
 A cold build takes seconds (a CPU op) to minutes (a CUDA op for several archs); silence for that long reads
-as a hang. :class:`BuildProgress` writes to standard error, never to standard output (which belongs to the
+as a hang. `BuildProgress` writes to standard error, never to standard output (which belongs to the
 user's program):
 
 - on a terminal, one line redrawn in place as ninja reports finished steps and every half second
@@ -84,7 +84,7 @@ class BuildProgress:
             self._draw()
 
     def on_tick(self) -> None:
-        """Redraw the elapsed time (terminal only, at most every :data:`REDRAW_S` seconds)."""
+        """Redraw the elapsed time (terminal only, at most every `REDRAW_S` seconds)."""
         if self.clock() - self._drawn_at >= REDRAW_S:
             self._draw()
 

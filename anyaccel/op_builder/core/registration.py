@@ -1,15 +1,15 @@
 """What a loaded op library registers with torch, checked, and the Python registrations added beside it.
 
 After ``torch.ops.load_library`` the builder checks that the library defined the namespace and every function
-of its spec with the spec's schema (:func:`verify_functions`), then registers the spec's validating fakes
-(:func:`register_fakes`) and a fallback kernel that explains calls no native kernel takes
-(:func:`register_fallbacks`).
+of its spec with the spec's schema (`verify_functions`), then registers the spec's validating fakes
+(`register_fakes`) and a fallback kernel that explains calls no native kernel takes
+(`register_fallbacks`).
 
 ``torch.library.register_fake`` records where it was called from (file and line, for its duplicate-registration
 message) with ``inspect.getframeinfo`` and ``inspect.getmodule``. When the calling module was imported after
 the last time anything in the process asked ``inspect`` for a module, ``getmodule`` scans every module in
 ``sys.modules`` (about 60 us each for modules it has not mapped yet, through torch.package's ``getfile``), about
-3 ms of a 6 ms warm ``load()`` in a fresh process. :func:`register_fakes` first records this module's own file
+3 ms of a 6 ms warm ``load()`` in a fresh process. `register_fakes` first records this module's own file
 in ``inspect.modulesbyfile``, the table that scan fills, with the entry the scan would make, so the lookup finds
 it directly; torch's recorded source is unchanged (this file and line). See ``benchmarks/warm_load.py``.
 """
@@ -118,7 +118,7 @@ def register_fallbacks(namespace: str, functions: Sequence[Function], device_typ
 
 
 def _no_kernel(op: str, device_type: str, *args: Any) -> None:
-    """The fallback kernel of :func:`register_fallbacks`: always raises.
+    """The fallback kernel of `register_fallbacks`: always raises.
 
     Raises:
         RuntimeError: ``"<op>: every tensor list is empty ..."`` or ``"<op>: this build runs on <type> tensors;

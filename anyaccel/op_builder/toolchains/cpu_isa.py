@@ -144,7 +144,7 @@ def resolve_isa(
         implemented: the levels the sources implement, best first; ``portable`` is always accepted.
 
     Returns:
-        The chosen :class:`ISALevel`.
+        The chosen `ISALevel`.
 
     Raises:
         ISAError: the variable names no level (the message lists the valid ones), or names a level this

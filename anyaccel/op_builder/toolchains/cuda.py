@@ -6,11 +6,11 @@ building. Nothing here runs on import or on a warm load.
 Policy (a toolkit that cannot build for this torch fails with a fix before compiling; a build for other GPUs
 or another toolkit is never loaded):
 
-- toolkit and torch CUDA *major* versions differ -> :class:`ToolchainError` with code ``cuda_mismatch``
+- toolkit and torch CUDA *major* versions differ -> `ToolchainError` with code ``cuda_mismatch``
   naming both versions and the fixes, unless ``ANYACCEL_SKIP_CUDA_CHECK=1``; a *minor* difference is logged;
 - the GPU arch list comes from ``TORCH_CUDA_ARCH_LIST`` when set, else from the compute capabilities of
   all visible devices; it is part of the cache key and is handed to the compiler through
-  :func:`anyaccel.op_builder.core.environ.scoped_environ`, never by a permanent ``os.environ`` change.
+  `anyaccel.op_builder.core.environ.scoped_environ`, never by a permanent ``os.environ`` change.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def find_cuda_home(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def find_nvcc(env: Mapping[str, str] | None = None) -> Path | None:
-    """``<cuda home>/bin/nvcc`` if it exists, else None (see :func:`find_cuda_home`)."""
+    """``<cuda home>/bin/nvcc`` if it exists, else None (see `find_cuda_home`)."""
     home = find_cuda_home(env)
     if home is None:
         return None
@@ -104,7 +104,7 @@ def check_cuda_versions(
     """Apply the toolkit policy to a toolkit version and torch's CUDA version.
 
     Args:
-        toolkit: the toolkit version, "13.0" (from :func:`parse_nvcc_version`).
+        toolkit: the toolkit version, "13.0" (from `parse_nvcc_version`).
         torch_cuda: ``torch.version.cuda``, e.g. "12.8"; None for a CPU-only torch.
         env: environment to read ``ANYACCEL_SKIP_CUDA_CHECK`` from; ``os.environ`` when None.
 

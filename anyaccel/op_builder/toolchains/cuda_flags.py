@@ -1,7 +1,7 @@
 """Compiler flags for GPU op builders: ``-gencode`` per arch, the ROCm/hipify decision, common nvcc flags.
 
 Pure functions and data tables, no device access and no process: ``CUDAOpBuilder``
-(:mod:`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a GPU.
+(`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a GPU.
 
 Sources: nvcc's ``-gencode`` forms are from the CUDA Compiler Driver NVCC manual ("Options for Steering GPU
 Code Generation"); the ``a`` (arch-specific, e.g. ``sm_90a`` for wgmma) and ``f`` (family-specific, CUDA
@@ -127,5 +127,5 @@ def rocm_arch_flags(arch_list: Sequence[str]) -> list[str]:
 
 
 def arch_flags(toolkit: GPUToolkit, arch_list: Sequence[str]) -> list[str]:
-    """The arch flags of ``toolkit`` for ``arch_list`` (:func:`gencode_flags` or :func:`rocm_arch_flags`)."""
+    """The arch flags of ``toolkit`` for ``arch_list`` (`gencode_flags` or `rocm_arch_flags`)."""
     return rocm_arch_flags(arch_list) if toolkit.hipify else gencode_flags(arch_list)

@@ -2,11 +2,11 @@
 
 Two kinds of functions live here, and the split keeps a warm load fast:
 
-- *identity* functions (:func:`find_cxx`, :func:`file_identity`) only look at the file system. The cache
+- *identity* functions (`find_cxx`, `file_identity`) only look at the file system. The cache
   key uses them, so a warm load in a fresh process spawns no process at all.
-- *version* functions (:func:`probe_version`, :func:`tool_version`) run ``--version``. They are called only
+- *version* functions (`probe_version`, `tool_version`) run ``--version``. They are called only
   while building (the version goes into the manifest) and by ``anyaccel report``, and never raise: a tool
-  that cannot run, hangs, fails or prints undecodable bytes gives a :class:`VersionProbe` that says so.
+  that cannot run, hangs, fails or prints undecodable bytes gives a `VersionProbe` that says so.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def find_tool(env: Mapping[str, str] | None, override_var: str, candidates: Sequ
 
 
 def find_cxx(env: Mapping[str, str] | None = None) -> Path | None:
-    """Resolve the C++ compiler: ``$CXX`` else :data:`CXX_CANDIDATES` on ``PATH`` (see :func:`find_tool`).
+    """Resolve the C++ compiler: ``$CXX`` else `CXX_CANDIDATES` on ``PATH`` (see `find_tool`).
 
     Raises:
         ToolchainError: ``compiler_missing`` when ``$CXX`` is set but names nothing executable.
@@ -89,7 +89,7 @@ def find_cxx(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def require_cxx(env: Mapping[str, str] | None = None) -> Path:
-    """Like :func:`find_cxx` but raises ``ToolchainError("compiler_missing")`` when none is found."""
+    """Like `find_cxx` but raises ``ToolchainError("compiler_missing")`` when none is found."""
     found = find_cxx(env)
     if found is None:
         raise ToolchainError(
@@ -119,7 +119,7 @@ def find_ninja(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def require_ninja(env: Mapping[str, str] | None = None) -> Path:
-    """Like :func:`find_ninja` but raises ``ToolchainError("ninja_missing")`` when none is found."""
+    """Like `find_ninja` but raises ``ToolchainError("ninja_missing")`` when none is found."""
     found = find_ninja(env)
     if found is None:
         raise ToolchainError("ninja_missing", "ninja is neither installed as a Python package nor on PATH")
@@ -178,7 +178,7 @@ def probe_version(path: Path | str, args: Sequence[str] = ("--version",), timeou
         env: its environment; the current one when None.
 
     Returns:
-        The :class:`VersionProbe` (``ok`` False when the tool could not start, hung, was killed or exited
+        The `VersionProbe` (``ok`` False when the tool could not start, hung, was killed or exited
         non-zero).
 
     Side effects: starts a process. Never call this on the load path.
@@ -237,7 +237,7 @@ def build_jobs(
     Args:
         env: environment to read ``MAX_JOBS`` from; ``os.environ`` when None.
         cpu_count: usable cores; ``len(os.sched_getaffinity(0))`` (or ``os.cpu_count()``) when None.
-        mem_available: available memory in bytes; :func:`available_memory_bytes` when None.
+        mem_available: available memory in bytes; `available_memory_bytes` when None.
         bytes_per_job: memory budget of one compile in bytes.
 
     Raises:

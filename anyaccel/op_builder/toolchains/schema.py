@@ -6,7 +6,8 @@ hashed into the cache key) gives each source:
 
 - ``ANYACCEL_DEFINE_OPS(m)``: the ``m.def(...)`` of every function of the build, with the spec's schema;
 - ``ANYACCEL_IMPL(m, fn, kernel)``: registers ``kernel`` for ``fn`` after a ``static_assert`` that the
-  kernel has exactly the C++ signature the schema maps to (:data:`anyaccel.spec.CXX_TYPES`), and wraps
+  kernel has exactly the C++ signature the schema maps to ([`anyaccel.spec.CXX_TYPES`][anyaccel.spec.CXX_TYPES]), and
+  wraps
   it so the spec's scalar ranges are checked before the kernel runs (the fakes check the same ranges);
 - ``anyaccel::op::kAcceptedCombos`` and ``ANYACCEL_DTYPE_COMBOS(X)``: the spec's dtype combinations, as a
   table the checks use and an X-macro the kernels instantiate their templates from;

@@ -1,10 +1,10 @@
 """SYCL toolchain policy for XPU op builders: finding the DPC++ compiler and the XPU arch list.
 
-Two kinds of functions, as in :mod:`anyaccel.op_builder.toolchains.host`:
+Two kinds of functions, as in `anyaccel.op_builder.toolchains.host`:
 
-- *identity* functions (:func:`find_sycl_compiler`, :func:`xpu_arch_list`) look only at the file system
+- *identity* functions (`find_sycl_compiler`, `xpu_arch_list`) look only at the file system
   and the environment; the cache key uses them, so a warm load spawns no process;
-- :func:`probe_sycl_compiler` RUNS the compiler (``icpx --version``) and is called only while building
+- `probe_sycl_compiler` RUNS the compiler (``icpx --version``) and is called only while building
   (and by ``anyaccel report``). A compiler is trusted only when it runs and says it is Intel's oneAPI
   DPC++/C++ compiler (or an open-source DPC++ ``clang++`` build): a stale ``ONEAPI_ROOT`` that points at
   a removed install is never taken for a toolchain.
@@ -122,11 +122,11 @@ def probe_sycl_compiler(path: Path, timeout: float = VERSION_TIMEOUT_S) -> SyclC
     """Run ``<path> --version`` and accept it only if it is a DPC++ compiler.
 
     Args:
-        path: the candidate from :func:`find_sycl_compiler`.
+        path: the candidate from `find_sycl_compiler`.
         timeout: seconds to wait for it.
 
     Returns:
-        The :class:`SyclCompiler`.
+        The `SyclCompiler`.
 
     Raises:
         ToolchainError: ``sycl_compiler_missing`` when it does not run, exits non-zero, or its banner is not a
@@ -158,7 +158,7 @@ def require_sycl_compiler(env: Mapping[str, str] | None = None) -> SyclCompiler:
 
     Raises:
         ToolchainError: ``sycl_compiler_missing`` naming every place looked at when no candidate exists, or the
-            errors of :func:`find_sycl_compiler` and :func:`probe_sycl_compiler`.
+            errors of `find_sycl_compiler` and `probe_sycl_compiler`.
 
     Side effects: runs ``--version`` of the candidate.
     """
@@ -199,7 +199,7 @@ def xpu_arch_list(env: Mapping[str, str] | None = None) -> list[str]:
         without XPU support).
 
     Raises:
-        ValueError: a malformed entry (see :func:`parse_arch_list`).
+        ValueError: a malformed entry (see `parse_arch_list`).
 
     Side effects: imports torch when the variable is unset (no device initialisation: the list is compiled
     into torch).

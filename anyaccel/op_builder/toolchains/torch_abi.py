@@ -1,7 +1,7 @@
 """torch's stable ABI as the op builders use it: the target version, the headers and the library to link.
 
 Every native source includes only ``torch/csrc/stable`` and ``torch/headeronly`` headers and is compiled
-with ``TORCH_TARGET_VERSION`` set to :data:`DEFAULT_TARGET`, so the binary calls only the stable C shim
+with ``TORCH_TARGET_VERSION`` set to `DEFAULT_TARGET`, so the binary calls only the stable C shim
 (``aoti_torch_*``, ``torch_*``) that every torch from that version on provides
 (https://docs.pytorch.org/docs/stable/notes/libtorch_stable_abi.html). The cache key and the prebuilt
 manifest carry the target instead of the running torch's version: an artifact built under torch 2.13 loads
@@ -58,10 +58,10 @@ def running_torch() -> tuple[int, int]:
 
 
 def target(env: dict[str, str] | None = None) -> tuple[int, int]:
-    """The stable-ABI target of new builds: ``ANYACCEL_TORCH_TARGET`` or :data:`DEFAULT_TARGET`.
+    """The stable-ABI target of new builds: ``ANYACCEL_TORCH_TARGET`` or `DEFAULT_TARGET`.
 
     Raises:
-        TorchABIError: the variable is malformed, older than :data:`DEFAULT_TARGET` (the kernels need
+        TorchABIError: the variable is malformed, older than `DEFAULT_TARGET` (the kernels need
             2.10's ABI) or newer than the running torch (whose headers could not provide it).
     """
     raw = settings.TORCH_TARGET.get(env)

@@ -33,7 +33,7 @@ class CPUAdagrad(ListOptimizer):
     """Adagrad for parameters that live in CPU memory (ZeRO-Offload style).
 
     One ``step()`` makes one kernel call per parameter group for the parameters with dense gradients
-    (:class:`~anyaccel.ops.optimizer.ListOptimizer`'s validation, buckets and checkpoints), and one per
+    ([`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer]'s validation, buckets and checkpoints), and one per
     parameter with a sparse gradient; the kernel reads ``p, g, v`` and writes ``p, v`` once.
 
     Per element (fp32 arithmetic, torch's order)::
@@ -97,7 +97,8 @@ class CPUAdagrad(ListOptimizer):
 
     @step_entry
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One optimization step: dense gradients through :meth:`ListOptimizer.step`, then sparse ones.
+        """One optimization step: dense gradients through
+        [`ListOptimizer.step`][anyaccel.ops.optimizer.ListOptimizer.step], then sparse ones.
 
         Everything is validated before anything changes (sparse gradients included): a step that raises has
         updated nothing.
@@ -109,7 +110,8 @@ class CPUAdagrad(ListOptimizer):
             The closure's loss, or None.
 
         Raises:
-            ValueError, TypeError: as :meth:`ListOptimizer.step`; for a sparse gradient, a layout other than
+            ValueError, TypeError: as [`ListOptimizer.step`][anyaccel.ops.optimizer.ListOptimizer.step]; for a sparse
+                gradient, a layout other than
                 COO or a dtype or shape other than the parameter's.
         """
         loss = None

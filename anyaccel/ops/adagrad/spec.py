@@ -1,4 +1,4 @@
-"""The Adagrad op family, described once (see :mod:`anyaccel.spec`).
+"""The Adagrad op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 Adagrad: Duchi, Hazan & Singer, "Adaptive Subgradient Methods for Online Learning and Stochastic
 Optimization", JMLR 2011. The update and its order of operations are torch's ``torch.optim.Adagrad``
@@ -12,7 +12,8 @@ Optimization", JMLR 2011. The update and its order of operations are torch's ``t
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy. The
 builder name is DeepSpeed's (``CPUAdagradBuilder``, a host op served on every accelerator). DeepSpeed's
 module ABI (``create_adagrad``, ``adagrad_update``, ``destroy_adagrad``) is
-:mod:`anyaccel.integrations.deepspeed.abi.adagrad`; the optimizer is :class:`anyaccel.ops.adagrad.CPUAdagrad`.
+`anyaccel.integrations.deepspeed.abi.adagrad`; the optimizer is
+[`anyaccel.ops.adagrad.CPUAdagrad`][anyaccel.ops.adagrad.cpu.CPUAdagrad].
 """
 
 from anyaccel.ops.adam.spec import SPEC as _ADAM

@@ -61,7 +61,7 @@ class CPUAdam(ListOptimizer):
     exactly, including fp32 state of 16-bit parameters, and load ``torch.optim.Adam``/``AdamW`` checkpoints
     (their ``decoupled_weight_decay`` sets ``adamw_mode``; ``maximize``/``amsgrad=True`` are refused). The
     shared behaviour (validation before mutation, aliasing checks, version counters, the cached plan) is
-    :class:`~anyaccel.ops.optimizer.ListOptimizer`'s.
+    [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer]'s.
 
     Args:
         params: Parameters (CPU, contiguous, fp32/bf16/fp16 tensors) or parameter-group dicts, as for any

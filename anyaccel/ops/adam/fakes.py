@@ -1,9 +1,10 @@
-"""The validating fake of ``adam_step`` (schema in :mod:`anyaccel.ops.adam.spec`).
+"""The validating fake of ``adam_step`` (schema in `anyaccel.ops.adam.spec`).
 
 Registered by every build of the family for its namespace (with the build's device type bound), it runs
 while ``torch.compile`` traces a call and for ``device="meta"`` tensors. The op mutates its lists in place
 and returns nothing, so the fake computes nothing: it checks what the kernels check (the spec's scalar
-ranges, then :func:`anyaccel.ops.validation.check_optimizer_lists`), so a bad call fails while tracing the
+ranges, then [`anyaccel.ops.validation.check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists]), so a bad
+call fails while tracing the
 same way it fails at run time.
 """
 

@@ -5,7 +5,7 @@ Drop-in for DeepSpeed's ``deepspeed.ops.adam.FusedAdam`` (same argument names: `
 ``torch.optim.Adam`` (False) computes (https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html;
 Kingma & Ba 2015; Loshchilov & Hutter 2019). The kernel is the ``adam`` family's implementation for the
 parameters' device type (CUDA C++, Triton, SYCL, NPU, or the CPU SIMD kernel), chosen by
-:mod:`anyaccel.ops.dispatch`.
+[`anyaccel.ops.dispatch`][anyaccel.ops.dispatch].
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class FusedAdam(ListOptimizer):
 
     Many small tensors: the CUDA implementation keeps each bucket's validated tensor table on the device
     (``adam_plan``), so a step costs a few list operations per tensor on the host and one launch per bucket
-    (see :class:`~anyaccel.ops.optimizer.ListOptimizer`). ``capturable=True`` keeps the step count and the
+    (see [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer]). ``capturable=True`` keeps the step count and the
     learning rate on the device so a training step can be captured in a CUDA graph and replayed; pass the
     learning rate as a float32 device tensor and update it in place to schedule it under a graph.
 

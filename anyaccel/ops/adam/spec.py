@@ -1,4 +1,4 @@
-"""The Adam / AdamW op family, described once (see :mod:`anyaccel.spec`).
+"""The Adam / AdamW op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 Adam: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015; AdamW (decoupled weight decay):
 Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch's
@@ -13,12 +13,12 @@ Loshchilov & Hutter, ICLR 2019. The update and its order of operations are torch
 With ``model_copies``, ``params`` are fp32 master weights and the updated value is also written, rounded
 to nearest even, into the 16-bit model copy in the same pass. Builder names are DeepSpeed's; that the CPU build
 also answers to ``FusedAdamBuilder`` on the CPU (DeepSpeed's ``FusedAdam`` on CPU tensors) is the DeepSpeed
-integration's (:mod:`anyaccel.integrations.deepspeed.builder_names`).
+integration's (`anyaccel.integrations.deepspeed.builder_names`).
 
 ``adam_rollback_step`` undoes one step given its gradients and arguments (DeepSpeed's ``adam_rollback``; rules
 in ``csrc/adam/cpu_adam.cpp``). DeepSpeed's module ABI (``create_adam``, ``adam_update``, ``adam_rollback``,
 ``destroy_adam``, ``multi_tensor_adam``, ZenFlow's ``zenflow_adam_*``) is the DeepSpeed integration's
-(:mod:`anyaccel.integrations.deepspeed.abi.adam`).
+(`anyaccel.integrations.deepspeed.abi.adam`).
 """
 
 from anyaccel.ops.plan_fakes import make_plan_fake

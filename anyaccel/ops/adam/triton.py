@@ -5,7 +5,7 @@ see that file for the update rule and its sources (torch.optim.AdamW, DeepSpeed 
 2015, Loshchilov & Hutter 2019). Triton runs on CUDA and Intel XPU devices.
 
 Importing this module imports Triton; import it only where Triton is known to be installed (the
-implementation loader, :mod:`anyaccel.ops.dispatch`, does so).
+implementation loader, [`anyaccel.ops.dispatch`][anyaccel.ops.dispatch], does so).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, step
     Args:
         bases: the first tensor of each list in kernel order (params, grads, exp_avgs, exp_avg_sqs,
             [model copies]); the others are reached through ``table``'s deltas.
-        table: the launch's work table. The scalars: as :func:`adam_step`, already validated.
+        table: the launch's work table. The scalars: as `adam_step`, already validated.
     """
     bc1 = 1.0 - beta1**step if bias_correction else 1.0
     bc2 = 1.0 - beta2**step if bias_correction else 1.0
@@ -164,16 +164,16 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, step
 
 def adam_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
               exp_avg_sqs: Sequence[torch.Tensor], model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Validates one dtype combination's lists once; the plan :func:`adam_step_planned` launches from.
+    """Validates one dtype combination's lists once; the plan `adam_step_planned` launches from.
 
     Args:
-        params, grads, exp_avgs, exp_avg_sqs, model_copies: as :func:`adam_step`; their tensors with
+        params, grads, exp_avgs, exp_avg_sqs, model_copies: as `adam_step`; their tensors with
             elements must share one dtype combination.
 
     Returns:
         An int64 tensor of ``4 + 9 * T`` words on the params' device (T: tensors with elements) whose
         header ``[magic, combo, T, chunks]`` has the CUDA plan's meaning
-        (:func:`anyaccel.ops.triton.multi_tensor.make_plan`).
+        (`anyaccel.ops.triton.multi_tensor.make_plan`).
 
     Raises:
         RuntimeError: a bad list entry (``adam_step``'s rules, named ``adam_plan``), or more or fewer than one
@@ -192,18 +192,18 @@ def adam_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
 
 def adam_step_planned(plan: torch.Tensor, combo: int, count: int, chunks: int, step: int, lr: float, beta1: float,
                       beta2: float, eps: float, weight_decay: float, bias_correction: bool, adamw_mode: bool) -> None:
-    """:func:`adam_step` over a plan's tensors, at a host cost independent of their number.
+    """`adam_step` over a plan's tensors, at a host cost independent of their number.
 
     Same kernel and arguments as the unplanned step, so the results are the same bit for bit.
 
     Args:
-        plan: the tensor :func:`adam_plan` returned. combo, count, chunks: its header words 1-3.
-        step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode: as :func:`adam_step`.
+        plan: the tensor `adam_plan` returned. combo, count, chunks: its header words 1-3.
+        step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode: as `adam_step`.
 
     Raises:
         RuntimeError: a scalar out of range (the spec's ranges); ``plan`` not a live plan of this
             implementation, header words that are not the plan's, or a list's first tensor moved
-            (:func:`anyaccel.ops.triton.multi_tensor.planned`).
+            (`anyaccel.ops.triton.multi_tensor.planned`).
 
     Side effects: updates the plan's params, moments and model copies in place.
     """

@@ -1,7 +1,8 @@
 """Async file I/O between host tensors and files: DeepSpeed's ``AsyncIOBuilder`` / ``aio_handle`` on anyaccel.
 
 - ``spec.py``: the op spec (torch ops ``aio_open``, ``aio_submit_read``, ``aio_wait``, ...);
-- ``handle.py``: :class:`AsyncIOHandle`, DeepSpeed's ``aio_handle`` API over those ops, and the
+- ``handle.py``: [`AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle], DeepSpeed's ``aio_handle`` API over those
+  ops, and the
   ``module.aio_handle(...)`` factory the loaded module offers;
 - ``pinned.py``: page-aligned, page-locked host buffers (``new_cpu_locked_tensor``);
 - ``errors.py``: the typed errors; ``fakes.py``: the validating fakes.

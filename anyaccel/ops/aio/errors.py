@@ -2,34 +2,47 @@
 
 The stable ABI raises every C++ error as ``RuntimeError``; the kernels (``csrc/aio/aio.cpp``,
 ``aio_engine.cpp``) start the message of each I/O error with a tag,
-``[anyaccel.aio kind=<kind> errno=<n> failed=<f> ops=<o>] <text>``, which :func:`from_kernel` turns into
-one of the classes below, adding the fix for the errno. Every class is an :class:`AIOError`, itself an
+``[anyaccel.aio kind=<kind> errno=<n> failed=<f> ops=<o>] <text>``, which
+[`from_kernel`][anyaccel.ops.aio.errors.from_kernel] turns into
+one of the classes below, adding the fix for the errno. Every class is an
+[`AIOError`][anyaccel.ops.aio.errors.AIOError], itself an
 ``OSError`` carrying ``errno``, so callers catch what they mean:
 
 ================================  =====================================  ======================================
 class                             also an                                when
 ================================  =====================================  ======================================
-:class:`AIOFileNotFoundError`     ``FileNotFoundError``                  the file (reads) or its directory is
+[`AIOFileNotFoundError`][anyaccel.ops.aio.errors.AIOFileNotFoundError]     ``FileNotFoundError``                  the
+file (reads) or its directory is
                                                                          missing (ENOENT)
-:class:`AIOPermissionError`       ``PermissionError``                    not readable / writable: read-only
+[`AIOPermissionError`][anyaccel.ops.aio.errors.AIOPermissionError]       ``PermissionError``                    not
+readable / writable: read-only
                                                                          file or file system (EACCES, EPERM,
                                                                          EROFS)
-:class:`AIOIsADirectoryError`     ``IsADirectoryError``                  the path is a directory (EISDIR)
-:class:`DiskFullError`            ``OSError``                            no space, quota or file-size limit
+[`AIOIsADirectoryError`][anyaccel.ops.aio.errors.AIOIsADirectoryError]     ``IsADirectoryError``                  the
+path is a directory (EISDIR)
+[`DiskFullError`][anyaccel.ops.aio.errors.DiskFullError]            ``OSError``                            no space,
+quota or file-size limit
                                                                          (ENOSPC, EDQUOT, EFBIG)
-:class:`FileTooShortError`        ``EOFError``                           a read past the end of the file: the
+[`FileTooShortError`][anyaccel.ops.aio.errors.FileTooShortError]        ``EOFError``                           a read
+past the end of the file: the
                                                                          file is shorter than the tensor
-:class:`AIONotRegularFileError`   ``ValueError``                         the path or fd is a FIFO, socket or
+[`AIONotRegularFileError`][anyaccel.ops.aio.errors.AIONotRegularFileError]   ``ValueError``                         the
+path or fd is a FIFO, socket or
                                                                          device, not a regular file
-:class:`AIOConflictError`         ``ValueError``                         a transfer races a pending one on the
+[`AIOConflictError`][anyaccel.ops.aio.errors.AIOConflictError]         ``ValueError``                         a transfer
+races a pending one on the
                                                                          same memory or file bytes
-:class:`AIOTimeoutError`          ``TimeoutError``                       ``wait()`` ran out of time (the
+[`AIOTimeoutError`][anyaccel.ops.aio.errors.AIOTimeoutError]          ``TimeoutError``                       ``wait()``
+ran out of time (the
                                                                          transfers stay pending)
-:class:`AIOHandleError`           ``ValueError``                         the handle is closed, or was opened
+[`AIOHandleError`][anyaccel.ops.aio.errors.AIOHandleError]           ``ValueError``                         the handle
+is closed, or was opened
                                                                          in the parent of a fork
-:class:`AIOValidationError`       ``ValueError``                         ``validate=True`` found different
+[`AIOValidationError`][anyaccel.ops.aio.errors.AIOValidationError]       ``ValueError``
+``validate=True`` found different
                                                                          bytes in the file
-:class:`AIOError`                                                        any other OS error (EIO, EBADF, ...)
+[`AIOError`][anyaccel.ops.aio.errors.AIOError]                                                        any other OS error
+(EIO, EBADF, ...)
 ================================  =====================================  ======================================
 """
 
@@ -161,7 +174,8 @@ def from_kernel(exc: BaseException) -> AIOError | None:
         exc: the exception the torch op raised.
 
     Returns:
-        An :class:`AIOError` subclass instance whose message is the kernel's text plus ``"; fix: ..."`` for
+        An [`AIOError`][anyaccel.ops.aio.errors.AIOError] subclass instance whose message is the kernel's text plus ``";
+        fix: ..."`` for
         known errnos.
     """
     text = str(exc)

@@ -1,10 +1,10 @@
-"""The validating fakes of the async I/O op's tensor functions (schemas in :mod:`anyaccel.ops.aio.spec`).
+"""The validating fakes of the async I/O op's tensor functions (schemas in `anyaccel.ops.aio.spec`).
 
 Registered by the build for its namespace (with the build's device type bound), they run while
 ``torch.compile`` traces a call and for ``device="meta"`` tensors. They check what the kernel checks before
-it touches a file (the spec's scalar ranges, then :func:`check_buffer` and :func:`check_file`, in the
+it touches a file (the spec's scalar ranges, then `check_buffer` and `check_file`, in the
 kernel's order and words: ``csrc/aio/aio.cpp``), so a bad call fails the same way while tracing and at run
-time; then they refuse the call (:data:`NOT_TRACEABLE`).
+time; then they refuse the call (`NOT_TRACEABLE`).
 
 Why refuse: a transfer goes on after the op returns, until ``wait()``. A compiled graph cannot express
 that: functionalization runs a read on a copy of the buffer and copies it back at once (before the bytes
@@ -69,16 +69,16 @@ def aio_submit_read(device_type: str, handle: int, buffer: Any, path: str, fd: i
 
     Raises:
         RuntimeError: a scalar outside its range, a non-contiguous or non-strided buffer, or not exactly one
-            of path and fd, with the kernel's message; else :data:`NOT_TRACEABLE`.
+            of path and fd, with the kernel's message; else `NOT_TRACEABLE`.
     """
     _check("aio_submit_read", handle, buffer, path, fd, file_offset)
 
 
 def aio_submit_write(device_type: str, handle: int, buffer: Any, path: str, fd: int, file_offset: int) -> None:
     """Fake of ``aio_submit_write``: validates like the kernel, then refuses to be traced (see
-    :func:`aio_submit_read`).
+    `aio_submit_read`).
 
     Raises:
-        RuntimeError: as :func:`aio_submit_read`.
+        RuntimeError: as `aio_submit_read`.
     """
     _check("aio_submit_write", handle, buffer, path, fd, file_offset)

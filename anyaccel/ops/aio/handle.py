@@ -1,7 +1,8 @@
 """DeepSpeed's ``aio_handle`` API over the async I/O op's torch ops (``anyaccel.ops.aio.spec``).
 
 ``get_accelerator().create_op_builder("AsyncIOBuilder").load()`` returns an op module whose ``aio_handle(...)``
-makes an :class:`AsyncIOHandle` (through :class:`AsyncIOModule`, the adapter the DeepSpeed integration's ABI
+makes an [`AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle] (through
+[`AsyncIOModule`][anyaccel.ops.aio.handle.AsyncIOModule], the adapter the DeepSpeed integration's ABI
 declaration names, ``anyaccel/integrations/deepspeed/abi/aio.py``), with the constructor arguments, methods and
 return values ZeRO-Infinity's swappers and DeepSpeed's fast checkpoint writer use
 (``deepspeed/runtime/swap_tensor/*.py``, ``deepspeed/io/*.py``; DeepSpeed 0.19.8,
@@ -11,12 +12,13 @@ return values ZeRO-Infinity's swappers and DeepSpeed's fast checkpoint writer us
   ``write`` and ``wait``; a sync call waits for every pending transfer of the handle and returns how many
   finished (DeepSpeed's count), an async call returns 0 once queued;
 - ``new_cpu_locked_tensor`` / ``free_cpu_locked_tensor`` / ``is_pinned`` (page-aligned, page-locked buffers:
-  :mod:`anyaccel.ops.aio.pinned`);
+  `anyaccel.ops.aio.pinned`);
 - ``get_block_size``, ``get_queue_depth``, ``get_single_submit``, ``get_overlap_events``,
   ``get_intra_op_parallelism``, ``get_alignment``.
 
 Where anyaccel differs (all documented in ``docs/aio.md``): errors raise typed exceptions
-(:mod:`anyaccel.ops.aio.errors`) instead of printing and returning -1 or asserting; ``wait()`` has a timeout;
+([`anyaccel.ops.aio.errors`][anyaccel.ops.aio.errors]) instead of printing and returning -1 or asserting; ``wait()`` has
+a timeout;
 sizes need not divide by ``intra_op_parallelism``; ``single_submit`` and ``overlap_events`` (libaio
 settings) are accepted and reported but change nothing; buffers on an accelerator go through a host
 staging copy, as DeepSpeed's bounce buffer.
@@ -47,7 +49,7 @@ _DS_ALIGNMENT = 512
 
 
 def default_timeout_s() -> float:
-    """``ANYACCEL_AIO_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S`.
+    """``ANYACCEL_AIO_TIMEOUT`` in seconds, else `DEFAULT_TIMEOUT_S`.
 
     Raises:
         SettingError: (a ``ValueError``) the variable is not a finite positive number of seconds.
@@ -61,22 +63,24 @@ class AsyncIOHandle:
     Transfers of one handle run concurrently; ``wait()`` returns when all have finished. A transfer moves
     ``buffer.numel() * buffer.element_size()`` bytes at ``file_offset`` (bytes) of the file: any size and
     offset, the bulk through ``O_DIRECT`` (see ``docs/aio.md``). Reads need the file to hold every byte
-    (else :class:`~anyaccel.ops.aio.errors.FileTooShortError`, before anything is read); writes create the
+    (else [`FileTooShortError`][anyaccel.ops.aio.errors.FileTooShortError], before anything is read); writes create the
     file (mode 0600) and never truncate it.
 
     Files: regular files only, by path or descriptor. A path with a NUL character is refused
-    (``ValueError``), and so is a FIFO, socket or device (:class:`~anyaccel.ops.aio.errors.AIONotRegularFileError`):
+    (``ValueError``), and so is a FIFO, socket or device
+    ([`AIONotRegularFileError`][anyaccel.ops.aio.errors.AIONotRegularFileError]):
     paths are opened non-blocking and checked with ``fstat`` before anything else happens, so a FIFO is
     refused at once and never waited on (the open is not bounded by the ``wait()`` timeout: it never blocks).
 
     Buffers: any dtype and shape, contiguous; CPU tensors are read into / written from directly (their
     memory must stay valid until ``wait()``: the handle keeps a reference), accelerator tensors through a
     host staging copy (reads land in the device tensor at ``wait()``). Page-aligned buffers
-    (:meth:`new_cpu_locked_tensor`) at 4096-aligned offsets take the fastest path.
+    ([`new_cpu_locked_tensor`][anyaccel.ops.aio.handle.AsyncIOHandle.new_cpu_locked_tensor]) at 4096-aligned offsets
+    take the fastest path.
 
     Threads: every method may be called from any thread; submissions and reaping are serialised per handle.
     Two pending transfers that share memory or file bytes, where one writes them, are refused
-    (:class:`~anyaccel.ops.aio.errors.AIOConflictError`). After ``fork()``, open a new handle in the child.
+    ([`AIOConflictError`][anyaccel.ops.aio.errors.AIOConflictError]). After ``fork()``, open a new handle in the child.
 
     Args:
         ops: the loaded op module (``AsyncIOBuilder().load()``).
@@ -182,7 +186,8 @@ class AsyncIOHandle:
             The number of transfers finished (1 when nothing else was pending), as DeepSpeed.
 
         Raises:
-            As :meth:`async_pread` and :meth:`wait`.
+            As [`async_pread`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pread] and
+            [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait].
         """
         return self.pread(buffer, filename, False, False, file_offset)
 
@@ -193,15 +198,19 @@ class AsyncIOHandle:
             The number of transfers finished.
 
         Raises:
-            As :meth:`async_pwrite` and :meth:`wait` (a full disk: :class:`~anyaccel.ops.aio.errors.DiskFullError`).
+            As [`async_pwrite`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pwrite] and
+            [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] (a full disk:
+            [`DiskFullError`][anyaccel.ops.aio.errors.DiskFullError]).
         """
         return self.pwrite(buffer, filename, False, False, file_offset)
 
     def pread(self, buffer: torch.Tensor, filename: str | os.PathLike[str] | int, validate: bool, async_op: bool,
               file_offset: int = 0) -> int:
-        """DeepSpeed's ``pread(buffer, filename, validate, async, file_offset)``: :meth:`async_pread` when
-        ``async_op``, else :meth:`sync_pread`; with ``validate``, the bytes are compared with the file's after
-        the wait (:class:`~anyaccel.ops.aio.errors.AIOValidationError` on a difference).
+        """DeepSpeed's ``pread(buffer, filename, validate, async, file_offset)``:
+        [`async_pread`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pread] when
+        ``async_op``, else [`sync_pread`][anyaccel.ops.aio.handle.AsyncIOHandle.sync_pread]; with ``validate``, the
+        bytes are compared with the file's after
+        the wait ([`AIOValidationError`][anyaccel.ops.aio.errors.AIOValidationError] on a difference).
 
         Returns:
             0 when ``async_op``, else the number of transfers finished.
@@ -211,17 +220,20 @@ class AsyncIOHandle:
 
     def pwrite(self, buffer: torch.Tensor, filename: str | os.PathLike[str] | int, validate: bool, async_op: bool,
                file_offset: int = 0) -> int:
-        """DeepSpeed's ``pwrite(buffer, filename, validate, async, file_offset)`` (see :meth:`pread`)."""
+        """DeepSpeed's ``pwrite(buffer, filename, validate, async, file_offset)`` (see
+        [`pread`][anyaccel.ops.aio.handle.AsyncIOHandle.pread])."""
         self._submit(False, buffer, filename, file_offset, validate=bool(validate))
         return 0 if async_op else self.wait()
 
     def read(self, buffer: torch.Tensor, filename: str | os.PathLike[str], validate: bool, file_offset: int = 0) -> int:
-        """DeepSpeed's synchronous ``read``: :meth:`pread` with ``async_op=False``."""
+        """DeepSpeed's synchronous ``read``: [`pread`][anyaccel.ops.aio.handle.AsyncIOHandle.pread] with
+        ``async_op=False``."""
         return self.pread(buffer, filename, validate, False, file_offset)
 
     def write(self, buffer: torch.Tensor, filename: str | os.PathLike[str], validate: bool,
               file_offset: int = 0) -> int:
-        """DeepSpeed's synchronous ``write``: :meth:`pwrite` with ``async_op=False``."""
+        """DeepSpeed's synchronous ``write``: [`pwrite`][anyaccel.ops.aio.handle.AsyncIOHandle.pwrite] with
+        ``async_op=False``."""
         return self.pwrite(buffer, filename, validate, False, file_offset)
 
     @torch.compiler.disable
@@ -274,7 +286,8 @@ class AsyncIOHandle:
         return count
 
     def pending(self) -> int:
-        """Transfers queued (running or finished) and not yet reaped by :meth:`wait`."""
+        """Transfers queued (running or finished) and not yet reaped by
+        [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]."""
         with self._lock:
             self._check_open("pending")
             return self._pending()
@@ -282,7 +295,7 @@ class AsyncIOHandle:
     # ------------------------------------------------------------------ pinned buffers
     def new_cpu_locked_tensor(self, num_elem: int, example_tensor: torch.Tensor) -> torch.Tensor:
         """A 1-D host tensor of ``num_elem`` uninitialised elements of ``example_tensor``'s dtype, page-aligned
-        and page-locked where possible (:func:`anyaccel.ops.aio.pinned.new_locked_tensor`).
+        and page-locked where possible (`anyaccel.ops.aio.pinned.new_locked_tensor`).
 
         Raises:
             ValueError: ``num_elem`` is not an int >= 0.
@@ -290,20 +303,23 @@ class AsyncIOHandle:
         return pinned.new_locked_tensor(num_elem, example_tensor.dtype, self._page_lock)
 
     def free_cpu_locked_tensor(self, tensor: torch.Tensor) -> bool:
-        """Unlock a tensor of :meth:`new_cpu_locked_tensor`; returns whether it was one (torch frees the memory
+        """Unlock a tensor of [`new_cpu_locked_tensor`][anyaccel.ops.aio.handle.AsyncIOHandle.new_cpu_locked_tensor];
+        returns whether it was one (torch frees the memory
         with the tensor's last reference)."""
         return pinned.free_locked_tensor(tensor, self._page_lock)
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is page-locked: torch-pinned, or inside a buffer of :meth:`new_cpu_locked_tensor`."""
+        """Whether ``tensor`` is page-locked: torch-pinned, or inside a buffer of
+        [`new_cpu_locked_tensor`][anyaccel.ops.aio.handle.AsyncIOHandle.new_cpu_locked_tensor]."""
         return pinned.is_locked(tensor)
 
     # ------------------------------------------------------------------ lifetime
     def close(self, timeout: float | None = None) -> None:
-        """Wait for the pending transfers (see :meth:`wait`), then stop the worker threads. Idempotent.
+        """Wait for the pending transfers (see [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]), then stop the
+        worker threads. Idempotent.
 
         Raises:
-            As :meth:`wait`; the handle is closed even then.
+            As [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]; the handle is closed even then.
         """
         if self._closed:  # also after a failed __init__, which never made a kernel handle (nor a lock)
             return
@@ -431,10 +447,10 @@ def _validate(read: bool, buffer: torch.Tensor, file: str | int, offset: int) ->
 
 class AsyncIOModule:
     """DeepSpeed's ``async_io`` module ABI on a loaded anyaccel op module (the spec's ``deepspeed`` adapter):
-    ``module.aio_handle(...)`` makes an :class:`AsyncIOHandle`.
+    ``module.aio_handle(...)`` makes an [`AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle].
 
     Args:
-        module: the :class:`~anyaccel.op_builder.core.module.OpModule` of the ``async_io`` build.
+        module: the [`OpModule`][anyaccel.op_builder.core.module.OpModule] of the ``async_io`` build.
         functions: the ABI function names the module offers (the spec's ``("aio_handle",)``).
     """
 
@@ -444,6 +460,6 @@ class AsyncIOModule:
     def aio_handle(self, block_size: int = 1024 * 1024, queue_depth: int = 128, single_submit: bool = False,
                    overlap_events: bool = False, intra_op_parallelism: int = 1) -> AsyncIOHandle:
         """A new handle (DeepSpeed's ``aio_handle`` constructor, same arguments and defaults; see
-        :class:`AsyncIOHandle`)."""
+        [`AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle])."""
         return AsyncIOHandle(self._module, block_size, queue_depth, single_submit, overlap_events,
                              intra_op_parallelism)

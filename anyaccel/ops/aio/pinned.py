@@ -8,8 +8,8 @@ when the process may lock that much (``RLIMIT_MEMLOCK``; root may), else left un
 correct) and said once in the log. DeepSpeed does the same with ``posix_memalign`` + ``mlock``
 (``csrc/pin_memory/deepspeed_pin_tensor.cpp`` and ``page_alloc.cpp``).
 
-Every buffer made here is remembered (its address range) until :func:`free_locked_tensor` or the death of
-the tensor object returned, so :func:`is_locked` also recognises views of it (DeepSpeed's swapper asks
+Every buffer made here is remembered (its address range) until `free_locked_tensor` or the death of
+the tensor object returned, so `is_locked` also recognises views of it (DeepSpeed's swapper asks
 ``is_pinned`` of narrowed slices of one big buffer).
 """
 
@@ -84,7 +84,7 @@ def new_locked_tensor(num_elem: int, dtype: Any, page_lock: Callable[[int, int, 
 
 
 def free_locked_tensor(tensor: Any, page_lock: Callable[[int, int, bool], int]) -> bool:
-    """Unlock a tensor made by :func:`new_locked_tensor` and forget it; torch frees the memory with its last
+    """Unlock a tensor made by `new_locked_tensor` and forget it; torch frees the memory with its last
     reference (DeepSpeed's ``free_cpu_locked_tensor``).
 
     Returns:

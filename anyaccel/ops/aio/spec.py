@@ -1,9 +1,10 @@
-"""The async I/O op family, described once (see :mod:`anyaccel.spec`): DeepSpeed's ``AsyncIOBuilder``.
+"""The async I/O op family, described once (see [`anyaccel.spec`][anyaccel.spec]): DeepSpeed's ``AsyncIOBuilder``.
 
 File reads and writes between host tensors and files, queued on a pool of worker threads and waited for
 later, for ZeRO-Infinity's NVMe offload and fast checkpointing. The torch ops are the low-level surface
 (a handle is an integer id: the stable ABI registers functions, not classes); users and DeepSpeed use
-:class:`anyaccel.ops.aio.handle.AsyncIOHandle`, DeepSpeed's ``aio_handle`` API, which ``load()``'s module
+[`anyaccel.ops.aio.handle.AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle], DeepSpeed's ``aio_handle`` API, which
+``load()``'s module
 offers as ``module.aio_handle(...)``. Mechanism (``O_DIRECT`` ``pread``/``pwrite`` on a thread pool, chosen
 by measurement), guarantees and errors: ``docs/aio.md``; the engine: ``csrc/aio/aio_engine.h``.
 """

@@ -1,4 +1,4 @@
-"""``CPULamb``: LAMB on CPU parameters (defined with :class:`~anyaccel.ops.lamb.fused.FusedLamb`)."""
+"""``CPULamb``: LAMB on CPU parameters (defined with [`FusedLamb`][anyaccel.ops.lamb.fused.FusedLamb])."""
 
 from anyaccel.ops.lamb.fused import CPULamb
 

@@ -3,9 +3,9 @@
 Drop-in for DeepSpeed's ``deepspeed.ops.lamb.FusedLamb`` (``deepspeed/ops/lamb/fused_lamb.py``: arguments
 ``lr, bias_correction, betas, eps, eps_inside_sqrt, weight_decay, max_grad_norm, max_coeff, min_coeff,
 amsgrad``; ``step(closure, grads, output_params, scale, grad_norms)``; ``get_lamb_coeffs()``), computing what
-its CUDA kernel computes (:mod:`anyaccel.ops.lamb.spec`), but with one launch sequence per bucket instead of
+its CUDA kernel computes (`anyaccel.ops.lamb.spec`), but with one launch sequence per bucket instead of
 three launches per tensor. The kernel is the ``lamb`` family's implementation for the device type (CUDA
-C++, Triton) chosen by :mod:`anyaccel.ops.dispatch`.
+C++, Triton) chosen by [`anyaccel.ops.dispatch`][anyaccel.ops.dispatch].
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ _LAMB_HYPERS: tuple[Hyper, ...] = (
 class FusedLamb(ListOptimizer):
     """LAMB (You et al., ICLR 2020) with DeepSpeed's ``FusedLamb`` arguments, on an accelerator or the CPU.
 
-    Per tensor (see :mod:`anyaccel.ops.lamb.spec`): Adam moments, an update ``u = m / (sqrt(v) + eps) + wd * p``,
+    Per tensor (see `anyaccel.ops.lamb.spec`): Adam moments, an update ``u = m / (sqrt(v) + eps) + wd * p``,
     the trust ratio ``clamp(||p|| / ||u||, min_coeff, max_coeff)``, and ``p -= step_size * ratio * u`` with
-    ``step_size = lr * sqrt(1 - beta2**t) / (1 - beta1**t)``. Storage as :class:`~anyaccel.ops.adam.FusedAdam`
+    ``step_size = lr * sqrt(1 - beta2**t) / (1 - beta1**t)``. Storage as
+    [`FusedAdam`][anyaccel.ops.adam.fused.FusedAdam]
     (fp32, or 16-bit parameters with fp32 or 16-bit moments; ``master_weights`` for fp32 masters writing the
     16-bit parameters in the same pass). The shared behaviour (validation before mutation, cached plans,
-    ``capturable``) is :class:`~anyaccel.ops.optimizer.ListOptimizer`'s.
+    ``capturable``) is [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer]'s.
 
     Args:
         params: parameters or parameter-group dicts, contiguous, fp32/bf16/fp16.
@@ -52,7 +53,8 @@ class FusedLamb(ListOptimizer):
         eps: finite ``> 0``.
         eps_inside_sqrt: ``sqrt(v + eps)`` instead of ``sqrt(v) + eps``.
         weight_decay: finite ``>= 0``, added to the update before the trust ratio.
-        max_grad_norm: with ``grad_norms`` passed to :meth:`step`, gradients whose norm exceeds it are
+        max_grad_norm: with ``grad_norms`` passed to [`step`][anyaccel.ops.lamb.fused.FusedLamb.step], gradients whose
+            norm exceeds it are
             scaled down (DeepSpeed's clipping); ``0`` disables; finite ``>= 0``.
         max_coeff: the trust ratio's upper clamp, ``max_coeff > 0``.
         min_coeff: the trust ratio's lower clamp, ``0 <= min_coeff <= max_coeff``.
@@ -130,7 +132,7 @@ class FusedLamb(ListOptimizer):
         Raises:
             NotImplementedError: ``grads`` or ``output_params`` given.
             ValueError: ``scale`` not finite and positive, a gradient norm not a finite number ``>= 0``, or as
-                :meth:`ListOptimizer.step` (nothing changed).
+                [`ListOptimizer.step`][anyaccel.ops.optimizer.ListOptimizer.step] (nothing changed).
         """
         if grads is not None or output_params is not None:
             raise NotImplementedError("FusedLamb.step: the legacy grads= / output_params= lists are not supported; "
@@ -190,9 +192,11 @@ class FusedLamb(ListOptimizer):
 
 
 class CPULamb(FusedLamb):
-    """:class:`FusedLamb` for parameters in CPU memory (ZeRO-Offload style), through the SIMD ``cpu_lamb`` op.
+    """[`FusedLamb`][anyaccel.ops.lamb.fused.FusedLamb] for parameters in CPU memory (ZeRO-Offload style), through the
+    SIMD ``cpu_lamb`` op.
 
-    Same arguments, math and state as :class:`FusedLamb`; parameters must be CPU tensors (a clear error
+    Same arguments, math and state as [`FusedLamb`][anyaccel.ops.lamb.fused.FusedLamb]; parameters must be CPU tensors
+    (a clear error
     names the alternative otherwise). DeepSpeed has no CPU LAMB; this is anyaccel's.
     """
 

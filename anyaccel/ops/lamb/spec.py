@@ -1,4 +1,4 @@
-"""The LAMB op family, described once (see :mod:`anyaccel.spec`).
+"""The LAMB op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 LAMB (You et al., ICLR 2020, https://arxiv.org/abs/1904.00962) as DeepSpeed's ``FusedLamb`` computes it
 (``csrc/lamb/fused_lamb_cuda_kernel.cu``), per tensor, in fp32::
@@ -16,8 +16,8 @@ written into ``lamb_coeffs`` (one fp32 entry per parameter, on the parameters' d
 ``get_lamb_coeffs()`` reports. With ``model_copies``, ``params`` are fp32 masters and the updated value is
 also written into the 16-bit copy. Builder names are DeepSpeed's (``FusedLambBuilder``); that the CPU build
 also answers to ``FusedLambBuilder`` on the CPU is the DeepSpeed integration's
-(:mod:`anyaccel.integrations.deepspeed.builder_names`). DeepSpeed's module function ``lamb(...)`` is
-:mod:`anyaccel.integrations.deepspeed.abi.lamb`.
+(`anyaccel.integrations.deepspeed.builder_names`). DeepSpeed's module function ``lamb(...)`` is
+`anyaccel.integrations.deepspeed.abi.lamb`.
 """
 
 from __future__ import annotations

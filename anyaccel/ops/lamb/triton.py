@@ -1,14 +1,15 @@
 """Triton implementation of the fused multi-tensor LAMB step.
 
 Same op, signature and math as the CUDA kernel (``anyaccel/csrc/lamb/fused_lamb_cuda.cu``; algorithm in
-:mod:`anyaccel.ops.lamb.spec`): one Triton program per chunk of ``BLOCK`` elements updates the moments and
+`anyaccel.ops.lamb.spec`): one Triton program per chunk of ``BLOCK`` elements updates the moments and
 writes its chunk's partial sums of ``p**2`` and ``u**2``; the per-tensor trust ratios are a segmented sum of
 those partials (in float64, fixed order) and a clamp, in torch ops; a second launch applies the update.
 The per-tensor chunk counts and the tensors' places in ``lamb_coeffs`` are device tables built with the
 work table (cached, or once per plan), so a step does not wait for the device.
 Triton runs on CUDA and Intel XPU devices.
 
-Importing this module imports Triton; the implementation loader (:mod:`anyaccel.ops.dispatch`) imports it
+Importing this module imports Triton; the implementation loader ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch])
+imports it
 only where Triton is installed.
 """
 
@@ -91,7 +92,7 @@ def lamb_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
               exp_avg_sqs: Sequence[torch.Tensor], model_copies: Sequence[torch.Tensor], lamb_coeffs: torch.Tensor,
               step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, grad_scale: float,
               max_coeff: float, min_coeff: float, bias_correction: bool, eps_inside_sqrt: bool) -> None:
-    """One LAMB step over many tensors in place (schema and math: :mod:`anyaccel.ops.lamb.spec`).
+    """One LAMB step over many tensors in place (schema and math: `anyaccel.ops.lamb.spec`).
 
     Args:
         params, grads, exp_avgs, exp_avg_sqs, model_copies: as for ``adam_step`` (one CUDA/XPU device).
@@ -133,7 +134,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lamb
             [model copies]); the others are reached through ``table``'s deltas.
         table: the launch's work table; ``positions`` index ``lamb_coeffs``.
         lamb_coeffs: float32 on the params' device; entry ``table.positions[k]`` receives tensor k's trust
-            ratio. The scalars: as :func:`lamb_step`, already validated.
+            ratio. The scalars: as `lamb_step`, already validated.
 
     Side effects: a float32 ``[chunks, 2]`` and a few ``[T]`` device temporaries.
     """
@@ -164,16 +165,16 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lamb
 
 def lamb_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
               exp_avg_sqs: Sequence[torch.Tensor], model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Validates one dtype combination's lists once; the plan :func:`lamb_step_planned` launches from.
+    """Validates one dtype combination's lists once; the plan `lamb_step_planned` launches from.
 
     Args:
-        params, grads, exp_avgs, exp_avg_sqs, model_copies: as :func:`lamb_step`; their tensors with
+        params, grads, exp_avgs, exp_avg_sqs, model_copies: as `lamb_step`; their tensors with
             elements must share one dtype combination.
 
     Returns:
         An int64 tensor of ``4 + 9 * T`` words on the params' device (T: tensors with elements) whose
         header ``[magic, combo, T, chunks]`` has the CUDA plan's meaning
-        (:func:`anyaccel.ops.triton.multi_tensor.make_plan`).
+        (`anyaccel.ops.triton.multi_tensor.make_plan`).
 
     Raises:
         RuntimeError: a bad list entry (``lamb_step``'s rules, named ``lamb_plan``), or more or fewer than one
@@ -193,21 +194,21 @@ def lamb_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
 def lamb_step_planned(plan: torch.Tensor, combo: int, count: int, chunks: int, lamb_coeffs: torch.Tensor, step: int,
                       lr: float, beta1: float, beta2: float, eps: float, weight_decay: float, grad_scale: float,
                       max_coeff: float, min_coeff: float, bias_correction: bool, eps_inside_sqrt: bool) -> None:
-    """:func:`lamb_step` over a plan's tensors, at a host cost independent of their number.
+    """`lamb_step` over a plan's tensors, at a host cost independent of their number.
 
     Same kernels and arguments as the unplanned step, so the results are the same bit for bit.
 
     Args:
-        plan: the tensor :func:`lamb_plan` returned. combo, count, chunks: its header words 1-3.
+        plan: the tensor `lamb_plan` returned. combo, count, chunks: its header words 1-3.
         lamb_coeffs: contiguous float32 on the plan's device with at least one entry per tensor of the lists
             the plan was built from; every entry is set to 1, then entry i to tensor i's trust ratio.
         step, lr, beta1, beta2, eps, weight_decay, grad_scale, max_coeff, min_coeff, bias_correction,
-            eps_inside_sqrt: as :func:`lamb_step`.
+            eps_inside_sqrt: as `lamb_step`.
 
     Raises:
         RuntimeError: a scalar out of range or ``min_coeff > max_coeff`` (``lamb_step``'s words); a bad
             ``lamb_coeffs``; ``plan`` not a live plan of this implementation, header words that are not the
-            plan's, or a list's first tensor moved (:func:`anyaccel.ops.triton.multi_tensor.planned`).
+            plan's, or a list's first tensor moved (`anyaccel.ops.triton.multi_tensor.planned`).
 
     Side effects: updates the plan's params, moments and model copies and ``lamb_coeffs`` in place.
     """

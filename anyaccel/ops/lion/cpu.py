@@ -1,6 +1,6 @@
 """``CPULion``: the Lion optimizer on CPU tensors through anyaccel's vectorised ``cpu_lion`` kernel.
 
-The CPU counterpart of :class:`anyaccel.ops.lion.FusedLion` and a drop-in for DeepSpeed's
+The CPU counterpart of [`anyaccel.ops.lion.FusedLion`][anyaccel.ops.lion.fused.FusedLion] and a drop-in for DeepSpeed's
 ``DeepSpeedCPULion`` (``deepspeed/ops/lion/cpu_lion.py``: arguments ``lr, betas, weight_decay,
 fp32_optimizer_states``). Algorithm: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023,
 Algorithm 2 (https://arxiv.org/abs/2302.06675).

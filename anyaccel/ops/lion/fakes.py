@@ -1,5 +1,5 @@
-"""The validating fake of ``lion_step`` (schema in :mod:`anyaccel.ops.lion.spec`); see
-:mod:`anyaccel.ops.adam.fakes` for why fakes validate."""
+"""The validating fake of ``lion_step`` (schema in `anyaccel.ops.lion.spec`); see
+`anyaccel.ops.adam.fakes` for why fakes validate."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Lion: Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms" (Algorithm 2). Argument names
 follow DeepSpeed's ``deepspeed.ops.lion.FusedLion``. The kernel is the ``fused_lion`` op, chosen among its
-implementations (CUDA C++, Triton) by :mod:`anyaccel.ops.dispatch`.
+implementations (CUDA C++, Triton) by [`anyaccel.ops.dispatch`][anyaccel.ops.dispatch].
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class FusedLion(ListOptimizer):
     Storage: params fp32/bf16/fp16 with an fp32 ``exp_avg`` (or, with ``fp32_optimizer_states=False``,
     one in the 16-bit parameters' dtype); ``master_weights=True`` keeps fp32 masters for 16-bit
     parameters and writes the parameters from them in the same pass. The step's plan is cached and, on
-    CUDA, kept on the device (:class:`~anyaccel.ops.optimizer.ListOptimizer`); ``capturable=True`` reads the
+    CUDA, kept on the device ([`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer]); ``capturable=True`` reads the
     learning rate from device memory (CUDA graphs).
 
     Args:

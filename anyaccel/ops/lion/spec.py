@@ -1,4 +1,4 @@
-"""The Lion op family, described once (see :mod:`anyaccel.spec`).
+"""The Lion op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algorithm 2
 (https://arxiv.org/abs/2302.06675). Per element, in fp32::
@@ -9,10 +9,10 @@ Lion: Chen et al., "Symbolic Discovery of Optimization Algorithms", 2023, Algori
 
 With ``model_copies``, ``params`` are fp32 masters and the result is also written into the 16-bit copy.
 Builder names are DeepSpeed's (``CPULionBuilder``, ``FusedLionBuilder``); that the CPU build also answers to
-``FusedLionBuilder`` on the CPU is the DeepSpeed integration's (:mod:`anyaccel.integrations.deepspeed.builder_names`).
+``FusedLionBuilder`` on the CPU is the DeepSpeed integration's (`anyaccel.integrations.deepspeed.builder_names`).
 DeepSpeed's module ABI
 (``create_lion``, ``lion_update``, ``destroy_lion``, ``multi_tensor_lion``) is the DeepSpeed integration's
-(:mod:`anyaccel.integrations.deepspeed.abi.lion`).
+(`anyaccel.integrations.deepspeed.abi.lion`).
 """
 
 from anyaccel.ops.adam.spec import _PLAN_RANGES as _ADAM_PLAN_RANGES

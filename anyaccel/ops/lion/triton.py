@@ -117,7 +117,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lr: 
     Args:
         bases: the first tensor of each list in kernel order (params, grads, exp_avgs, [model copies]); the
             others are reached through ``table``'s deltas.
-        table: the launch's work table. The scalars: as :func:`lion_step`, already validated.
+        table: the launch's work table. The scalars: as `lion_step`, already validated.
     """
     has_copy = len(bases) == 4
     p, g, m = bases[:3]
@@ -131,16 +131,16 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lr: 
 
 def lion_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],
               model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Validates one dtype combination's lists once; the plan :func:`lion_step_planned` launches from.
+    """Validates one dtype combination's lists once; the plan `lion_step_planned` launches from.
 
     Args:
-        params, grads, exp_avgs, model_copies: as :func:`lion_step`; their tensors with elements must
+        params, grads, exp_avgs, model_copies: as `lion_step`; their tensors with elements must
             share one dtype combination.
 
     Returns:
         An int64 tensor of ``4 + 9 * T`` words on the params' device (T: tensors with elements) whose
         header ``[magic, combo, T, chunks]`` has the CUDA plan's meaning
-        (:func:`anyaccel.ops.triton.multi_tensor.make_plan`).
+        (`anyaccel.ops.triton.multi_tensor.make_plan`).
 
     Raises:
         RuntimeError: a bad list entry (``lion_step``'s rules, named ``lion_plan``), or more or fewer than one
@@ -159,18 +159,18 @@ def lion_plan(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp
 
 def lion_step_planned(plan: torch.Tensor, combo: int, count: int, chunks: int, lr: float, beta1: float, beta2: float,
                       weight_decay: float) -> None:
-    """:func:`lion_step` over a plan's tensors, at a host cost independent of their number.
+    """`lion_step` over a plan's tensors, at a host cost independent of their number.
 
     Same kernel and arguments as the unplanned step, so the results are the same bit for bit.
 
     Args:
-        plan: the tensor :func:`lion_plan` returned. combo, count, chunks: its header words 1-3.
-        lr, beta1, beta2, weight_decay: as :func:`lion_step`.
+        plan: the tensor `lion_plan` returned. combo, count, chunks: its header words 1-3.
+        lr, beta1, beta2, weight_decay: as `lion_step`.
 
     Raises:
         RuntimeError: a scalar out of range (the spec's ranges); ``plan`` not a live plan of this
             implementation, header words that are not the plan's, or a list's first tensor moved
-            (:func:`anyaccel.ops.triton.multi_tensor.planned`).
+            (`anyaccel.ops.triton.multi_tensor.planned`).
 
     Side effects: updates the plan's params, momenta and model copies in place.
     """

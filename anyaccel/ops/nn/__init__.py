@@ -2,13 +2,15 @@
 
 Three ways to use them (docs/nn_ops.md):
 
-- direct calls: ``anyaccel.ops.nn.families.rms_norm(x, weight)``, ... (:mod:`anyaccel.ops.nn.functional`);
+- direct calls: ``anyaccel.ops.nn.families.rms_norm(x, weight)``, ...
+  ([`anyaccel.ops.nn.functional`][anyaccel.ops.nn.functional]);
 - the aten-override mode: ``anyaccel.ops.enable()`` / ``with anyaccel.ops.use_ops():``
-  (:mod:`anyaccel.ops.override`);
-- patching a Hugging Face model: ``anyaccel.ops.patch(model)`` (:mod:`anyaccel.ops.nn.hf_patch`).
+  (`anyaccel.ops.override`);
+- patching a Hugging Face model: ``anyaccel.ops.patch(model)`` ([`anyaccel.ops.nn.hf_patch`][anyaccel.ops.nn.hf_patch]).
 
 Each op family (``families/rms_norm``, ``layer_norm``, ``softmax``, ``swiglu``, ``rope``, ``cross_entropy``)
-has an op spec, a Triton implementation and a portable torch one, chosen by :mod:`anyaccel.ops.dispatch`.
+has an op spec, a Triton implementation and a portable torch one, chosen by
+[`anyaccel.ops.dispatch`][anyaccel.ops.dispatch].
 Importing this package imports neither Triton nor the implementations.
 """
 

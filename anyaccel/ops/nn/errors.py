@@ -1,4 +1,4 @@
-"""The errors of the model ops (:mod:`anyaccel.ops.nn`).
+"""The errors of the model ops ([`anyaccel.ops.nn`][anyaccel.ops.nn]).
 
 Every message names the op, the offending value, what is accepted and the fix, in the form
 ``"<op>: <what> is <value>; accepted: <rule>. <fix>"``. The validating fakes raise the same errors as the

@@ -1,6 +1,6 @@
 """The model ops' front ends: ``anyaccel.ops.nn.families.rms_norm(x, weight)`` and friends.
 
-Each front end picks the implementation for the inputs' device type (:mod:`anyaccel.ops.nn.implementations`:
+Each front end picks the implementation for the inputs' device type (`anyaccel.ops.nn.implementations`:
 ``impl=`` argument, else ``ANYACCEL_IMPL_<FAMILY>``, else Triton on CUDA/XPU and the portable torch ops
 elsewhere) and calls its torch op, which carries the autograd formula. Every front end works under
 ``torch.compile(fullgraph=True)`` without a graph break.
@@ -53,16 +53,16 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     Args:
         x: ``[..., N]``, float32/bfloat16/float16 (any strides).
         residual: x's shape and dtype (any strides).
-        weight: as for :func:`rms_norm`.
-        eps: as for :func:`rms_norm`.
-        casting: as for :func:`rms_norm`.
-        impl: as for :func:`rms_norm`.
+        weight: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
+        eps: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
+        casting: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
+        impl: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
 
     Returns:
         ``(y, h)``: the normalised output and the new residual stream.
 
     Raises:
-        OpInputError: as :func:`rms_norm`, or residual of another shape or dtype.
+        OpInputError: as [`rms_norm`][anyaccel.ops.nn.functional.rms_norm], or residual of another shape or dtype.
     """
     y, h, _ = ops("rms_norm", x.device.type, impl).fused_add_rms_norm(x, residual, weight, float(eps), casting)
     return y, h
@@ -127,7 +127,8 @@ def softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
 
 def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
                 impl: str | None = None) -> torch.Tensor:
-    """Log-softmax along ``dim`` (as ``torch.log_softmax``); arguments as :func:`softmax`."""
+    """Log-softmax along ``dim`` (as ``torch.log_softmax``); arguments as
+    [`softmax`][anyaccel.ops.nn.functional.softmax]."""
     if dtype is not None:
         x = x.to(dtype)
     return ops("softmax", x.device.type, impl).log_softmax(x, dim)
@@ -218,16 +219,18 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     """Rotary position embedding of the queries and keys of one attention layer, in one kernel launch.
 
     ``rope(q, cos, sin), rope(k, cos, sin)`` with one op's host cost: Hugging Face's
-    ``apply_rotary_pos_emb(q, k, cos, sin)`` (what :func:`anyaccel.ops.nn.patch` replaces it with), and
+    ``apply_rotary_pos_emb(q, k, cos, sin)`` (what [`anyaccel.ops.nn.patch`][anyaccel.ops.nn.hf_patch.patch] replaces it
+    with), and
     Liger-Kernel's ``liger_rope``.
 
     Args:
         q: ``[..., D]`` (D even), e.g. ``[B, H, S, D]``, any strides (kept in the output).
         k: ``[..., D]``, same dtype rules, e.g. ``[B, H_kv, S, D]`` (fewer heads under grouped-query attention:
             the leading dimensions may differ from q's where the table broadcasts).
-        cos: as for :func:`rope`, broadcastable against both ``q.shape[:-1]`` and ``k.shape[:-1]``.
+        cos: as for [`rope`][anyaccel.ops.nn.functional.rope], broadcastable against both ``q.shape[:-1]`` and
+            ``k.shape[:-1]``.
         sin: like ``cos``.
-        interleaved: as for :func:`rope`.
+        interleaved: as for [`rope`][anyaccel.ops.nn.functional.rope].
         impl: force an implementation.
 
     Returns:
@@ -235,7 +238,8 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
         ``cos`` and ``sin``.
 
     Raises:
-        OpInputError: as :func:`rope` for either tensor (naming ``q`` or ``k``), or q and k on different
+        OpInputError: as [`rope`][anyaccel.ops.nn.functional.rope] for either tensor (naming ``q`` or ``k``), or q and k
+            on different
             devices.
     """
     cos, sin = _pair_tables(q, cos, sin, interleaved)
@@ -313,8 +317,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         weight: ``[V, H]`` (the lm_head weight), hidden's dtype.
         target: ``hidden.shape[:-1]`` class indices or ``ignore_index``.
         bias: ``[V]`` or None.
-        ignore_index: as :func:`cross_entropy`.
-        label_smoothing: as :func:`cross_entropy`.
+        ignore_index: as [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy].
+        label_smoothing: as [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy].
         reduction: ``"mean"`` or ``"sum"``.
         accum_dtype: the weight gradient's accumulation dtype when there are several chunks.
             ``torch.float32`` (default): an fp32 ``V x H`` accumulator, rounded once at the end (for a 16-bit
@@ -328,7 +332,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     Raises:
         OpInputError: bad shapes, dtypes or arguments; ``accum_dtype`` neither float32 nor the weight's dtype.
         UnsupportedOpError: ``reduction="none"`` (per-row weights cannot be applied to a weight gradient
-            accumulated in the forward; use :func:`cross_entropy` on the logits); from the backward, a second
+            accumulated in the forward; use [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy] on the logits);
+            from the backward, a second
             backward over the same loss (``retain_graph=True``).
     """
     if reduction == "none":

@@ -1,13 +1,15 @@
 """Which implementation of a model-op family runs for a device type, resolved so ``torch.compile`` can
 trace the front ends without a graph break.
 
-The front ends (:mod:`anyaccel.ops.nn.functional`) look up the op namespace of the chosen implementation
-(:func:`anyaccel.ops.dispatch.load`: forced name, ``ANYACCEL_IMPL_<FAMILY>``, else priority) and call
+The front ends ([`anyaccel.ops.nn.functional`][anyaccel.ops.nn.functional]) look up the op namespace of the chosen
+implementation
+([`anyaccel.ops.dispatch.load`][anyaccel.ops.dispatch.load]: forced name, ``ANYACCEL_IMPL_<FAMILY>``, else priority) and
+call
 ``torch.ops.<namespace>.<function>``. The lookup is marked as ``torch.compiler.assume_constant_result``
 marks functions: Dynamo runs it once while tracing (loading the implementation may register ops, which
 Dynamo must not trace) and bakes the namespace into the graph as a constant. The mark is set without
 importing Dynamo (and with it Triton), which importing the front ends must not
-(:func:`anyaccel._compat.dynamo.mark_constant_result`).
+(`anyaccel._compat.dynamo.mark_constant_result`).
 
 Consequence: a compiled function keeps the implementation chosen when it was traced; changing
 ``ANYACCEL_IMPL_<FAMILY>`` afterwards needs ``torch._dynamo.reset()``.
@@ -56,7 +58,7 @@ def ops(family: str, device_type: str, impl: str | None = None) -> Any:
     """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
     torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
     mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
-    :mod:`anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
+    `anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
     if tracing():
         return getattr(torch.ops, namespace(family, device_type, impl))
     from anyaccel.ops import dispatch

@@ -10,7 +10,7 @@ import os
 
 def triton_interpreter() -> tuple[bool, str]:
     """Whether Triton's interpreter is switched on (``TRITON_INTERPRET=1``) and can run the kernels with this
-    NumPy (:func:`anyaccel._compat.triton_interpreter.scalar_loop_bounds`): Triton kernels then run on the CPU,
+    NumPy (`anyaccel._compat.triton_interpreter.scalar_loop_bounds`): Triton kernels then run on the CPU,
     element by element in NumPy (slow: for tests of the Triton code on small shapes, not for speed).
 
     Side effects: with ``TRITON_INTERPRET=1``, the first call may import Triton and run one tiny kernel."""

@@ -1,7 +1,7 @@
 """Argument checks shared by the model ops' front ends, fakes and implementations.
 
-One vocabulary for every op of :mod:`anyaccel.ops.nn` (messages as described in
-:mod:`anyaccel.ops.nn.errors`). Checks read only metadata (dtype, device, shape), never data, so they run
+One vocabulary for every op of [`anyaccel.ops.nn`][anyaccel.ops.nn] (messages as described in
+`anyaccel.ops.nn.errors`). Checks read only metadata (dtype, device, shape), never data, so they run
 unchanged on fake tensors and never synchronise a device.
 """
 
@@ -65,7 +65,7 @@ def float_dtypes() -> tuple[torch.dtype, ...]:
 
 
 def check_float(op: str, name: str, t: torch.Tensor) -> None:
-    """Raise unless ``t`` is a dense tensor of a dtype in :data:`FLOAT_DTYPE_NAMES`.
+    """Raise unless ``t`` is a dense tensor of a dtype in `FLOAT_DTYPE_NAMES`.
 
     Raises:
         OpInputError: naming the op, the argument, its dtype and the accepted ones.

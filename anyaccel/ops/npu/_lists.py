@@ -1,6 +1,6 @@
 """Shared helpers of the NPU optimizer implementations: fp32 working copies.
 
-(Argument checks are :mod:`anyaccel.ops.validation`'s, shared by every implementation.)
+(Argument checks are [`anyaccel.ops.validation`][anyaccel.ops.validation]'s, shared by every implementation.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 An anyaccel optimizer updates every parameter of a group that has a gradient with one op call per bucket
 (tensors of one device and one dtype combination), through the op family's implementation for that
-device type (:mod:`anyaccel.ops.dispatch`). What this base owns, for every family and device:
+device type ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch]). What this base owns, for every family and device:
 
 * **Validation before mutation.** ``step()`` first checks every group (hyper-parameters against the ranges
   of the op spec, every parameter and gradient: device, dtype, layout, contiguity, inference tensors,
@@ -46,9 +46,9 @@ parameter or state tensor given another view of its own storage at the same addr
 refuses it (after earlier buckets of the step were written); assign the entry instead
 (``state['exp_avg'] = x``), which is noticed.
 
-Modules: :mod:`~anyaccel.ops.optimizer.base` (``ListOptimizer``, ``Hyper``: hyper-parameters and parameters),
-:mod:`~anyaccel.ops.optimizer.state` (state and checkpoint validation), :mod:`~anyaccel.ops.optimizer.plans`
-(plans and launch caching), :mod:`~anyaccel.ops.optimizer.hooks` (torch.optim's step protocol).
+Modules: `base` (``ListOptimizer``, ``Hyper``: hyper-parameters and parameters),
+`state` (state and checkpoint validation), `plans`
+(plans and launch caching), `hooks` (torch.optim's step protocol).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``ListOptimizer``: the one base of anyaccel's optimizers (``CPUAdam``, ``FusedAdam``, ``CPULion``, ...), with
-its hyper-parameter and parameter validation; state and checkpoints are :mod:`anyaccel.ops.optimizer.state`,
-plans and launches :mod:`anyaccel.ops.optimizer.plans`, the step protocol :mod:`anyaccel.ops.optimizer.hooks`.
+its hyper-parameter and parameter validation; state and checkpoints are `anyaccel.ops.optimizer.state`,
+plans and launches `anyaccel.ops.optimizer.plans`, the step protocol `anyaccel.ops.optimizer.hooks`.
 
 * **Messages name what the user knows:** ``param_groups[0]['params'][1]``, ``param_groups[0]['betas'][0]``,
   the constructor argument ``betas[0]``; never the kernel's ``grads[0]``.
@@ -67,7 +67,8 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
       accepted dtype combinations.
     * ``_STATE_KEYS``: the state tensors per parameter (``("exp_avg", "exp_avg_sq")``); the op's list
       argument of each is the key plus ``"s"`` (``exp_avgs``).
-    * ``_HYPERS``: the group's hyper-parameters (:class:`Hyper`), in the order they are checked.
+    * ``_HYPERS``: the group's hyper-parameters ([`Hyper`][anyaccel.ops.optimizer.base.Hyper]), in the order they are
+      checked.
     * ``_HOST``: True for host optimizers (CPU parameters only, DeepSpeed's ``DeepSpeedCPUAdam`` contract);
       False for optimizers that take any device with an implementation.
     * ``_ALTERNATIVE``: what to use for tensors on the wrong kind of device, for the message.
@@ -75,8 +76,8 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
     * ``_FIXED``: group keys with the only value implemented (``{"amsgrad": False}``); another value raises
       ``NotImplementedError``.
 
-    and may override :meth:`_check_group_extra` (constraints between hyper-parameters) and
-    :meth:`_launch_scalars` (op arguments that are not group keys).
+    and may override `_check_group_extra` (constraints between hyper-parameters) and
+    `_launch_scalars` (op arguments that are not group keys).
 
     Args:
         params: parameters or parameter-group dicts, as for any ``torch.optim.Optimizer``.
@@ -224,7 +225,7 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         """Adds a group (torch's ``add_param_group``), validating its hyper-parameters and parameters first.
 
         Raises:
-            ValueError, TypeError, KeyError: as :meth:`_scalars_of` and :meth:`_check_param`; a group that
+            ValueError, TypeError, KeyError: as `_scalars_of` and `_check_param`; a group that
                 lists a tensor twice (its update would be a data race).
         """
         params = param_group["params"]
@@ -293,7 +294,7 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         Side effects: creates state on a parameter's first step; loads (maybe compiles) ops on first use;
         updates parameters and state in place and bumps the parameters' version counters; runs torch.optim's
         step pre- and post-hooks and, while a torch profiler runs, records ``Optimizer.step#<Class>.step``
-        (:func:`step_entry`).
+        ([`step_entry`][anyaccel.ops.optimizer.base.step_entry]).
         """
         loss = None
         if closure is not None:
@@ -309,7 +310,7 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         return loss
 
     def _group_scalars(self, index: int, group: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`_scalars_of`, cached while the group's hyper-parameter values are unchanged (tensors: never)."""
+        """`_scalars_of`, cached while the group's hyper-parameter values are unchanged (tensors: never)."""
         snapshot = tuple([_frozen(group.get(key)) for key in _hyper_keys_of(type(self))])
         cached = self._scalar_cache.get(index)
         if cached is not None and cached[0] == snapshot:

@@ -2,7 +2,7 @@
 
 An anyaccel optimizer updates every parameter of a group that has a gradient with one op call per bucket
 (tensors of one device and one dtype combination), through the op family's implementation for that device
-type (:mod:`anyaccel.ops.dispatch`).
+type ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch]).
 
 * **Validation before mutation.** ``step()`` first checks every group (parameters and gradients: device,
   dtype, layout, contiguity, memory shared between tensors of a step) and loads the ops (which may compile);
@@ -104,7 +104,8 @@ class Prepared:
 
 
 class PlanMixin(torch.optim.Optimizer):
-    """The plan and launch half of :class:`~anyaccel.ops.optimizer.ListOptimizer` (see the module docstring)."""
+    """The plan and launch half of [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer] (see the module
+    docstring)."""
 
     _NAME: ClassVar[str]
     _FAMILY: ClassVar[str]
@@ -171,7 +172,7 @@ class PlanMixin(torch.optim.Optimizer):
         return self._prepared(index, plan, scalars, capturing)
 
     def _prepare_steady(self, index: int, plan: GroupPlan, scalars: dict[str, Any]) -> Prepared | None:
-        """:meth:`_prepare` when the group's parameters, their storage and their gradient objects are those the
+        """`_prepare` when the group's parameters, their storage and their gradient objects are those the
         cached plan last validated (gradients kept across steps, ``zero_grad(set_to_none=False)``): the
         gradients' values may have changed, and a gradient's storage may have been swapped in place
         (``g.data = x``), which a bucket's device table notices by its data pointers."""
@@ -252,7 +253,7 @@ class PlanMixin(torch.optim.Optimizer):
 
     def _build(self, index: int, group: dict[str, Any], live: list[torch.Tensor]) -> GroupPlan:
         """Validates a group's parameters with gradients and buckets them; state for new parameters is made
-        but not yet inserted (that happens in :meth:`_apply`)."""
+        but not yet inserted (that happens in `_apply`)."""
         name = self._NAME
         accepted = self._accepted_combos()
         new_state: dict[torch.Tensor, ParamState] = {}

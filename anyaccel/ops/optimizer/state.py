@@ -93,7 +93,7 @@ class ParamState(dict[Any, Any]):
 
 
 class StateMap(defaultdict[Any, Any]):
-    """``optimizer.state``: parameter -> :class:`ParamState`; inserting or removing an entry bumps the generation."""
+    """``optimizer.state``: parameter -> `ParamState`; inserting or removing an entry bumps the generation."""
 
     def __init__(self, gen: Generation, items: Mapping[Any, Any] | None = None) -> None:
         super().__init__(None)
@@ -128,7 +128,8 @@ def step_value(step: Any, what: str = "state['step']") -> float:
 
 
 class CheckpointMixin(torch.optim.Optimizer):
-    """The state and checkpoint half of :class:`~anyaccel.ops.optimizer.ListOptimizer` (see the module docstring)."""
+    """The state and checkpoint half of [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer] (see the module
+    docstring)."""
 
     _NAME: ClassVar[str]
     _STATE_KEYS: ClassVar[tuple[str, ...]]

@@ -1,7 +1,7 @@
 """The aten ops the override mode replaces, and how each maps onto anyaccel's model ops.
 
-Each :class:`AtenOverride` names an aten op (default overload), the op family that implements it, a
-``describe`` that returns the call's policy key (:func:`anyaccel.ops.override.policy.key`) when anyaccel's
+Each `AtenOverride` names an aten op (default overload), the op family that implements it, a
+``describe`` that returns the call's policy key (`anyaccel.ops.override.policy.key`) when anyaccel's
 kernel can produce exactly what aten would (same shapes, dtypes, strides), or None when it cannot (the call
 then goes to aten whatever the policy says), and ``run``, the call through the family's ops.
 
@@ -266,7 +266,7 @@ def select(include: Sequence[str] | None, exclude: Sequence[str] | None) -> list
     """The overrides named by ``include`` (aten op names or family names; all when None) minus ``exclude``.
 
     Raises:
-        ValueError: a name that is neither an aten op of :data:`OVERRIDES` nor a family (lists them).
+        ValueError: a name that is neither an aten op of `OVERRIDES` nor a family (lists them).
     """
     names = {o.name for o in OVERRIDES} | {o.family for o in OVERRIDES}
     for n in [*(include or ()), *(exclude or ())]:

@@ -1,6 +1,6 @@
 """Broadcasting, output layout and dimension coalescing for element-wise kernels (no Triton import).
 
-Shared by the pointwise code generator (:mod:`anyaccel.ops.triton.pointwise`) and by the element-wise
+Shared by the pointwise code generator (`anyaccel.ops.triton.pointwise`) and by the element-wise
 ops' fakes and portable implementations, so every implementation returns the same layout:
 
 - the output shape is ``torch.broadcast_shapes`` of the tensor operands;

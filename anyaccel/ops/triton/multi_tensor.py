@@ -9,7 +9,7 @@ chunk; a per-chunk table ``(tensor index, chunk index within the tensor)`` maps 
 The tables depend only on the tensors' addresses, dtypes and sizes, so they are cached under that key
 (an optimizer passes the same tensors every step); the cache holds device tensors only, never the
 user's tensors. Building that key, and validating the lists, costs time in the tensor count on every
-call; a *plan* (:func:`make_plan`, :func:`planned`) does both once, like the CUDA kernels' plans
+call; a *plan* (`make_plan`, `planned`) does both once, like the CUDA kernels' plans
 (``csrc/includes/cuda/multi_tensor_apply.cuh``), and a planned step then costs the same for any number
 of tensors.
 
@@ -47,7 +47,7 @@ class WorkTable:
         aligned: whether every delta is a multiple of ``ALIGN_ELEMENTS`` (enables vector-width hints).
         tensor_chunks: int64 tensor ``[T]`` on the params' device: the number of chunks of each tensor.
         positions: int64 tensor ``[T]`` on the params' device: each tensor's index in the caller's lists
-            (``positions`` of :func:`work_table`; ``0 .. T-1`` when not given).
+            (``positions`` of `work_table`; ``0 .. T-1`` when not given).
     """
 
     rows: torch.Tensor
@@ -67,8 +67,9 @@ def prepare(fn: Any, spec: Any, scalars: dict[str, Any], params: Sequence[torch.
             model_copies: Sequence[torch.Tensor]) -> list[list[list[torch.Tensor]]]:
     """Validate one step like the compiled kernels and split it into launches.
 
-    The rules are the op spec's (:func:`anyaccel.ops.validation.check_scalars` and
-    :func:`~anyaccel.ops.validation.check_optimizer_lists`, the same as the CUDA kernel's); a step may mix
+    The rules are the op spec's ([`anyaccel.ops.validation.check_scalars`][anyaccel.ops.validation.check_scalars] and
+    [`check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists], the same as the CUDA kernel's); a step may
+    mix
     dtype combinations, and each combination is one launch. Tensors without elements are dropped.
 
     Args:
@@ -90,14 +91,14 @@ def prepare(fn: Any, spec: Any, scalars: dict[str, Any], params: Sequence[torch.
 def prepare_indexed(fn: Any, spec: Any, scalars: dict[str, Any], params: Sequence[torch.Tensor],
                     grads: Sequence[torch.Tensor], states: dict[str, Sequence[torch.Tensor]],
                     model_copies: Sequence[torch.Tensor]) -> list[tuple[list[int], list[list[torch.Tensor]]]]:
-    """:func:`prepare`, with each launch's tensors' indices in the caller's lists.
+    """`prepare`, with each launch's tensors' indices in the caller's lists.
 
     Returns:
         Per launch, ``(indices, lists)``: ``indices[k]`` is the position in ``params`` of the launch's
-        tensor ``k``; ``lists`` as :func:`prepare` returns them.
+        tensor ``k``; ``lists`` as `prepare` returns them.
 
     Raises:
-        RuntimeError: as :func:`prepare`.
+        RuntimeError: as `prepare`.
     """
     from anyaccel.ops import validation
 
@@ -121,8 +122,9 @@ def prepare_indexed(fn: Any, spec: Any, scalars: dict[str, Any], params: Sequenc
 
 def check_lists(op: str, spec: Any, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
                 states: dict[str, Sequence[torch.Tensor]], model_copies: Sequence[torch.Tensor]) -> None:
-    """The list rules of :func:`prepare` (a non-empty ``params``, then
-    :func:`anyaccel.ops.validation.check_optimizer_lists` on the params' device type).
+    """The list rules of `prepare` (a non-empty ``params``, then
+    [`anyaccel.ops.validation.check_optimizer_lists`][anyaccel.ops.validation.check_optimizer_lists] on the params'
+    device type).
 
     Raises:
         RuntimeError: naming ``op`` and the offending list entry, as the kernels.
@@ -141,9 +143,9 @@ def work_table(lists: Sequence[Sequence[torch.Tensor]], block: int,
 
     Args:
         lists: the tensor lists in kernel order (params, grads, state 0, [state 1], [model copies]); all
-            of one length T >= 1, tensors validated by :func:`prepare`, none empty.
+            of one length T >= 1, tensors validated by `prepare`, none empty.
         block: elements per Triton program.
-        positions: the tensors' indices in the caller's lists (:func:`prepare_indexed`), kept on the
+        positions: the tensors' indices in the caller's lists (`prepare_indexed`), kept on the
             device as ``WorkTable.positions``; ``None``: ``0 .. T-1``.
 
     Returns:
@@ -168,7 +170,7 @@ def work_table(lists: Sequence[Sequence[torch.Tensor]], block: int,
 
 
 def _host_rows(lists: Sequence[Sequence[torch.Tensor]]) -> tuple[list[list[int]], bool]:
-    """The rows of :class:`WorkTable` on the host, and whether every delta is aligned."""
+    """The rows of `WorkTable` on the host, and whether every delta is aligned."""
     num = len(lists[0])
     rows = []
     aligned = True
@@ -188,7 +190,7 @@ def _host_rows(lists: Sequence[Sequence[torch.Tensor]]) -> tuple[list[list[int]]
 
 def _build_table(lists: Sequence[Sequence[torch.Tensor]], block: int,
                  positions: Sequence[int] | None) -> WorkTable:
-    """Builds (uncached) the work table of :func:`work_table`."""
+    """Builds (uncached) the work table of `work_table`."""
     device = lists[0][0].device
     num = len(lists[0])
     rows, aligned = _host_rows(lists)
@@ -219,7 +221,7 @@ PLAN_MAGIC = 0x747269746F6E70
 
 @dataclass(frozen=True, eq=False)
 class PlanRecord:
-    """The host side of one Triton plan, found from its plan tensor by :func:`planned`.
+    """The host side of one Triton plan, found from its plan tensor by `planned`.
 
     Attributes:
         family: the op family (``"adam"``); a plan launches only that family's planned steps.
@@ -265,7 +267,7 @@ def make_plan(fn: Any, spec: Any, block: int, params: Sequence[torch.Tensor], gr
               states: dict[str, Sequence[torch.Tensor]], model_copies: Sequence[torch.Tensor]) -> torch.Tensor:
     """Validates one dtype combination's lists once and returns their plan (``<family>_plan``).
 
-    The lists are checked as by the step (:func:`check_lists`, naming ``fn``); they must hold one dtype
+    The lists are checked as by the step (`check_lists`, naming ``fn``); they must hold one dtype
     combination among their tensors with elements, as the CUDA plans require.
 
     Args:
@@ -285,7 +287,7 @@ def make_plan(fn: Any, spec: Any, block: int, params: Sequence[torch.Tensor], gr
             combination among the tensors with elements.
 
     Side effects: host-to-device copies of the tables; registers the plan's record until the returned
-    tensor is freed. The record holds the storage of every tensor of the plan (:class:`PlanRecord`), so a
+    tensor is freed. The record holds the storage of every tensor of the plan (`PlanRecord`), so a
     planned step never writes freed memory; their memory is released with the plan tensor. A planned step
     checks only each list's first tensor for a moved storage: a tensor given a new storage after planning
     (``p.data = ...``) is updated in its old storage, so callers build a new plan when a data pointer moves
@@ -330,8 +332,8 @@ def planned(op: str, family: str, plan: torch.Tensor, combo: int, count: int, ch
 
     Args:
         op: the planned step's name (``"adam_step_planned"``), for errors.
-        family: the op family whose :func:`make_plan` must have built ``plan``.
-        plan: the tensor :func:`make_plan` returned (or a view of all of it).
+        family: the op family whose `make_plan` must have built ``plan``.
+        plan: the tensor `make_plan` returned (or a view of all of it).
         combo, count, chunks: header words 1-3 of the plan, as the step was given them.
 
     Returns:

@@ -3,7 +3,7 @@
 The backwards of rms_norm and layer_norm reduce the weight (and bias) gradient in two stages (Liger-Kernel's
 scheme): each of ``G`` programs accumulates its rows' contributions in fp32 and writes one partial row, then
 the ``G x N`` partials are summed per column. Done with torch, that second stage is a ``sum`` and a cast per
-output: two or three aten kernels after the main one. :func:`sum_partials` does it in one Triton launch that
+output: two or three aten kernels after the main one. `sum_partials` does it in one Triton launch that
 writes every output in its final dtype, which takes a little device time off every forward + backward of
 rms_norm and layer_norm (``docs/nn_ops.md``, "Backward reductions").
 

@@ -15,14 +15,14 @@ The callable:
 - **broadcasts** its tensor operands (``torch.broadcast_shapes``) and reads broadcast dimensions with
   stride 0, never materialising them;
 - takes **any strides** (transposed, sliced, expanded inputs) and coalesces dimensions that every operand
-  walks contiguously (:func:`anyaccel.ops.triton.broadcast.coalesce`), so a contiguous call indexes one
+  walks contiguously (`anyaccel.ops.triton.broadcast.coalesce`), so a contiguous call indexes one
   flat dimension and vectorises;
 - passes **Python scalars** (``int``, ``float``, ``bool``) as kernel arguments (not tensors);
-- applies **torch's type promotion** (:func:`anyaccel._compat.prims.elementwise_dtypes`, the rules
+- applies **torch's type promotion** (`anyaccel._compat.prims.elementwise_dtypes`, the rules
   ``torch.result_type`` follows for any number of operands, 0-dim tensors and scalars included): inputs
   are converted to the computation dtype (fp32 for 16-bit floats, as torch's opmath), outputs written in
   the result dtype (or the dtypes given per call);
-- allocates outputs with :func:`anyaccel.ops.triton.broadcast.empty_output`'s layout rule, or writes into
+- allocates outputs with `anyaccel.ops.triton.broadcast.empty_output`'s layout rule, or writes into
   given ``out`` tensors;
 - launches through ``torch.library.wrap_triton``, so inside a ``triton_op`` ``torch.compile`` sees the
   kernel.
@@ -54,7 +54,7 @@ from anyaccel.ops.triton.launch import device_of, wrap
 BLOCK = 1024
 NUM_WARPS = 4
 
-#: Promotion rule names (torch's elementwise kinds, :data:`anyaccel._compat.prims.RULES`).
+#: Promotion rule names (torch's elementwise kinds, `anyaccel._compat.prims.RULES`).
 PROMOTIONS: tuple[str, ...] = tuple(prims.RULES)
 
 _TL_DTYPES: dict[torch.dtype, Any] = {
@@ -78,7 +78,7 @@ class Pointwise:
             ``num_outputs`` values.
         num_inputs: operands per call (tensors or Python scalars).
         num_outputs: values the body returns.
-        promotion: a key of :data:`PROMOTIONS` (``"default"``: ``torch.add``'s rules; ``"int_to_float"``:
+        promotion: a key of `PROMOTIONS` (``"default"``: ``torch.add``'s rules; ``"int_to_float"``:
             ``torch.sigmoid``'s; ``"always_bool"``: comparisons).
         name: for the generated source and messages (defaults to the body's name).
     """
@@ -95,7 +95,7 @@ class Pointwise:
         self._kernels: dict[tuple[tuple[bool, ...], int], Any] = {}
         self._plans: dict[tuple[Any, ...], tuple[list[int], list[int], Any]] = {}
         self._dtypes: dict[tuple[Any, ...], tuple[torch.dtype, torch.dtype]] = {}
-        #: eager calls by operand metadata -> everything a launch needs besides the operands (:meth:`_cached`)
+        #: eager calls by operand metadata -> everything a launch needs besides the operands (`_cached`)
         self._calls: dict[tuple[Any, ...], _CallPlan] = {}
         self._lock = threading.Lock()
 
@@ -129,7 +129,7 @@ class Pointwise:
             RuntimeError: shapes that do not broadcast (torch's message).
 
         An eager call (no torch dispatch mode, not compiling, no ``out``) remembers its checked dtypes,
-        allocation rule and launch plan under its operands' metadata (:func:`_call_key`: shapes, strides,
+        allocation rule and launch plan under its operands' metadata (`_call_key`: shapes, strides,
         dtypes, devices, scalar types; at most 1025 entries per op, then the memory starts afresh); a later
         call with the same metadata goes straight to allocation and launch.
         """
@@ -192,8 +192,8 @@ class Pointwise:
         return outs[0] if self.num_outputs == 1 else tuple(outs)
 
     def _cached(self, plan: _CallPlan, args: tuple[Any, ...]) -> Any:
-        """An eager call whose operand metadata (:func:`_call_key`) was planned before: allocate as the first
-        call did (:func:`anyaccel.ops.triton.broadcast.empty_output`'s rule, whose strides depend only on the
+        """An eager call whose operand metadata (`_call_key`) was planned before: allocate as the first
+        call did (`anyaccel.ops.triton.broadcast.empty_output`'s rule, whose strides depend only on the
         operands' shapes and strides, which are in the key) and launch with its plan."""
         first = next(a for a in args if isinstance(a, torch.Tensor))
         if plan.like_first:
@@ -269,7 +269,7 @@ def _call_key(args: tuple[Any, ...], out_dtypes: Sequence[torch.dtype] | None) -
 
 
 def pointwise(num_inputs: int, num_outputs: int = 1, promotion: str = "default") -> Callable[[Any], Pointwise]:
-    """Decorator form of :class:`Pointwise`: ``@pointwise(num_inputs=2)`` over a ``@triton.jit`` body."""
+    """Decorator form of `Pointwise`: ``@pointwise(num_inputs=2)`` over a ``@triton.jit`` body."""
 
     def decorate(body: Any) -> Pointwise:
         return Pointwise(body, num_inputs, num_outputs, promotion)

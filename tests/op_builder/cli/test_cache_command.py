@@ -98,3 +98,39 @@ def test_actions_are_required_and_exclusive() -> None:
         _parse(cache_commands, [])
     with pytest.raises(SystemExit):
         _parse(cache_commands, ["clean", "--stale", "--all"])
+
+
+def _read_only_file_system(monkeypatch, root) -> None:
+    """Fake a read-only cache (chmod does not stop root, who runs some CI): creating anything under ``root`` fails
+    with EROFS, as on a read-only mount."""
+    import errno
+    import os
+
+    from anyaccel.op_builder.core import cache as core_cache
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if str(path).startswith(str(root)):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(core_cache.os, "mkdir", mkdir)
+
+
+@pytest.mark.parametrize("action", [["ls"], ["clean"], ["clean", "--all"]], ids=" ".join)
+@pytest.mark.parametrize("exists", [True, False], ids=["empty-root", "no-root"])
+def test_an_empty_read_only_cache_lists_and_cleans_nothing(tmp_path, monkeypatch, capsys, action, exists) -> None:
+    root = tmp_path / "cache"
+    if exists:
+        root.mkdir(mode=0o700)
+    monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(root))
+    _read_only_file_system(monkeypatch, root)
+    assert cache_commands.run(_parse(cache_commands, action)) == 0
+    out = capsys.readouterr().out
+    assert f"{root}" in out
+    if action == ["ls"]:
+        assert out.splitlines()[1].split()[0] == "op" and len(out.splitlines()) == 2  # the header, no row
+    else:
+        assert "removed 0 item(s)" in out
+    assert sorted(p.name for p in root.iterdir()) == [] if exists else not root.exists()

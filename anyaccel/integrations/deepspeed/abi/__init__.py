@@ -3,15 +3,16 @@
 DeepSpeed's Python optimizers call functions on the module their builder's ``load()`` returns
 (``create_adam``, ``adam_update``, ``multi_tensor_adam``, ``lamb``, ``aio_handle``...). Each op family's
 module here (``adam.py``, ``lion.py``, ``lamb.py``, ``adagrad.py``, ``aio.py``) declares which of those
-functions the family's builds offer under which builder name (:data:`ABI`, a
-:class:`~anyaccel.integrations.deepspeed.abi.declaration.DeepSpeedABI`) and implements them over the family's
+functions the family's builds offer under which builder name (`ABI`, a
+[`DeepSpeedABI`][anyaccel.integrations.deepspeed.abi.declaration.DeepSpeedABI]) and implements them over the family's
 torch ops; ``common.py`` holds what the adapters share, ``zenflow.py`` ZenFlow's overlapped Adam step.
 Plug-in op families declare theirs through the ``anyaccel.deepspeed_abi`` entry-point group
 (``name = "module:ABI"``).
 
 The op core does not import this package: the op-builder layer asks the ``anyaccel.module_functions``
 entry-point group which functions a loaded module offers besides its torch ops, and this package answers
-(:func:`module_functions`), so ``get_accelerator().create_op_builder("CPUAdamBuilder").load().create_adam``
+([`module_functions`][anyaccel.integrations.deepspeed.abi.module_functions]), so
+``get_accelerator().create_op_builder("CPUAdamBuilder").load().create_adam``
 works with or without DeepSpeed installed.
 """
 
@@ -79,7 +80,7 @@ def module_functions(family: str, builder_names: tuple[str, ...]) -> tuple[str, 
     """What a loaded module of ``family`` answering to ``builder_names`` offers besides its torch ops.
 
     The ``anyaccel.module_functions`` entry point of anyaccel itself: the op-builder layer calls it when it
-    loads a build (:meth:`anyaccel.op_builder.core.loading.LoadingBuilder._module_extras`).
+    loads a build (`anyaccel.op_builder.core.loading.LoadingBuilder._module_extras`).
 
     Args:
         family: the op family of the loaded build.

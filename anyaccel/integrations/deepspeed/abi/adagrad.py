@@ -14,7 +14,7 @@ exp_avg_sq)``
 ``DeepSpeedCPUAdagrad`` also calls ``adagrad_update`` on the ``values()`` of sparse gradients and of the
 matching parameter and state entries, and scatters the results back itself. Conventions and deliberate
 differences (an unknown id raises, non-contiguous tensors are updated, fp32-rounded scalars):
-:mod:`anyaccel.integrations.deepspeed.abi.common`. DeepSpeed's scalar tail also overwrites the gradient with the update
+`anyaccel.integrations.deepspeed.abi.common`. DeepSpeed's scalar tail also overwrites the gradient with the update
 (``grads[k] = -lr * g / (sqrt(v) + eps)``, for the elements after its last SIMD block); anyaccel never writes
 the gradient.
 """
@@ -92,7 +92,7 @@ class AdagradABI:
         """One Adagrad step of one tensor, in place.
 
         Args:
-            optimizer_id: an id made by :meth:`create_adagrad`.
+            optimizer_id: an id made by `create_adagrad`.
             step: the step count (Adagrad does not use it; an int as DeepSpeed's ``size_t``).
             lr, eps, weight_decay: this step's hyper-parameters (``lr >= 0``, ``eps > 0``, ``weight_decay >= 0``).
             params: the parameters (fp32, bf16 or fp16), updated in place.
@@ -128,7 +128,7 @@ class AdagradABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdagradABI:
-    """The factory :data:`ABI` names."""
+    """The factory `ABI` names."""
     return AdagradABI(module, functions)
 
 

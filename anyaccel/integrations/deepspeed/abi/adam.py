@@ -21,14 +21,14 @@ beta2, eps, step, mode, bias_correction, weight_decay)``
 ====================================================================  =========================================
 
 Conventions (DeepSpeed's, except where its behaviour is a crash or a silent no-op; see
-:mod:`anyaccel.integrations.deepspeed.abi.common`): ``adamw_mode`` is fixed at ``create_adam``, every other
+`anyaccel.integrations.deepspeed.abi.common`): ``adamw_mode`` is fixed at ``create_adam``, every other
 hyper-parameter is passed per call; real scalars are rounded to fp32 as DeepSpeed's C ``float`` parameters are;
 ``step`` is the step being taken (1 at the first) and gives the bias corrections ``1 - beta**step``; ``mode`` is 1
 for AdamW and 0 for L2 weight decay; ``chunk_size`` and ``noop_flag`` are accepted and unused (anyaccel's kernels
 choose their own work split; DeepSpeed's kernels ignore the flag too: they propagate inf/NaN).
 
 Where anyaccel differs, deliberately: an unknown id raises
-:class:`~anyaccel.integrations.deepspeed.abi.common.UnknownOptimizerIdError` (DeepSpeed: segmentation fault); a
+`UnknownOptimizerIdError` (DeepSpeed: segmentation fault); a
 non-contiguous tensor is updated (DeepSpeed updates a copy and drops it); ``adam_rollback`` honours ``adamw_mode``
 and ``bias_correction`` and accepts every dtype combination of ``adam_step`` (DeepSpeed: always the bias-corrected
 AdamW inverse, fp32 only, -1 and a printed message otherwise); and the arithmetic is anyaccel's
@@ -94,7 +94,7 @@ class AdamABI:
     Args:
         module: the loaded op module; its ``adam_step`` (and, for rollback, ``adam_rollback_step``) run the
             math, on the device its build serves.
-        functions: the function names the module offers (the spec's :class:`~anyaccel.spec.DeepSpeedABI`
+        functions: the function names the module offers (the spec's `DeepSpeedABI`
             for the builder names of its build); the others are not offered on it.
     """
 
@@ -139,7 +139,7 @@ class AdamABI:
         """One Adam step of one tensor, in place, with the id's ``adamw_mode``.
 
         Args:
-            optimizer_id: an id made by :meth:`create_adam`.
+            optimizer_id: an id made by `create_adam`.
             step: the step being taken, >= 1 (the bias corrections are ``1 - beta**step``).
             lr, beta1, beta2, eps, weight_decay: this step's hyper-parameters (ranges of ``adam_step``).
             bias_correction: apply the bias corrections.
@@ -167,25 +167,25 @@ class AdamABI:
     def adam_rollback(self, optimizer_id: int, step: int, lr: float, beta1: float, beta2: float, eps: float,
                       weight_decay: float, bias_correction: bool, params: Any, grads: Any, exp_avg: Any,
                       exp_avg_sq: Any) -> int:
-        """Undo the :meth:`adam_update` of ``step`` made with these gradients and arguments, in place.
+        """Undo the `adam_update` of ``step`` made with these gradients and arguments, in place.
 
         DeepSpeed calls it from ``DeepSpeedCPUAdam.rollback_subgroup`` with the sub-group's current step and
         then decrements the step. The rules are ``adam_rollback_step``'s (``csrc/adam/cpu_adam.cpp``): the
         state comes back within fp32 rounding.
 
         Args:
-            optimizer_id: an id made by :meth:`create_adam` (its ``adamw_mode`` is the step's).
+            optimizer_id: an id made by `create_adam` (its ``adamw_mode`` is the step's).
             step: the step being undone, >= 1.
             lr, beta1, beta2, eps, weight_decay: the step's hyper-parameters (``beta1``, ``beta2`` in (0, 1)).
             bias_correction: whether the step applied bias corrections.
-            params, grads, exp_avg, exp_avg_sq: as for :meth:`adam_update`.
+            params, grads, exp_avg, exp_avg_sq: as for `adam_update`.
 
         Returns:
             0 (DeepSpeed returns -1 and changes nothing for tensors that are not all fp32; anyaccel rolls every
             dtype combination of ``adam_step`` back).
 
         Raises:
-            The errors of :meth:`adam_update`.
+            The errors of `adam_update`.
         """
         oid = integer("adam_rollback", "optimizer_id", optimizer_id)
         hyper = REGISTRY.get("adam_rollback", oid)
@@ -223,7 +223,7 @@ class AdamABI:
         Raises:
             TensorListsError: ``tensor_lists`` does not have that layout.
             InvalidArgumentError: ``mode`` is not 0 or 1.
-            RuntimeError: the kernel's checks (as :meth:`adam_update`).
+            RuntimeError: the kernel's checks (as `adam_update`).
         """
         grads, params, exp_avgs, exp_avg_sqs = check_tensor_lists("multi_tensor_adam", tensor_lists, 4,
                                                                   MULTI_TENSOR_LAYOUT)
@@ -240,42 +240,42 @@ class AdamABI:
     # ----- ZenFlow ----------------------------------------------------------------------------------------
     def zenflow_adam_create(self, optimizer_id: int, zf_affinity: Sequence[int]) -> int:
         """ZenFlow's optimizer object for Adam id ``optimizer_id``; see
-        :func:`anyaccel.integrations.deepspeed.abi.zenflow.create`."""
+        `anyaccel.integrations.deepspeed.abi.zenflow.create`."""
         return zenflow.create(self._module, optimizer_id, zf_affinity, REGISTRY)
 
     def zenflow_adam_register_group(self, handle: int, param: Any, grad0: Any, grad1: Any, exp_avg0: Any,
                                     exp_avg1: Any, exp_avg_sq0: Any, exp_avg_sq1: Any, stale: Any) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.register_group`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.register_group`."""
         zenflow.register_group(handle, param, grad0, grad1, exp_avg0, exp_avg1, exp_avg_sq0, exp_avg_sq1, stale)
 
     def zenflow_adam_destroy(self, handle: int) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.destroy`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.destroy`."""
         zenflow.destroy(handle)
 
     def zenflow_adam_ctrl_size(self) -> int:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_size`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.ctrl_size`."""
         return zenflow.ctrl_size()
 
     def zenflow_adam_ctrl_init(self, control_ptr: int, num_groups: int) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_init`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.ctrl_init`."""
         zenflow.ctrl_init(control_ptr, num_groups)
 
     def zenflow_adam_run_worker(self, handle: int, control_ptr: int) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.run_worker`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.run_worker`."""
         zenflow.run_worker(handle, control_ptr)
 
     def zenflow_adam_submit(self, control_ptr: int, now_state: int, step: int, lr: Sequence[float],
                             beta1: Sequence[float], beta2: Sequence[float], eps: Sequence[float],
                             weight_decay: Sequence[float], bias_correction: Sequence[int]) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.submit`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.submit`."""
         zenflow.submit(control_ptr, now_state, step, lr, beta1, beta2, eps, weight_decay, bias_correction)
 
     def zenflow_adam_wait(self, control_ptr: int, timeout_s: float) -> bool:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.wait`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.wait`."""
         return zenflow.wait(control_ptr, timeout_s)
 
     def zenflow_adam_ctrl_exit(self, control_ptr: int) -> None:
-        """See :func:`anyaccel.integrations.deepspeed.abi.zenflow.ctrl_exit`."""
+        """See `anyaccel.integrations.deepspeed.abi.zenflow.ctrl_exit`."""
         zenflow.ctrl_exit(control_ptr)
 
     # ----- helpers ----------------------------------------------------------------------------------------
@@ -309,7 +309,7 @@ class AdamABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> AdamABI:
-    """The factory :data:`ABI` names: DeepSpeed's functions over
+    """The factory `ABI` names: DeepSpeed's functions over
     ``module`` (called once per loaded module, on the first use of one of them)."""
     return AdamABI(module, functions)
 

@@ -1,7 +1,8 @@
 """DeepSpeed's ``async_io`` module ABI over anyaccel's ``aio`` ops: the ``aio_handle`` factory.
 
 DeepSpeed's callers (``deepspeed/runtime/swap_tensor/*.py``, ``deepspeed/io/*.py``) use only ``aio_handle``;
-the handle's API is :class:`anyaccel.ops.aio.handle.AsyncIOHandle`, whose module wrapper is the adapter.
+the handle's API is [`anyaccel.ops.aio.handle.AsyncIOHandle`][anyaccel.ops.aio.handle.AsyncIOHandle], whose module
+wrapper is the adapter.
 """
 
 from __future__ import annotations

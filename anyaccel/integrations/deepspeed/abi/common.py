@@ -4,21 +4,21 @@ DeepSpeed's Python optimizers call functions on the module their builder's ``loa
 (``deepspeed/ops/adam/cpu_adam.py``: ``create_adam(id, ...)``, ``adam_update(id, step, ..., params, grads,
 exp_avg, exp_avg_sq)``, ``destroy_adam(id)``; ``ops/adam/fused_adam.py``: ``multi_tensor_adam(chunk_size,
 noop_flag, [[g], [p], [m], [v]], ...)``; ...). Each family's module of this package declares which of those
-functions the family's builds offer (:class:`~anyaccel.integrations.deepspeed.abi.declaration.DeepSpeedABI`)
+functions the family's builds offer ([`DeepSpeedABI`][anyaccel.integrations.deepspeed.abi.declaration.DeepSpeedABI])
 and implements them over the family's torch ops (``adam_step``...). This module holds what the adapters share:
 
-- :class:`OptimizerRegistry`: DeepSpeed's optimizer-id lifecycle. ``create_*(id, ...)`` stores the id's
+- `OptimizerRegistry`: DeepSpeed's optimizer-id lifecycle. ``create_*(id, ...)`` stores the id's
   hyper-parameters (a second create of the same id replaces them, as DeepSpeed's map assignment does);
   ``*_update(id, ...)`` with an id that was never created, or was destroyed, raises
-  :class:`UnknownOptimizerIdError` (DeepSpeed dereferences a null pointer and the process dies);
+  `UnknownOptimizerIdError` (DeepSpeed dereferences a null pointer and the process dies);
   ``destroy_*(id)`` of an unknown id does nothing and returns 0, as DeepSpeed's ``map::erase`` does, which
   its callers rely on (``DeepSpeedCPUAdam.__del__`` destroys its id even when ``create_adam`` never ran).
 - argument conventions: DeepSpeed's functions are C++ taking ``float`` scalars through pybind11, so a Python
-  ``lr=1e-3`` reaches its kernel rounded to fp32; :func:`fp32` rounds the same way, so both start from the
-  same hyper-parameters. Ids and steps are integers (:func:`integer`; a bool or float is a ``TypeError``, as
+  ``lr=1e-3`` reaches its kernel rounded to fp32; `fp32` rounds the same way, so both start from the
+  same hyper-parameters. Ids and steps are integers (`integer`; a bool or float is a ``TypeError``, as
   pybind11 raises).
 - tensors: DeepSpeed's kernels work on ``.contiguous()`` copies, so a non-contiguous tensor is silently not
-  updated; :func:`run_flat` computes on contiguous copies and writes them back, and flattens every tensor
+  updated; `run_flat` computes on contiguous copies and writes them back, and flattens every tensor
   (DeepSpeed's kernels are element-count based: a gradient may be shaped differently from its parameter).
 
 The adapters never import DeepSpeed: the ABI is plain functions over torch tensors.
@@ -246,7 +246,7 @@ def flat_lists(lists: Sequence[Sequence[Any]], written: Sequence[bool]
 
     Returns:
         ``(lists, write_back)``: ``write_back`` holds ``(original, flat copy)`` for every written tensor that
-        was not contiguous: copy each back (:func:`copy_back`) after the kernel ran.
+        was not contiguous: copy each back (`copy_back`) after the kernel ran.
     """
     strided = {i for lst in lists for i, t in enumerate(lst) if not t.is_contiguous()}
     if not strided:
@@ -268,7 +268,7 @@ def flat_lists(lists: Sequence[Sequence[Any]], written: Sequence[bool]
 
 
 def copy_back(write_back: Sequence[tuple[Any, Any]]) -> None:
-    """Copy each flat result of :func:`flat_lists` back into its non-contiguous original."""
+    """Copy each flat result of `flat_lists` back into its non-contiguous original."""
     for original, copy in write_back:
         original.copy_(copy.view(original.shape))
 

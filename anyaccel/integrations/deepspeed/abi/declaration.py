@@ -14,14 +14,15 @@ class DeepSpeedABI:
 
     The functions are Python adapters over the family's torch ops (anyaccel's own functions stay on the
     module). Which of them a loaded module offers follows from the builder names its build answers to
-    (the build's ``builder`` and the aliases of :mod:`anyaccel.integrations.deepspeed.builder_names`): the CPU
+    (the build's ``builder`` and the aliases of `anyaccel.integrations.deepspeed.builder_names`): the CPU
     Adam build offers ``CPUAdamBuilder``'s functions and, as ``FusedAdamBuilder`` on the CPU, ``multi_tensor_adam``.
 
     Attributes:
         family: the op family whose builds' modules offer the functions (``"adam"``).
         adapter: ``"module:factory"``; the factory is called once per loaded module with that module and
             the tuple of function names it offers, and returns the object whose attributes those functions
-            are (:class:`anyaccel.op_builder.core.module.OpModule` forwards names it lacks to it).
+            are ([`anyaccel.op_builder.core.module.OpModule`][anyaccel.op_builder.core.module.OpModule] forwards names
+            it lacks to it).
         builders: ``(DeepSpeed builder name, function names)`` pairs: what DeepSpeed's callers use on a
             module loaded through that builder name (sources: DeepSpeed's ``ops/<family>/*.py``).
         platform_functions: ``(function name, sys.platform prefix)`` pairs for functions offered only on
@@ -38,7 +39,7 @@ class DeepSpeedABI:
         """The ABI functions a module serving ``builder_names`` offers on ``platform`` (default: this one).
 
         Returns:
-            The names, in :attr:`builders` order, without repeats.
+            The names, in `builders` order, without repeats.
         """
         import sys
 

@@ -10,7 +10,7 @@ DeepSpeed 0.19.8's ``FusedLamb`` (``deepspeed/ops/lamb/fused_lamb.py``) calls on
 one LAMB step of one tensor in place (``p_copy``: an empty tensor, or a 16-bit copy of ``p`` to write too),
 returning a one-element tensor holding the tensor's trust ratio (``FusedLamb.get_lamb_coeffs()`` reads it
 with ``.item()``). ``eps_mode`` 0 puts ``eps`` inside the square root, 1 outside (``FusedLamb``'s default);
-``bias_correction`` is 1 or 0. The math is ``lamb_step``'s (:mod:`anyaccel.ops.lamb.spec`), which follows
+``bias_correction`` is 1 or 0. The math is ``lamb_step``'s (`anyaccel.ops.lamb.spec`), which follows
 DeepSpeed's kernel.
 
 Differences: the coefficient is always a float32 tensor on ``p``'s device (DeepSpeed's has ``p``'s dtype unless
@@ -91,7 +91,7 @@ class LambABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LambABI:
-    """The factory :data:`ABI` names."""
+    """The factory `ABI` names."""
     return LambABI(module, functions)
 
 

@@ -18,7 +18,7 @@ step, weight_decay)``
 DeepSpeed 0.19.8 has no Lion rollback. ``multi_tensor_lion`` has the signature ``FusedLion`` calls (that of
 DeepSpeed's CUDA frontend); DeepSpeed's unused CPU source ``csrc/cpu/lion/fused_lion.cpp`` declares an extra
 ``mode`` argument that no DeepSpeed caller passes. Conventions and deliberate differences (an unknown id
-raises, non-contiguous tensors are updated, fp32-rounded scalars): :mod:`anyaccel.integrations.deepspeed.abi.common`.
+raises, non-contiguous tensors are updated, fp32-rounded scalars): `anyaccel.integrations.deepspeed.abi.common`.
 
 Arithmetic: anyaccel's ``lion_step`` takes the sign as ``torch.sign`` (0 for an exactly zero interpolation
 ``beta1 * m + (1 - beta1) * g``, leaving that element unmoved apart from weight decay), as the Lion paper
@@ -112,7 +112,7 @@ class LionABI:
         """One Lion step of one tensor, in place.
 
         Args:
-            optimizer_id: an id made by :meth:`create_lion`.
+            optimizer_id: an id made by `create_lion`.
             step: the step count (Lion does not use it; an int as DeepSpeed's ``size_t``).
             lr, beta1, beta2, weight_decay: this step's hyper-parameters (ranges of ``lion_step``).
             params: the parameters (fp32, bf16 or fp16), updated in place.
@@ -171,7 +171,7 @@ class LionABI:
 
 
 def adapter(module: Any, functions: Sequence[str]) -> LionABI:
-    """The factory :data:`ABI` names."""
+    """The factory `ABI` names."""
     return LionABI(module, functions)
 
 

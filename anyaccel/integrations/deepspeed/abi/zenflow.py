@@ -23,7 +23,7 @@ A step of the worker, per group ``g`` with state buffer ``s = now_state`` (0 or 
 the optimizer id was created, then ``stale <- param``: bit for bit what ``adam_update`` computes for the
 same tensor (the same kernel; its result does not depend on how the elements are split among threads).
 
-Here the control block is this module's :class:`_Control` (its size is what ``ctrl_size`` returns), the
+Here the control block is this module's `_Control` (its size is what ``ctrl_size`` returns), the
 semaphores are POSIX ``sem_t`` initialised process-shared through the C library (``ctypes``; blocking calls
 release the GIL, as DeepSpeed's bindings do), and the worker's threads are torch's intra-op pool sized to the
 affinity list (the process's affinity is DeepSpeed's to set; DeepSpeed instead pins one thread per core).
@@ -188,7 +188,7 @@ def register_group(handle: int, param: Any, grad0: Any, grad1: Any, exp_avg0: An
     """``zenflow_adam_register_group``: add one parameter group (its tensors are kept, not copied).
 
     Args:
-        handle: from :func:`create`.
+        handle: from `create`.
         param: the group's flat parameters (contiguous), updated in place by each step.
         grad0, grad1: the two gradient buffers (state buffer 0 and 1).
         exp_avg0, exp_avg1, exp_avg_sq0, exp_avg_sq1: the two moment buffers of each kind.
@@ -246,7 +246,7 @@ def run_worker(handle: int, control_ptr: int) -> None:
 
     Raises:
         InvalidArgumentError: an unknown handle, or the control block names more groups than registered.
-        The errors of ``adam_step`` (the submitting side then times out in :func:`wait` and finds the
+        The errors of ``adam_step`` (the submitting side then times out in `wait` and finds the
         process dead, as with DeepSpeed's).
     """
     import torch
@@ -335,7 +335,7 @@ def wait(control_ptr: int, timeout_s: float) -> bool:
 
 
 def ctrl_exit(control_ptr: int) -> None:
-    """``zenflow_adam_ctrl_exit``: make the worker's :func:`run_worker` return."""
+    """``zenflow_adam_ctrl_exit``: make the worker's `run_worker` return."""
     libc = _c()
     ctrl = _control(control_ptr)
     ctrl.cmd = _CMD_EXIT

@@ -78,14 +78,14 @@ def formulas(ns: Any) -> dict[str, Formula]:
 
 
 def _eager(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a plain tensor outside any tracing (:func:`~anyaccel.ops.nn.implementations.tracing`;
+    """Whether ``t`` is a plain tensor outside any tracing (`tracing`;
     tensor subclasses such as FakeTensor or FunctionalTensor count as traced)."""
     from anyaccel.ops.nn.implementations import tracing
 
     return type(t) is torch.Tensor and not tracing()
 
 
-#: Elements per fp32 temporary in :func:`scaled` (16 Mi elements: 64 MiB).
+#: Elements per fp32 temporary in `scaled` (16 Mi elements: 64 MiB).
 SCALE_CHUNK = 1 << 24
 
 

@@ -40,7 +40,7 @@ MIN_CHUNK_ROWS = 1024
 
 def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
     """Rows per chunk: a power of two near ``rows * hidden / vocab``, so a chunk's logits take about as much
-    memory as ``hidden`` (Liger-Kernel's choice), but at least :data:`MIN_CHUNK_ROWS`, and at most ``rows``."""
+    memory as ``hidden`` (Liger-Kernel's choice), but at least `MIN_CHUNK_ROWS`, and at most ``rows``."""
     inc = max(1, -(-vocab // max(hidden, 1)))
     want = max(1, -(-rows // inc), MIN_CHUNK_ROWS)
     return max(1, min(rows, 1 << (want - 1).bit_length()))
@@ -78,13 +78,13 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
         compute_grad: also compute the gradients (else they are returned empty).
         accum_dtype: the weight gradient's accumulation dtype, ``torch.float32`` or the weight's dtype (see the
             module docstring).
-        ce_chunk: the implementation's per-chunk loss (see :data:`ChunkLoss`).
+        ce_chunk: the implementation's per-chunk loss (see `ChunkLoss`).
 
     Returns:
         ``(loss, grad_hidden, grad_weight, grad_bias)``: loss fp32 0-dim; gradients in their tensors' dtypes.
 
     Raises:
-        OpInputError: see :func:`~anyaccel.ops.nn.families.cross_entropy.fakes.check_fused`.
+        OpInputError: see `check_fused`.
     """
     check_fused(hidden, weight, target, bias, label_smoothing, reduction, accum_dtype)
     rows, h = hidden.shape

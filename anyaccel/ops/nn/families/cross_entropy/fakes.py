@@ -52,7 +52,7 @@ def check_backward(grad_loss: torch.Tensor, logits: torch.Tensor, target: torch.
     """The rules of ``cross_entropy_backward``'s arguments.
 
     Raises:
-        OpInputError: as :func:`check_logits`, or grad_loss/lse not float ``[rows]``.
+        OpInputError: as `check_logits`, or grad_loss/lse not float ``[rows]``.
     """
     op = "cross_entropy_backward"
     check_logits(op, logits, target, label_smoothing)

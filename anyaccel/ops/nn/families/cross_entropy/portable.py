@@ -1,6 +1,6 @@
 """Portable torch implementation of the cross-entropy family (every device type); math in the spec.
 
-Rows are processed in chunks of at most :data:`CHUNK_ELEMENTS` logits so the fp32 temporaries stay
+Rows are processed in chunks of at most `CHUNK_ELEMENTS` logits so the fp32 temporaries stay
 bounded for large vocabularies.
 """
 
@@ -86,7 +86,7 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
                                bias: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: str,
                                compute_grad: bool, accum_dtype: torch.dtype
                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Chunked linear + cross-entropy (:func:`chunked.fused_linear_cross_entropy` with torch chunks)."""
+    """Chunked linear + cross-entropy (`chunked.fused_linear_cross_entropy` with torch chunks)."""
     return chunked.fused_linear_cross_entropy(hidden, weight, target, bias, ignore_index, label_smoothing,
                                               reduction, compute_grad, accum_dtype, ce_chunk=_ce_chunk)
 

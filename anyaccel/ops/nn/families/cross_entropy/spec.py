@@ -1,4 +1,4 @@
-"""The cross-entropy op family, described once (see :mod:`anyaccel.spec`).
+"""The cross-entropy op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 Per row of logits ``z`` (``V`` classes) with target ``t`` and label smoothing ``e``, in fp32 as
 ``torch.nn.functional.cross_entropy`` (Szegedy et al. 2016 for label smoothing)::

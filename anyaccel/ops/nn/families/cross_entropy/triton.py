@@ -1,5 +1,5 @@
 """Triton implementation of the cross-entropy family (math in
-:mod:`anyaccel.ops.nn.families.cross_entropy.spec`).
+`anyaccel.ops.nn.families.cross_entropy.spec`).
 
 One program per row walks the vocabulary in tiles with the online max/sum recurrence (one read of the row
 for the loss; a second for the gradient, served mostly from L2). In the fused linear + cross-entropy the

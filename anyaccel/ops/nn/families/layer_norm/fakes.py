@@ -43,7 +43,7 @@ def check_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor |
     """The backward's argument rules.
 
     Raises:
-        OpInputError: as :func:`check_forward`, grad_y not shaped like x, mean/rstd not fp32 ``x.shape[:-1]``.
+        OpInputError: as `check_forward`, grad_y not shaped like x, mean/rstd not fp32 ``x.shape[:-1]``.
     """
     op = "layer_norm_backward"
     check_forward(op, x, weight, None, 0.0)

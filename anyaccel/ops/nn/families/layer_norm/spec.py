@@ -1,4 +1,4 @@
-"""The LayerNorm op family, described once (see :mod:`anyaccel.spec`).
+"""The LayerNorm op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 LayerNorm: Ba, Kiros & Hinton, "Layer Normalization", 2016. Over the last dimension (``N`` elements; the
 front end flattens a multi-dimensional ``normalized_shape`` into it), in fp32, as

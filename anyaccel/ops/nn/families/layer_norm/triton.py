@@ -1,6 +1,6 @@
-"""Triton implementation of the LayerNorm family (math in :mod:`anyaccel.ops.nn.families.layer_norm.spec`).
+"""Triton implementation of the LayerNorm family (math in `anyaccel.ops.nn.families.layer_norm.spec`).
 
-Same structure as the RMSNorm kernels (:mod:`anyaccel.ops.nn.families.rms_norm.triton`): whole rows in
+Same structure as the RMSNorm kernels (`anyaccel.ops.nn.families.rms_norm.triton`): whole rows in
 registers up to the tile limit (exact two-pass variance from registers), tiled walks beyond, weight and
 bias gradients reduced through per-program fp32 partial rows. Importing this module imports Triton.
 """

@@ -1,2 +1,2 @@
 """RMSNorm and fused residual-add + RMSNorm (op spec in ``spec.py``; front ends in
-:mod:`anyaccel.ops.nn.functional`)."""
+[`anyaccel.ops.nn.functional`][anyaccel.ops.nn.functional])."""

@@ -49,7 +49,7 @@ def out_dtype(x: torch.Tensor, weight: torch.Tensor | None, casting: str) -> tor
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, casting: str
              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake of ``rms_norm``: y (x's shape, see :func:`out_dtype`) and rstd (fp32, ``x.shape[:-1]``)."""
+    """Fake of ``rms_norm``: y (x's shape, see `out_dtype`) and rstd (fp32, ``x.shape[:-1]``)."""
     check_forward("rms_norm", x, weight, eps, casting)
     return (x.new_empty(x.shape, dtype=out_dtype(x, weight, casting)),
             x.new_empty(x.shape[:-1], dtype=torch.float32))
@@ -69,7 +69,7 @@ def check_backward(grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor |
     """The backward's argument rules (shapes of the forward's outputs).
 
     Raises:
-        OpInputError: as :func:`check_forward`, or grad_y/grad_residual not shaped like x, rstd not
+        OpInputError: as `check_forward`, or grad_y/grad_residual not shaped like x, rstd not
             ``x.shape[:-1]`` fp32.
     """
     op = "rms_norm_backward"

@@ -1,5 +1,5 @@
 """Portable torch implementation of the RMSNorm family: torch ops only, so it runs on every device type
-(CPU, CUDA, XPU, NPU, MPS, ...). Math and sources in :mod:`anyaccel.ops.nn.families.rms_norm.spec`; computed in fp32.
+(CPU, CUDA, XPU, NPU, MPS, ...). Math and sources in `anyaccel.ops.nn.families.rms_norm.spec`; computed in fp32.
 """
 
 from __future__ import annotations

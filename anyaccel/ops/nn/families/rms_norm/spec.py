@@ -1,4 +1,4 @@
-"""The RMSNorm op family, described once (see :mod:`anyaccel.spec`).
+"""The RMSNorm op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 RMSNorm: Zhang & Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019. Over the last dimension
 (``N`` elements), in fp32::

@@ -1,11 +1,11 @@
 """Triton implementation of the RMSNorm family (forward, fused residual add, backward).
 
-Math in :mod:`anyaccel.ops.nn.families.rms_norm.spec`. Rows of up to :data:`anyaccel.ops.triton.launch.MAX_TILE`
+Math in `anyaccel.ops.nn.families.rms_norm.spec`. Rows of up to `anyaccel.ops.triton.launch.MAX_TILE`
 elements stay in registers (one read of x, one write of y: memory bound at the copy rate); wider rows are
 walked in tiles. Several short rows share a program. The weight gradient is reduced in two stages: each
 of ``G`` programs accumulates its rows' ``dy * n`` in fp32 registers and writes one partial row, and one more
 launch sums the ``G x N`` partials and casts them to the weight's dtype
-(:func:`anyaccel.ops.triton.partials.sum_partials`; Liger-Kernel's scheme, ``G`` = the device's multiprocessor
+(`anyaccel.ops.triton.partials.sum_partials`; Liger-Kernel's scheme, ``G`` = the device's multiprocessor
 count).
 
 Importing this module imports Triton; the implementation loader imports it only where Triton is
@@ -209,7 +209,7 @@ def _forward_tiling(n: int, m: int) -> dict[str, int]:
         m: the number of rows.
 
     Returns:
-        Keyword arguments of :func:`anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
+        Keyword arguments of `anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
     """
     if n < 2048:
         return {}
@@ -230,7 +230,7 @@ def _backward_tiling(n: int) -> dict[str, int]:
         n: the row length (elements).
 
     Returns:
-        Keyword arguments of :func:`anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
+        Keyword arguments of `anyaccel.ops.triton.launch.row_blocks` (empty: its defaults).
     """
     return {"rows_tile": 16384, "max_warps": 8} if n < 8192 else {}
 

@@ -65,10 +65,10 @@ def rope_backward(grad_y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, in
 
 @v.memoized
 def check_qk(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    """The rules of ``rope_qk`` (and its backward): :func:`check` for each of q and k, and one device.
+    """The rules of ``rope_qk`` (and its backward): `check` for each of q and k, and one device.
 
     Raises:
-        OpInputError: as :func:`check`, naming q (grad_q) or k (grad_k); k with another last dimension or on
+        OpInputError: as `check`, naming q (grad_q) or k (grad_k); k with another last dimension or on
             another device than q.
     """
     names = ("q", "k") if op == "rope_qk" else ("grad_q", "grad_k")

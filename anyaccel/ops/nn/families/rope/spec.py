@@ -1,4 +1,4 @@
-"""The rotary-embedding op family, described once (see :mod:`anyaccel.spec`).
+"""The rotary-embedding op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 RoPE: Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding", 2021. Each pair
 ``(x1, x2)`` of the last dimension (``D`` even) is rotated by the angle whose cosine and sine are given,

@@ -1,4 +1,4 @@
-"""Triton implementation of the rotary-embedding family (math in :mod:`anyaccel.ops.nn.families.rope.spec`).
+"""Triton implementation of the rotary-embedding family (math in `anyaccel.ops.nn.families.rope.spec`).
 
 The tensor is seen as up to three leading dimensions (any strides, e.g. Hugging Face's ``[B, H, S, D]``
 view of a ``[B, S, H, D]`` projection, read in place) and the pair dimension; ``cos``/``sin`` broadcast
@@ -66,7 +66,7 @@ def _rope_qk_kernel(Q, K, C, S, YQ, YK, RQ, D1Q, D2Q, sq0, sq1, sq2, sqd, scq0, 
                     BACKWARD: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr):
     """q's rows in the first ``PROGRAMS_Q`` programs, k's in the rest: one launch for both. Each output has
     its input's strides and ``sin`` has ``cos``'s (the common case, and 18 fewer arguments for Triton to
-    bind and specialise per launch: :func:`_rotate_qk` launches per tensor otherwise)."""
+    bind and specialise per launch: `_rotate_qk` launches per tensor otherwise)."""
     pid = tl.program_id(0).to(tl.int64)
     if pid < PROGRAMS_Q:
         _rope_rows(pid, Q, C, S, YQ, RQ, D1Q, D2Q, HALF, sq0, sq1, sq2, sqd, scq0, scq1, scq2, scqd, scq0, scq1,
@@ -101,7 +101,7 @@ def _row_order(x4: torch.Tensor) -> tuple[int, ...]:
 def _views(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, y: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x``, the tables expanded to x's rows, and ``y`` (x's shape, at most four dimensions) as 4-D views
-    whose leading dimensions are in x's memory order (:func:`_row_order`)."""
+    whose leading dimensions are in x's memory order (`_row_order`)."""
     half = x.shape[-1] // 2
     lead = x.shape[:-1]
     x4, c4, s4, y4 = _four_d(x), _four_d(cos.expand(*lead, half)), _four_d(sin.expand(*lead, half)), _four_d(y)
@@ -118,7 +118,7 @@ def _args(x4: torch.Tensor, c4: torch.Tensor, s4: torch.Tensor, y4: torch.Tensor
 
 
 def _layout(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, y: torch.Tensor) -> tuple[int, ...]:
-    """:func:`_args` of ``x``'s views, cached by the four tensors' shapes and strides (the views' arithmetic
+    """`_args` of ``x``'s views, cached by the four tensors' shapes and strides (the views' arithmetic
     is most of an eager call's host cost, and a model calls rope with a few layouts). The kernel reads
     through the views' strides from the tensors' own data pointers, which the views share (``expand``,
     ``unsqueeze`` and ``permute`` keep the storage offset). Symbolic sizes (tracing with dynamic shapes) are
@@ -191,8 +191,8 @@ def _rotate_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.T
 
 
 def _fusable(layout: tuple[int, ...]) -> bool:
-    """Whether a :func:`_layout` (rows, d1, d2, then the strides of x, cos, sin and y, four each) fits
-    :func:`_rope_qk_kernel`: y strided as x, sin as cos."""
+    """Whether a `_layout` (rows, d1, d2, then the strides of x, cos, sin and y, four each) fits
+    `_rope_qk_kernel`: y strided as x, sin as cos."""
     return layout[3:7] == layout[15:19] and layout[7:11] == layout[11:15]
 
 

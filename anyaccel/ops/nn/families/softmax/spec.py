@@ -1,4 +1,4 @@
-"""The softmax op family, described once (see :mod:`anyaccel.spec`).
+"""The softmax op family, described once (see [`anyaccel.spec`][anyaccel.spec]).
 
 Along one dimension, in fp32 with the running-maximum form (Milakov & Gimelshein, "Online normalizer
 calculation for softmax", 2018, for rows walked in tiles), as ``torch.softmax`` / ``torch.log_softmax``::

@@ -1,4 +1,4 @@
-"""Triton implementation of the softmax family (math in :mod:`anyaccel.ops.nn.families.softmax.spec`).
+"""Triton implementation of the softmax family (math in `anyaccel.ops.nn.families.softmax.spec`).
 
 Rows up to the tile limit are reduced from registers (one read, one write); wider rows are walked twice
 with the online max/sum recurrence. A reduction over another dimension than the last sees the tensor as

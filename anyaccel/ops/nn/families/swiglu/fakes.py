@@ -1,5 +1,5 @@
 """Validating fakes of the SwiGLU/SiLU ops and the rules both implementations check; the output layout
-is :func:`anyaccel.ops.triton.broadcast.empty_output`'s, as the generated kernels'."""
+is `anyaccel.ops.triton.broadcast.empty_output`'s, as the generated kernels'."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def grad_dtype(t: torch.Tensor, shape: torch.Size) -> torch.dtype:
 
 
 def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fake of ``swiglu_backward``: two tensors of the broadcast shape, in :func:`grad_dtype` of a and b."""
+    """Fake of ``swiglu_backward``: two tensors of the broadcast shape, in `grad_dtype` of a and b."""
     shape = check("swiglu_backward", {"grad_y": grad_y, "a": a, "b": b})
     ops = [grad_y, a, b]
     return (empty_output(ops, shape, grad_dtype(a, shape), a.device),
@@ -54,6 +54,6 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 
 def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Fake of ``silu_backward``: the broadcast shape in :func:`grad_dtype` of x."""
+    """Fake of ``silu_backward``: the broadcast shape in `grad_dtype` of x."""
     shape = check("silu_backward", {"grad_y": grad_y, "x": x})
     return empty_output([grad_y, x], shape, grad_dtype(x, shape), x.device)
