@@ -119,13 +119,16 @@ def collect(build: bool = False) -> dict[str, Any]:
 
     Returns:
         A dict with the keys ``anyaccel``, ``python``, ``platform``, ``torch``, ``accelerator`` (the selection
-        report of :func:`anyaccel.accelerator.explain` plus device name/count and communication backend),
-        ``toolchain`` (:func:`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA, build
-        jobs, cache root), ``cpu_threads`` (:func:`anyaccel.ops.cpu_threads.thread_plan`), ``ops`` (a list of
+        report of [`anyaccel.accelerator.explain`][anyaccel.accelerator.explain] plus device name/count and
+        communication backend),
+        ``toolchain`` (`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA, build
+        jobs, cache root), ``cpu_threads``
+        ([`anyaccel.ops.cpu_threads.thread_plan`][anyaccel.ops.cpu_threads.thread_plan]), ``ops`` (a list of
         per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on
         failure ``error``), ``pinned_memory`` (the accelerator's ``pinned_memory_report()``: backend, bytes and
         calls pinned, ``RLIMIT_MEMLOCK``, and the native regions alive when the native backend was used in this
-        process; None without an accelerator), ``deepspeed`` (:func:`anyaccel.integrations.deepspeed.status`:
+        process; None without an accelerator), ``deepspeed``
+        ([`anyaccel.integrations.deepspeed.status`][anyaccel.integrations.deepspeed.status]:
         installed, version, tested, startup hook, wired) and ``errors``: one dict per section that could not be
         gathered (``section``, ``type``, ``message``, and ``code``/``fix`` for op-builder errors); that section
         is then ``{"error": message}`` (``ops``: empty).

@@ -14,17 +14,17 @@ until it is, the fallback keeps anyaccel working (slower at worst). Rules each m
 
 Modules:
 
-* :mod:`~anyaccel._compat.torch_optim`: torch.optim's global step hooks and optimizer hook registries.
-* :mod:`~anyaccel._compat.dynamo`: marking a function as a constant result without importing Dynamo.
-* :mod:`~anyaccel._compat.dispatcher`: ``torch._C`` dispatcher queries (dispatch keys, kernels, modes, schemas).
-* :mod:`~anyaccel._compat.library`: ``torch._library.triton``'s ``wrap_triton`` switch.
-* :mod:`~anyaccel._compat.foreach`: ``torch._foreach_*`` list ops.
-* :mod:`~anyaccel._compat.data_ptrs`: many tensors' data pointers checked in one C++ call.
-* :mod:`~anyaccel._compat.prims`: ``torch._prims_common``'s elementwise type promotion.
-* :mod:`~anyaccel._compat.devices`: device-module internals (oneDNN float16, the MPS default generator).
-* :mod:`~anyaccel._compat.modules`: whether a module call would run forward hooks.
-* :mod:`~anyaccel._compat.fake_tensor`: recognising fake tensors.
-* :mod:`~anyaccel._compat.triton_interpreter`: whether Triton's interpreter runs the kernels with this NumPy.
+* `torch_optim`: torch.optim's global step hooks and optimizer hook registries.
+* `dynamo`: marking a function as a constant result without importing Dynamo.
+* `dispatcher`: ``torch._C`` dispatcher queries (dispatch keys, kernels, modes, schemas).
+* `library`: ``torch._library.triton``'s ``wrap_triton`` switch.
+* `foreach`: ``torch._foreach_*`` list ops.
+* `data_ptrs`: many tensors' data pointers checked in one C++ call.
+* `prims`: ``torch._prims_common``'s elementwise type promotion.
+* `devices`: device-module internals (oneDNN float16, the MPS default generator).
+* `modules`: whether a module call would run forward hooks.
+* `fake_tensor`: recognising fake tensors.
+* `triton_interpreter`: whether Triton's interpreter runs the kernels with this NumPy.
 """
 
 from __future__ import annotations

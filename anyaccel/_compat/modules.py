@@ -7,7 +7,7 @@ Private names used (tested on torch 2.10.0, 2.13.0 and 2.15.0): ``Module._forwar
 Used where anyaccel replaces a module's call by a fused function (``patch``'s MLP calls ``down_proj``'s weight
 directly): a module with hooks must still be called, so that the hooks run.
 
-Fallback: where any of these names is missing or not a mapping, :func:`has_forward_hooks` answers True (the
+Fallback: where any of these names is missing or not a mapping, `has_forward_hooks` answers True (the
 caller then calls the module as is: correct, only without the fusion).
 """
 

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PinnedHostMemory"]
 
-#: [bytes, calls] of :meth:`PinnedHostMemory._track_pinned_memory` in this process (all accelerators).
+#: [bytes, calls] of `PinnedHostMemory._track_pinned_memory` in this process (all accelerators).
 _TRACKED = [0, 0]
 _TRACKED_LOCK = threading.Lock()
 
@@ -57,7 +57,8 @@ class PinnedHostMemory(abc.ABC):
 
     def _native_pinned_memory(self) -> Any:
         """The native pinned-memory backend in use: anyaccel's own
-        (:class:`~anyaccel.accelerator.native_pinned.NativePinnedHostMemory`, over the ``pin_memory`` op) when
+        ([`NativePinnedHostMemory`][anyaccel.accelerator.native_pinned.NativePinnedHostMemory], over the ``pin_memory``
+        op) when
         ``DS_PIN_MEMORY_BACKEND=native``, else None (torch's pinning). Read at every call, as DeepSpeed does.
 
         A backend has DeepSpeed's ``NativePinnedMemory`` methods: ``pin(tensor, make_copy, match_shape)``,
@@ -78,7 +79,7 @@ class PinnedHostMemory(abc.ABC):
 
     def _track_pinned_memory(self, num_bytes: int) -> None:
         """Account ``num_bytes`` of newly page-locked host memory: counted per process
-        (:meth:`pinned_memory_report`) and logged at DEBUG level."""
+        (`pinned_memory_report`) and logged at DEBUG level."""
         with _TRACKED_LOCK:
             _TRACKED[0] += int(num_bytes)
             _TRACKED[1] += 1

@@ -4,7 +4,8 @@ DeepSpeed 0.19 pins big ZeRO-Offload host buffers through an op rather than ``te
 torch's caching host allocator rounds each request up to a power of two and keeps freed blocks cached, so a
 few large buffers can hold nearly twice their size in page-locked memory. With ``DS_PIN_MEMORY_BACKEND=native``
 the accelerator's ``pin_memory`` / ``pin_empty`` / ``pin_empty_like`` / ``is_pinned`` / ``unpin_memory`` use
-:class:`NativePinnedHostMemory`: exact page-rounded regions from the ``pin_memory`` op
+[`NativePinnedHostMemory`][anyaccel.accelerator.native_pinned.NativePinnedHostMemory]: exact page-rounded regions from
+the ``pin_memory`` op
 (``create_op_builder("PinMemoryBuilder")``, its ``pin_handle``; ``anyaccel/ops/pin_memory/handle.py``).
 
 What pinning means per host:
@@ -15,7 +16,8 @@ What pinning means per host:
   variable) skips registration and ``mlock``-s instead;
 - the CPU (and other accelerators without registration): each region is locked in RAM with ``mlock``, within
   ``RLIMIT_MEMLOCK`` (``ulimit -l``; root is not limited). Past the limit a region stays allocated,
-  page-aligned and usable but not locked (logged once; :meth:`NativePinnedHostMemory.stats` counts locked
+  page-aligned and usable but not locked (logged once;
+  [`NativePinnedHostMemory.stats`][anyaccel.accelerator.native_pinned.NativePinnedHostMemory.stats] counts locked
   regions apart). The contract below holds either way.
 
 Contract (DeepSpeed 0.19.8's ``NativePinnedMemory``): ``pin`` copies and keeps the shape (``make_copy``,
@@ -54,7 +56,7 @@ class NativePinnedHostMemory:
     """Native pinned host memory of one accelerator: DeepSpeed's ``NativePinnedMemory`` methods.
 
     Args:
-        handle: a :class:`~anyaccel.ops.pin_memory.handle.PinHandle` (the ``pin_memory`` op module's
+        handle: a [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle] (the ``pin_memory`` op module's
             ``pin_handle(...)``), registering regions with the device runtime or not.
     """
 

@@ -13,7 +13,7 @@ order reversed every round), so a drift of the host's speed during the measureme
 moves all three alike instead of biasing their ratios. Timed one variant after the other, a drift once
 recorded the mode's fallback (aten plus the mode's Python kernel) as faster than aten alone, which it
 cannot be. ``--emit-default-policy PATH`` also writes the run's measurements as the device's entry of a
-default-policy file (:func:`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy
+default-policy file (`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy
 is regenerated.
 """
 
@@ -142,7 +142,7 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
         reps: timed runs per measurement.
         save: write the table (merged with what it held).
         emit_default: also write this run's measurements as the current device's entry of a default-policy
-            file at this path (:func:`anyaccel.ops.override.policy.emit_default`: the shipped format).
+            file at this path (`anyaccel.ops.override.policy.emit_default`: the shipped format).
 
     Returns:
         key -> speed-up of this run.

@@ -2,24 +2,24 @@
 
 ``dlopen`` runs a library's code, and a damaged one crashes the process inside it (a truncated ``op.so``
 dies with SIGBUS, flipped bytes with SIGSEGV; a library another user could write runs their code in our
-process), so nothing is loaded before :func:`inspect_entry` passes:
+process), so nothing is loaded before `inspect_entry` passes:
 
 1. the entry, its ``manifest.json`` and its ``op.so`` are what they claim (a directory and two regular
    files, no symbolic link) and under the user's control (owned by the user or root, not writable by group
-   or others: :func:`anyaccel.op_builder.core.cache.check_secure`);
+   or others: `anyaccel.op_builder.core.cache.check_secure`);
 2. the manifest parses, is of the current schema, names this entry's key, and its recorded inputs hash to
    that key (an edited manifest fails here);
 3. the library has the size and the SHA-256 the manifest records (read through one file descriptor
    opened without following links).
 
-The loader is then given not the entry's path but :func:`verified_copy`: a private, sealed copy of the bytes
+The loader is then given not the entry's path but `verified_copy`: a private, sealed copy of the bytes
 read (once more) and hashed, so a library rewritten in place between the check and ``dlopen`` (same inode,
 size and mtime) cannot be what runs: the copy either holds the recorded bytes or is refused.
 
 After the load, the builder checks that the library registered the namespace and functions it expects
-(:meth:`anyaccel.op_builder.core.builder.OpBuilder.verify_functions`); what these checks cannot see (code
-that is valid but not ours, with a matching manifest written by someone who can write the cache) is kept
-out by the ownership checks.
+([`OpBuilder.verify_functions`][anyaccel.op_builder.core.builder.OpBuilder.verify_functions]); what these
+checks cannot see (code that is valid but not ours, with a matching manifest written by someone who can
+write the cache) is kept out by the ownership checks.
 
 Costs (a 2-core x86 host, warm page cache): about 0.1 ms to hash a 100 KB CPU op, a few
 microseconds per ``lstat``.
@@ -49,7 +49,7 @@ LIBRARY_NAME = "op.so"
 
 @dataclass(frozen=True)
 class EntryCheck:
-    """The verdict of :func:`inspect_entry`.
+    """The verdict of `inspect_entry`.
 
     Attributes:
         present: something exists at the entry's path.
@@ -92,7 +92,7 @@ def inspect_entry(entry: Path, key: str | None = None, namespace: str | None = N
         namespace: the torch namespace the caller expects the manifest to name; not checked when None.
 
     Returns:
-        An :class:`EntryCheck`; ``present`` is False (and ``reason`` empty) when nothing is at ``entry``.
+        An `EntryCheck`; ``present`` is False (and ``reason`` empty) when nothing is at ``entry``.
 
     Side effects: reads the manifest and the whole library (to hash it); never follows a symbolic link.
     """
@@ -181,7 +181,7 @@ def library_record(library: Path) -> dict[str, Any]:
 
 class LibraryChangedError(OSError):
     """The library's bytes, read for loading, are not the ones its manifest records (it changed after
-    :func:`inspect_entry` hashed it)."""
+    `inspect_entry` hashed it)."""
 
 
 #: The sealed copies of loaded libraries, kept open for the life of the process: the dynamic loader records a
@@ -212,7 +212,7 @@ def verified_copy(library: Path, digest: str, size: int, name: str) -> Iterator[
     removed on exit.
 
     Args:
-        library: the library :func:`inspect_entry` accepted.
+        library: the library `inspect_entry` accepted.
         digest: its recorded SHA-256 (hex).
         size: its recorded size in bytes.
         name: a label for the copy (``/proc/<pid>/maps`` shows ``/memfd:<name>``).

@@ -3,8 +3,8 @@ nothing cached, print one line, and end the process with the signal's status.
 
 SIGINT already raises ``KeyboardInterrupt`` in Python's main thread; SIGTERM's default action kills the
 process on the spot, leaving ninja, the compilers (in a session of their own, which the signal does not reach)
-and the private build directory behind. :func:`terminate_as_interrupt` turns SIGTERM into
-:class:`BuildInterrupted` (a ``KeyboardInterrupt``) for the duration of a build, so the cleanup that already
+and the private build directory behind. `terminate_as_interrupt` turns SIGTERM into
+`BuildInterrupted` (a ``KeyboardInterrupt``) for the duration of a build, so the cleanup that already
 runs for Ctrl-C (``run_ninja`` kills every process of the build, the build directory is removed, the lock is
 released) runs for SIGTERM too; then the process dies of SIGTERM as it would have (exit status 143).
 """
@@ -42,7 +42,7 @@ def exit_status(exc: KeyboardInterrupt) -> int:
 
 
 def report(exc: KeyboardInterrupt) -> None:
-    """Print :data:`INTERRUPTED_LINE` on standard error, once per interrupt (marks ``exc``)."""
+    """Print `INTERRUPTED_LINE` on standard error, once per interrupt (marks ``exc``)."""
     if getattr(exc, "anyaccel_reported", False):
         return
     exc.anyaccel_reported = True  # type: ignore[attr-defined]
@@ -52,18 +52,18 @@ def report(exc: KeyboardInterrupt) -> None:
 
 
 def raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    """A signal handler: raise :class:`BuildInterrupted` for ``signum`` in the main thread."""
+    """A signal handler: raise `BuildInterrupted` for ``signum`` in the main thread."""
     raise BuildInterrupted(signum)
 
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Run a build with SIGTERM raising :class:`BuildInterrupted`, and report an interrupt.
+    """Run a build with SIGTERM raising `BuildInterrupted`, and report an interrupt.
 
     The handler is installed only in the main thread and only where SIGTERM has its default action (a program
-    that handles SIGTERM keeps its handler; ``anyaccel build`` installs :func:`raise_interrupt` itself). On an
-    interrupt (SIGINT's ``KeyboardInterrupt`` or SIGTERM's :class:`BuildInterrupted`) the cleanup inside has run
-    when it reaches here; :data:`INTERRUPTED_LINE` is printed, and then, for a SIGTERM this function turned
+    that handles SIGTERM keeps its handler; ``anyaccel build`` installs `raise_interrupt` itself). On an
+    interrupt (SIGINT's ``KeyboardInterrupt`` or SIGTERM's `BuildInterrupted`) the cleanup inside has run
+    when it reaches here; `INTERRUPTED_LINE` is printed, and then, for a SIGTERM this function turned
     into an exception, the default action is restored and the signal sent again: the process ends with status
     143, as SIGTERM's default would have ended it. A ``KeyboardInterrupt`` propagates to the caller's program.
 

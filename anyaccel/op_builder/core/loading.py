@@ -1,19 +1,20 @@
 """Loading an op: the in-process table, prebuilt artifacts, the content-addressed cache and its quarantine.
 
-:class:`LoadingBuilder` implements :meth:`~LoadingBuilder.load` as one path:
+`LoadingBuilder` implements [`load`][anyaccel.op_builder.core.loading.LoadingBuilder.load] as one path:
 
 1. in-process table by cache key (a second ``load()`` costs a dict lookup; a failed build raises the same
-   :class:`~anyaccel.op_builder.errors.BuildError` again);
+   [`BuildError`][anyaccel.op_builder.errors.BuildError] again);
 2. a prebuilt (AOT) artifact whose manifest matches (sources, flags, ISA, platform; its stable-ABI target
    not newer than the running torch);
 3. the content-addressed disk cache, manifest checked;
 4. a build under an OS lock, in a private directory, published with one ``os.rename``
-   (:class:`~anyaccel.op_builder.core.compiling.CompilingBuilder`).
+   (`CompilingBuilder`).
 
-Nothing is loaded before :func:`~anyaccel.op_builder.core.integrity.inspect_entry` passes (ownership and
+Nothing is loaded before `inspect_entry` passes (ownership and
 modes of every path, the manifest, the library's SHA-256), and after the load the library must have
 registered the namespace and functions this builder expects
-(:meth:`~anyaccel.op_builder.core.hooks.BuilderHooks.verify_functions`). A cache entry that fails either check
+([`verify_functions`][anyaccel.op_builder.core.hooks.BuilderHooks.verify_functions]). A cache entry that fails either
+check
 is quarantined (moved aside in one rename, logged once per process) and rebuilt. Steps 1-3 spawn no process
 and import nothing heavy.
 """
@@ -80,7 +81,8 @@ class LoadingBuilder(CompilingBuilder):
     def buildability(self) -> tuple[bool, str]:
         """Whether this op can be *built* here (for this machine or another), and why not. Spawns no process.
 
-        Unlike :meth:`compatibility` it asks for no device: AOT builds (wheels) run on machines without one.
+        Unlike [`compatibility`][anyaccel.op_builder.core.loading.LoadingBuilder.compatibility] it asks for no device:
+        AOT builds (wheels) run on machines without one.
         """
         try:
             self.key_inputs()
@@ -91,7 +93,8 @@ class LoadingBuilder(CompilingBuilder):
         return True, ""
 
     def is_compatible(self, verbose: bool = False) -> bool:
-        """DeepSpeed's check: True when :meth:`compatibility` finds no problem; logs the reason if ``verbose``."""
+        """DeepSpeed's check: True when [`compatibility`][anyaccel.op_builder.core.loading.LoadingBuilder.compatibility]
+        finds no problem; logs the reason if ``verbose``."""
         ok, reason = self.compatibility()
         if not ok and verbose:
             logger.warning("op %s is not compatible: %s", self.NAME, reason)
@@ -116,7 +119,7 @@ class LoadingBuilder(CompilingBuilder):
             verbose: log build progress and the compiler output at INFO.
 
         Returns:
-            The :class:`OpModule`.
+            The [`OpModule`][anyaccel.op_builder.core.module.OpModule].
 
         Raises:
             BuildError: the build failed (the same object on every later attempt in this process), or the
@@ -137,7 +140,8 @@ class LoadingBuilder(CompilingBuilder):
         return self._load(use_prebuilt=True, verbose=verbose)
 
     def jit_load(self, verbose: bool = False) -> OpModule:
-        """Like :meth:`load` but ignores prebuilt artifacts (cache, else build)."""
+        """Like [`load`][anyaccel.op_builder.core.loading.LoadingBuilder.load] but ignores prebuilt artifacts (cache,
+        else build)."""
         return self._load(use_prebuilt=False, verbose=verbose)
 
     def _load(self, use_prebuilt: bool, verbose: bool) -> OpModule:
@@ -160,11 +164,11 @@ class LoadingBuilder(CompilingBuilder):
 
     def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str,
                       manifest: dict[str, Any]) -> OpModule:
-        """Load a library that passed :func:`~anyaccel.op_builder.core.integrity.inspect_entry` and check
+        """Load a library that passed `inspect_entry` and check
         what it registered.
 
         What the loader gets is a private, sealed copy of the bytes read once and hashed
-        (:func:`~anyaccel.op_builder.core.integrity.verified_copy`), never the cache path itself: a library
+        (`verified_copy`), never the cache path itself: a library
         rewritten in place after its check cannot be what runs.
 
         Args:
@@ -216,7 +220,7 @@ class LoadingBuilder(CompilingBuilder):
     def _module_extras(self) -> dict[str, Any]:
         """What the loaded module offers besides its torch ops: ``{"functions": (adapter, names)}``, the
         integrations' functions for the builder names this build answers to (its ``builder`` and aliases;
-        :mod:`anyaccel.op_builder.core.module_functions`), or ``{}``. Makes no adapter object."""
+        `anyaccel.op_builder.core.module_functions`), or ``{}``. Makes no adapter object."""
         if self.SPEC is None or self.BUILD is None:
             return {}
         from anyaccel.op_builder.core import module_functions
@@ -234,7 +238,7 @@ class LoadingBuilder(CompilingBuilder):
     def _find_prebuilt(self, inputs: dict[str, Any], warn: bool) -> OpModule | None:
         """A prebuilt artifact serving ``inputs``: loaded when ``warn`` (the load path), else only found.
 
-        Entries that fail their integrity checks (:func:`~anyaccel.op_builder.core.integrity.inspect_entry`),
+        Entries that fail their integrity checks (`inspect_entry`),
         or whose directories are not under the control of the user or root, are skipped with one warning;
         they cannot be quarantined (the installation is not ours to change).
 
@@ -281,12 +285,12 @@ class LoadingBuilder(CompilingBuilder):
             logger.warning("prebuilt op %s %s; building it just in time", self.NAME, why)
 
     def _check_entry(self, entry: Path, key: str, inputs: dict[str, Any]) -> integrity.EntryCheck:
-        """:func:`~anyaccel.op_builder.core.integrity.inspect_entry` with the namespace this builder derives from
+        """`inspect_entry` with the namespace this builder derives from
         ``key``, which must be ``compute_key(inputs)``.
 
         The recorded inputs need no comparison with ``inputs``: the check verifies that they hash to ``key``, so
         they are the same document but for the unkeyed build-host fields (``built_with_torch``; see
-        :data:`~anyaccel.op_builder.core.manifest.NOT_IN_KEY`), which never decide trust.
+        `NOT_IN_KEY`), which never decide trust.
         """
         return integrity.inspect_entry(entry, key, self.namespace(key))
 

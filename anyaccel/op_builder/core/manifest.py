@@ -120,7 +120,7 @@ MAX_MANIFEST_BYTES = 1 << 20
 def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of an entry, or None when it cannot be trusted as one, for any reason.
 
-    None when the file is missing, a link, unreadable, larger than :data:`MAX_MANIFEST_BYTES`, not UTF-8, not
+    None when the file is missing, a link, unreadable, larger than `MAX_MANIFEST_BYTES`, not UTF-8, not
     JSON, nested too deeply for the parser (``RecursionError``), not an object, of another schema, or when a
     field the loader reads has the wrong type (``key``, ``namespace``, ``library``, ``library_sha256``: strings;
     ``library_size``: an integer; ``inputs``: an object; ``isa``: a string or null). Never raises: a damaged

@@ -1,7 +1,7 @@
 """The build driver of the stable-ABI ops: one ninja file per build, run with a bounded wall time.
 
 A build is data: per source, the compile command (host C++ compiler or nvcc, chosen by the source's
-suffix), and one link command. :func:`write_build_file` turns that into ``build.ninja``; :func:`run_ninja`
+suffix), and one link command. `write_build_file` turns that into ``build.ninja``; `run_ninja`
 runs ninja in a session of its own and kills ninja and every process of that session when
 ``ANYACCEL_BUILD_TIMEOUT`` passes, so a compiler that never returns cannot hang ``load()`` or outlive it.
 ninja's output is read as it comes (its ``[k/N] compile x.cpp`` status lines feed the build progress
@@ -54,7 +54,7 @@ class BuildTimeoutError(OpBuilderError, TimeoutError):
 
 
 def build_timeout_s(env: Mapping[str, str] | None = None) -> float:
-    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else :data:`DEFAULT_TIMEOUT_S` (:data:`anyaccel.settings.BUILD_TIMEOUT`).
+    """``ANYACCEL_BUILD_TIMEOUT`` in seconds, else `DEFAULT_TIMEOUT_S` (`anyaccel.settings.BUILD_TIMEOUT`).
 
     Raises:
         SettingError: the variable is set to something else than a finite positive number of seconds.
@@ -133,7 +133,7 @@ class NinjaResult:
     Attributes:
         returncode: ninja's exit status (negative: killed by that signal).
         output: ninja's combined stdout and stderr (the compiler's messages included), at most
-            :data:`HEAD_BYTES` + :data:`TAIL_BYTES` of it: the beginning and the end, with a line in between
+            `HEAD_BYTES` + `TAIL_BYTES` of it: the beginning and the end, with a line in between
             saying how many bytes were left out.
         seconds: wall time.
     """
@@ -143,8 +143,8 @@ class NinjaResult:
     seconds: float
 
 
-#: The output kept from a build: its first :data:`HEAD_BYTES` (the first compiler errors) and its last
-#: :data:`TAIL_BYTES` (ninja's ``FAILED:`` summary); a compiler that writes megabytes costs no more memory.
+#: The output kept from a build: its first `HEAD_BYTES` (the first compiler errors) and its last
+#: `TAIL_BYTES` (ninja's ``FAILED:`` summary); a compiler that writes megabytes costs no more memory.
 HEAD_BYTES = 64 << 10
 TAIL_BYTES = 256 << 10
 #: The longest line passed to ``on_line`` (longer lines are cut; status lines are short).
@@ -187,7 +187,7 @@ class OutputTail:
 
 
 class _Lines:
-    """Splits a byte stream into lines for ``on_line`` in linear time, each cut at :data:`LINE_BYTES`."""
+    """Splits a byte stream into lines for ``on_line`` in linear time, each cut at `LINE_BYTES`."""
 
     def __init__(self, on_line: Callable[[str], None] | None) -> None:
         self.on_line = on_line
@@ -333,7 +333,7 @@ os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def _driver(argv: list[str]) -> list[str]:
-    """``argv`` run under the :data:`_REAPER` driver where it works (Linux with ``/proc`` and a Python
+    """``argv`` run under the `_REAPER` driver where it works (Linux with ``/proc`` and a Python
     executable), else ``argv`` itself."""
     if sys.platform.startswith("linux") and os.path.isdir("/proc/self") and sys.executable:
         return [sys.executable, "-I", "-S", "-c", _REAPER, *argv]
@@ -348,10 +348,10 @@ def run_ninja(ninja: Path, build_dir: Path, jobs: int, env: Mapping[str, str], t
 
     ninja's output is read as it comes: every line goes to ``on_line`` (progress), and ``on_tick`` is
     called at least every ``tick_s`` seconds (a live elapsed-time display). Reading is linear in the output
-    and its memory bounded (:class:`OutputTail`); once ninja's driver has exited the output is read for at
-    most :data:`DRAIN_S` more seconds, so a process that kept the pipe open cannot hold the build.
+    and its memory bounded (`OutputTail`); once ninja's driver has exited the output is read for at
+    most `DRAIN_S` more seconds, so a process that kept the pipe open cannot hold the build.
 
-    On Linux ninja runs under a small driver that is a child subreaper (:data:`_REAPER`): a process of the
+    On Linux ninja runs under a small driver that is a child subreaper (`_REAPER`): a process of the
     build that daemonized (``setsid``, double fork) is still its descendant and is killed when ninja ends.
 
     Args:
@@ -360,18 +360,18 @@ def run_ninja(ninja: Path, build_dir: Path, jobs: int, env: Mapping[str, str], t
         jobs: parallel jobs (``-j``).
         env: the complete environment of the build.
         timeout_s: wall-time bound in seconds.
-        on_line: called with each line of output (without the newline, cut at :data:`LINE_BYTES`), in the
+        on_line: called with each line of output (without the newline, cut at `LINE_BYTES`), in the
             calling thread.
         on_tick: called periodically while the build runs.
-        commands: :func:`step_commands`, to name the command of the step that was running at the timeout.
+        commands: `step_commands`, to name the command of the step that was running at the timeout.
         tick_s: seconds between ``on_tick`` calls.
 
     Returns:
-        The :class:`NinjaResult` (output decoded as UTF-8, undecodable bytes replaced; head and tail only).
+        The `NinjaResult` (output decoded as UTF-8, undecodable bytes replaced; head and tail only).
 
     Raises:
         BuildTimeoutError: the time passed; ninja and every process it started were killed (see
-            :func:`_kill_group`) before raising, naming the command that was still running (read from
+            `_kill_group`) before raising, naming the command that was still running (read from
             ``/proc``; else the first step ninja had not finished).
         OSError: ninja could not be started.
     """
@@ -467,7 +467,7 @@ def _group_commands(sid: int) -> list[str]:
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
     """Stop ninja and every process it started, then reap ``proc`` (the driver, or ninja itself).
 
-    The driver (:data:`_REAPER`) gets SIGTERM: it SIGKILLs ninja, then every descendant, daemons included,
+    The driver (`_REAPER`) gets SIGTERM: it SIGKILLs ninja, then every descendant, daemons included,
     and exits. Then, as a second line (and the only one where there is no driver), every process left in the
     build's session (``start_new_session``) gets SIGKILL: ninja puts each command in a process group of its own,
     so killing one group is not enough. ``proc``'s own pid is signalled only while it is unreaped, so a pid the

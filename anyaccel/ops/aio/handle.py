@@ -185,9 +185,8 @@ class AsyncIOHandle:
         Returns:
             The number of transfers finished (1 when nothing else was pending), as DeepSpeed.
 
-        Raises:
-            As [`async_pread`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pread] and
-            [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait].
+        Raises what [`async_pread`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pread] and
+        [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] raise.
         """
         return self.pread(buffer, filename, False, False, file_offset)
 
@@ -197,10 +196,9 @@ class AsyncIOHandle:
         Returns:
             The number of transfers finished.
 
-        Raises:
-            As [`async_pwrite`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pwrite] and
-            [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] (a full disk:
-            [`DiskFullError`][anyaccel.ops.aio.errors.DiskFullError]).
+        Raises what [`async_pwrite`][anyaccel.ops.aio.handle.AsyncIOHandle.async_pwrite] and
+        [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] raise (a full disk:
+        [`DiskFullError`][anyaccel.ops.aio.errors.DiskFullError]).
         """
         return self.pwrite(buffer, filename, False, False, file_offset)
 
@@ -318,8 +316,7 @@ class AsyncIOHandle:
         """Wait for the pending transfers (see [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]), then stop the
         worker threads. Idempotent.
 
-        Raises:
-            As [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]; the handle is closed even then.
+        Raises what [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] raises; the handle is closed even then.
         """
         if self._closed:  # also after a failed __init__, which never made a kernel handle (nor a lock)
             return

@@ -1,6 +1,6 @@
 """Register one implementation of a model-op family as torch ops with the spec's schemas.
 
-Two kinds, one contract (the op spec's function names and schemas, :mod:`anyaccel.spec`):
+Two kinds, one contract (the op spec's function names and schemas, [`anyaccel.spec`][anyaccel.spec]):
 
 - **portable** implementations (torch ops only) become ``torch.library.custom_op`` s with the spec's schema
   and validating fake, registered for every device type. ``torch.compile`` treats each as one opaque call,
@@ -9,7 +9,7 @@ Two kinds, one contract (the op spec's function names and schemas, :mod:`anyacce
 - **Triton** implementations become ``torch.library.triton_op`` s: their function (torch ops plus
   ``wrap_triton`` kernel launches) is the fake, and under ``torch.compile`` AOTAutograd decomposes the op
   into its kernels, which Inductor then schedules with the rest of the graph. ``triton_op`` infers the
-  schema from the function's annotations; :func:`define` checks it equals the spec's, so the schema is
+  schema from the function's annotations; `define` checks it equals the spec's, so the schema is
   still written once.
 
 Autograd is described per family (``<family>/autograd.py``: ``formulas(ns)`` returns, per forward function,
@@ -22,11 +22,11 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   ``wrap_triton``'s higher-order op outside of tracing) costs a hundred microseconds and more per call on
   the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
   eager mode when no dispatch mode is active, and the torch ops otherwise
-  (:func:`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
+  (`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
   Functions' ``apply`` is torch's own (public); a shortcut past its per-call signature bind, built on
   functorch and forward-AD internals, was measured end to end on a patched Llama and gave no gain beyond
   run-to-run noise, so it was dropped. Triton implementations run with ``wrap_triton`` passing kernels
-  through (:func:`anyaccel._compat.library.untraced`).
+  through (`anyaccel._compat.library.untraced`).
 """
 
 from __future__ import annotations

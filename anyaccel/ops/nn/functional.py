@@ -158,7 +158,7 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
 
     Saves ``a.numel()`` elements of activation memory per call against the unfused pair (Liger-Kernel's
     included) for one extra element-wise pass in the backward
-    (:mod:`anyaccel.ops.nn.families.swiglu.linear`).
+    (`anyaccel.ops.nn.families.swiglu.linear`).
 
     Args:
         a: the gate, ``[..., I]``, float32/bfloat16/float16.
@@ -172,7 +172,7 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
 
     Raises:
         OpInputError: ``a`` and ``b`` differ in shape or dtype, or ``weight`` is not ``[O, I]`` of their
-            dtype (the unfused :func:`swiglu` broadcasts; this does not).
+            dtype (the unfused [`swiglu`][anyaccel.ops.nn.functional.swiglu] broadcasts; this does not).
     """
     if a.shape != b.shape or a.dtype != b.dtype:
         raise OpInputError(f"swiglu_linear: a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} must "

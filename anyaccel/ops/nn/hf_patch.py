@@ -1,33 +1,34 @@
 """``anyaccel.ops.patch(model)``: anyaccel's model ops in a Hugging Face model, in place, found through
 transformers' kernel-layer markers (no per-family table).
 
-What is replaced (each optional), in any model whose classes carry the markers (:mod:`anyaccel.ops.nn.hf.markers`):
+What is replaced (each optional), in any model whose classes carry the markers (`anyaccel.ops.nn.hf.markers`):
 
 - every module whose class is marked ``"RMSNorm"`` or ``"RMSNormZeroCentered"`` (145 classes in transformers
-  5.24), when an equivalence probe (:mod:`anyaccel.ops.nn.hf.equivalence`) finds the
-  :func:`~anyaccel.ops.nn.functional.rms_norm` recipe that computes what its forward computes: Llama's
+  5.24), when an equivalence probe (`anyaccel.ops.nn.hf.equivalence`) finds the
+  [`rms_norm`][anyaccel.ops.nn.functional.rms_norm] recipe that computes what its forward computes: Llama's
   rounding (``casting="llama"``), one rounding (``casting="torch"``: OLMo-2's ``(weight * h).to(dtype)``) or
   a ``1 + weight`` weight (zero-centred);
-- every module marked ``"SiLU"`` (transformers' ``SiLUActivation``) by :func:`~anyaccel.ops.nn.functional.silu`,
+- every module marked ``"SiLU"`` (transformers' ``SiLUActivation``) by [`silu`][anyaccel.ops.nn.functional.silu],
   when the probe agrees;
 - every module whose ``forward`` is Llama's MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``, compared
   as code) with a SiLU activation, by ``down_proj(swiglu(gate_proj(x), up_proj(x)))``;
 - every function marked ``"rotary_pos_emb"`` that a module attaches with ``@use_kernelized_func``
-  (``apply_rotary_pos_emb``), when the probe agrees, by :func:`~anyaccel.ops.nn.functional.rope_qk`. The
+  (``apply_rotary_pos_emb``), when the probe agrees, by [`rope_qk`][anyaccel.ops.nn.functional.rope_qk]. The
   function is a module global the attention layers call, so (like Liger-Kernel's patch) the swap applies to
   every model of that modeling module in the process until the last patched one is unpatched; calls with a
   table of a layout the probe did not accept (a partial rotary one, narrower than the head) run the
   original function;
 - the ``*ForCausalLM`` model's forward, when it is Llama's (compared as code: a family that scales, caps or
   adds to the logits or the loss keeps its own) and called with ``labels``, by one computing the loss with
-  :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy` from the last hidden states, never
+  [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy] from the last hidden states,
+  never
   materialising the logits (the output's ``logits`` is then None, as with Liger's patch); Hugging Face's
   label shift, ``ignore_index=-100`` and ``num_items_in_batch`` are kept. Without labels the original
   forward runs.
 
 A marked layer anyaccel has no op for, or whose math differs from anyaccel's, is left as it is and named in
 the report with the reason; nothing is an error. The model's parameters, state dict and module tree are
-unchanged; :func:`unpatch` restores the forwards and functions.
+unchanged; [`unpatch`][anyaccel.ops.nn.hf_patch.unpatch] restores the forwards and functions.
 Sources: transformers' ``integrations/hub_kernels.py`` (the markers), Liger-Kernel's
 ``apply_liger_kernel_to_llama`` (``liger_kernel/transformers/monkey_patch.py``) and transformers'
 ``LlamaForCausalLM.forward`` / ``ForCausalLMLoss`` (5.x).
@@ -64,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class PatchReport:
-    """What :func:`patch` replaced and what it left.
+    """What [`patch`][anyaccel.ops.nn.hf_patch.patch] replaced and what it left.
 
     Attributes:
         model_type: ``config.model_type`` (the class name when there is none).
@@ -118,7 +119,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         loss: replace the causal-LM loss with the fused linear cross-entropy.
         silu: replace the SiLU activation modules' forward (those not inside a replaced MLP run).
         loss_accum_dtype: that loss's ``accum_dtype`` (see
-            :func:`~anyaccel.ops.nn.functional.fused_linear_cross_entropy`): ``torch.float32`` (default) or the
+            [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy]): ``torch.float32``
+            (default) or the
             lm_head weight's dtype (Liger-Kernel's choice), which allocates no fp32 buffer of twice the lm_head
             weight's size while the loss runs (about a tenth off a Llama 3.2 1B-shaped training step's peak memory
             at sequence 4096; ``docs/nn_ops.md``).
@@ -126,7 +128,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             else each family's choice for the inputs' device.
 
     Returns:
-        A :class:`PatchReport`; its :meth:`~PatchReport.summary` is also logged (INFO, logger
+        A [`PatchReport`][anyaccel.ops.nn.hf_patch.PatchReport]; its
+        [`summary`][anyaccel.ops.nn.hf_patch.PatchReport.summary] is also logged (INFO, logger
         ``anyaccel.ops.nn.hf_patch``) once per distinct line.
 
     Raises:
@@ -216,7 +219,8 @@ def _patch_functions(model: torch.nn.Module, functions: Any, report: PatchReport
 
 
 def unpatch(model: torch.nn.Module) -> None:
-    """Restore every forward :func:`patch` replaced in ``model``, and each rotary function once no patched
+    """Restore every forward [`patch`][anyaccel.ops.nn.hf_patch.patch] replaced in ``model``, and each rotary function
+    once no patched
     model of its modeling module is left. Side effects: deletes the instance ``forward`` attributes."""
     for m in model.modules():
         if hasattr(m, _ORIG):

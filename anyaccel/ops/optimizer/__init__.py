@@ -17,7 +17,7 @@ device type ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch]). What this base o
   parameters have gradients and no state entry was replaced; a step then costs a few list operations per
   tensor: before any launch, every bucket that launches after another one is compared with the signature it
   was validated with (gradients' shapes, dtypes and contiguity, state tensors' data pointers and version
-  counters: :func:`~anyaccel.ops.optimizer.plans.unchanged`), so a gradient or state tensor changed in place
+  counters: `unchanged`), so a gradient or state tensor changed in place
   since (``resize_``, ``.data = x``, a 16-bit gradient of an fp32 parameter) sends the group back through the
   full validation, which raises before anything is written. The first launch of a step validates its own
   tensors in the kernel, before writing any, and its step count advances only after it returns. Device
@@ -25,7 +25,7 @@ device type ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch]). What this base o
   (``csrc/includes/cuda/multi_tensor_apply.cuh``), so a step launches with no tensor list at all; the table is
   rebuilt when a parameter's or gradient's storage moves (``p.data = ...``, a new gradient allocation).
 * **One step at a time.** ``step()``, ``state_dict()`` and ``load_state_dict()`` hold the optimizer's
-  re-entrant step lock (:func:`~anyaccel.ops.optimizer.hooks.step_lock`): steps called from two threads run
+  re-entrant step lock ([`step_lock`][anyaccel.ops.optimizer.hooks.step_lock]): steps called from two threads run
   one after the other, each whole and counted once (an uncontended lock costs well under a microsecond).
 * **Capturable steps** (``capturable=True``): the step count and the learning rate live in device memory, so
   ``step()`` can be captured in a CUDA graph and replayed (as ``torch.optim``'s ``capturable=True``).

@@ -287,7 +287,7 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         any step count advanced or any tensor written.
 
         Threads: steps of one optimizer are serialised by its re-entrant step lock
-        (:func:`~anyaccel.ops.optimizer.hooks.step_lock`, also held by ``state_dict`` and ``load_state_dict``):
+        ([`step_lock`][anyaccel.ops.optimizer.hooks.step_lock], also held by ``state_dict`` and ``load_state_dict``):
         two threads calling ``step()`` run one whole step after the other, each counted once. Gradients
         written by another thread during a step are not covered (as in ``torch.optim``).
 

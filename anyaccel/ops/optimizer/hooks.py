@@ -1,9 +1,10 @@
 """The step protocol of anyaccel's optimizers: torch.optim's step hooks and profiler range, run once per step,
 one step at a time per optimizer.
 
-``step_entry`` makes a function an optimizer's ``step``; see :func:`anyaccel._compat.torch_optim.step_entry`
+``step_entry`` makes a function an optimizer's ``step``; see `anyaccel._compat.torch_optim.step_entry`
 for what it runs and how it falls back to torch's public ``Optimizer.profile_hook_step``. Around that, it holds
-the optimizer's step lock (:func:`step_lock`), so steps called from several threads run one after the other.
+the optimizer's step lock ([`step_lock`][anyaccel.ops.optimizer.hooks.step_lock]), so steps called from several threads
+run one after the other.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def step_lock(optimizer: Any) -> threading.RLock:
 
 def step_entry(body: Callable[..., Any]) -> Callable[..., Any]:
     """Makes ``body`` an optimizer's ``step``: torch.optim's step protocol (hooks, profiler range, no_grad) under
-    the optimizer's :func:`step_lock`.
+    the optimizer's [`step_lock`][anyaccel.ops.optimizer.hooks.step_lock].
 
     Two threads calling ``step()`` on one optimizer are serialised: each call runs whole (hooks, validation,
     every launch) before the other starts, so every call counts once. The lock costs one uncontended acquire

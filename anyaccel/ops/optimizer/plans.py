@@ -10,7 +10,7 @@ type ([`anyaccel.ops.dispatch`][anyaccel.ops.dispatch]).
 * **A per-group plan, cached.** The bucketing of a group is built once and reused while the same parameters
   have gradients and no state entry was replaced; a step then costs a few list operations per tensor. Before
   any launch, each cached bucket that launches after another one is compared with the signature it was
-  validated with (:func:`unchanged`); one that no longer matches sends its group through the full validation.
+  validated with (`unchanged`); one that no longer matches sends its group through the full validation.
   The first launch of a step is checked by its kernel, which validates every tensor before writing any; its
   step count advances only after it returns. Device implementations that have ``<family>_plan`` keep
   the validated tensor table on the device (``csrc/includes/cuda/multi_tensor_apply.cuh``), so a step launches
@@ -61,7 +61,7 @@ class Bucket:
     step_value: float
     labels: list[str]
     positions: list[int] = dataclasses.field(default_factory=list)
-    #: the signature the bucket was validated with (:func:`unchanged` compares it before every cached step):
+    #: the signature the bucket was validated with (`unchanged` compares it before every cached step):
     #: the owners' shapes (the gradients' must be these), the gradients' dtypes, and the state tensors and fp32
     #: masters (``watched``) with their data pointers and version counters
     shapes: list[torch.Size] = dataclasses.field(default_factory=list)
@@ -88,7 +88,7 @@ class GroupPlan:
     step_members: list[tuple[Bucket, list[dict[str, Any]]]]
     #: the group's ``p.grad`` objects (None where absent) when the plan last passed validation
     grads_seen: list[torch.Tensor | None] = dataclasses.field(default_factory=list)
-    #: this step, the first bucket's launch validates its tensors itself (see :meth:`PlanMixin._prepare`)
+    #: this step, the first bucket's launch validates its tensors itself (see `PlanMixin._prepare`)
     self_checked: bool = False
 
 
@@ -136,9 +136,9 @@ class PlanMixin(torch.optim.Optimizer):
 
         ``first``: no group before this one launches in this step. The first bucket of such a group, when it
         launches through ``<family>_step`` (no device table), is not compared with its signature
-        (:func:`unchanged`): every implementation's ``<family>_step`` validates all its tensors before writing
-        any (the op spec's list rules), and :meth:`_apply` advances its step count only after the launch
-        returns, so a fault there also changes nothing; :meth:`_apply` then names it with the user's words.
+        (`unchanged`): every implementation's ``<family>_step`` validates all its tensors before writing
+        any (the op spec's list rules), and `_apply` advances its step count only after the launch
+        returns, so a fault there also changes nothing; `_apply` then names it with the user's words.
         Every other bucket launches after another one has written, so it is compared first.
         """
         scalars = self._group_scalars(index, group)
@@ -238,7 +238,7 @@ class PlanMixin(torch.optim.Optimizer):
 
     def _refresh(self, plan: GroupPlan, grads: list[torch.Tensor]) -> bool:
         """Collects this step's gradients (``grads``: one per group parameter) into a cached plan; False when the
-        plan no longer fits (:func:`unchanged`: a parameter's or state tensor's storage moved, a state tensor was
+        plan no longer fits (`unchanged`: a parameter's or state tensor's storage moved, a state tensor was
         changed in place, a gradient has another shape or dtype, is sparse or not contiguous). Changes nothing
         when it returns False."""
         picks = [_picked(b, grads) for b in plan.buckets]
@@ -379,7 +379,7 @@ class PlanMixin(torch.optim.Optimizer):
             torch.autograd.graph.increment_version(bucket.owners)
 
     def _explain_failed_launch(self, prepared: Prepared) -> None:
-        """After the first launch of a step refused its tensors (nothing written, see :meth:`_prepare`): raises
+        """After the first launch of a step refused its tensors (nothing written, see `_prepare`): raises
         the full validation's ``ValueError``, which names them as ``param_groups[g][...]``, and forgets the
         group's plan; returns (the caller re-raises the kernel's error) when the validation finds nothing."""
         self._plans.pop(prepared.index, None)
@@ -467,13 +467,13 @@ def unchanged(bucket: Bucket, grads: list[Any], full: bool = True) -> bool:
     (a parameter's or state tensor's shape changed without an in-place op). The kernels never bump a state
     tensor's version, so in steady training the versions stay put; a legitimate in-place write to a state
     tensor costs one full re-validation. False sends the group through the full validation of
-    :meth:`PlanMixin._build`, which raises with the user's names.
+    `PlanMixin._build`, which raises with the user's names.
 
     Args:
-        bucket: a bucket built by :meth:`PlanMixin._build`.
+        bucket: a bucket built by `PlanMixin._build`.
         grads: this step's gradient of each of ``bucket.owners`` (None where a gradient is missing).
         full: False for a bucket whose launch validates its own tensors before writing (the first of a step,
-            see :meth:`PlanMixin._prepare`): only the owners' data pointers and the gradients' contiguity are
+            see `PlanMixin._prepare`): only the owners' data pointers and the gradients' contiguity are
             compared (a non-contiguous gradient is copied by a rebuilt plan).
 
     Returns:

@@ -13,7 +13,7 @@ does not implement), keeps fp32 state of 16-bit parameters in fp32, maps torch's
 and leaves the optimizer unchanged when it raises.
 
 A state tensor changed in place (``resize_``, ``.data = x``) is noticed by a cached plan through its data
-pointer and version counter (:func:`anyaccel.ops.optimizer.plans.unchanged`), except for another view of its
+pointer and version counter (`anyaccel.ops.optimizer.plans.unchanged`), except for another view of its
 own storage at the same address; assigning the entry (``state['exp_avg'] = x``) is always noticed.
 """
 

@@ -1,14 +1,14 @@
 """``enable()``, ``disable()`` and ``use_ops()``: switch the aten-override mode on and off.
 
 Each switch-on creates one registration layer: a ``torch.library.Library("aten", "IMPL")`` holding one
-kernel per replaced op (:mod:`anyaccel.ops.override.aten_ops`) on the current accelerator's dispatch key
+kernel per replaced op (`anyaccel.ops.override.aten_ops`) on the current accelerator's dispatch key
 (``torch._C._dispatch_key_for_device``: ``CUDA``, ``XPU``, ``PrivateUse1``, ... ; ``CPU`` when the
 accelerator is the CPU). Destroying a layer removes exactly its kernels; torch's dispatcher keeps every
 registration of an op and key in a list and runs the newest, so removing a layer restores what was there
 before it, aten's own kernel included, in whatever order layers are removed: nesting ``use_ops`` inside
 ``enable`` (or in several threads) unwinds correctly.
 
-Each kernel asks the policy (:mod:`anyaccel.ops.override.policy`: the packaged default policy for the device,
+Each kernel asks the policy (`anyaccel.ops.override.policy`: the packaged default policy for the device,
 refined by its tuning table; which one and why is logged once per process, as a warning when nothing is
 replaced) and either runs anyaccel's op or calls aten's original kernel, fetched once with
 ``torch.library.get_kernel`` before the first layer existed. A thread-local guard sends calls made *while*
@@ -81,7 +81,7 @@ def _capability(device_type: str) -> tuple[int, int] | None:
 
 
 def load_policy(mode: str | None = None, table: bool = True) -> Policy:
-    """The policy of the current accelerator (:meth:`Policy.load` with its name and compute capability; without
+    """The policy of the current accelerator (`Policy.load` with its name and compute capability; without
     its tuning table when ``table`` is False: the shipped default policy alone)."""
     device_type = _device_type()
     return Policy.load(_device_name(device_type), mode, capability=_capability(device_type), table=table)
@@ -179,7 +179,7 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
 
 
 class _EmptyLayer:
-    """The layer of a switch-on that replaced nothing (see :func:`_layer`)."""
+    """The layer of a switch-on that replaced nothing (see `_layer`)."""
 
     def _destroy(self) -> None:
         """Nothing was registered."""
@@ -196,7 +196,7 @@ def _drop(lib: Any) -> None:
 def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
            policy: str | Policy | None = None) -> list[str]:
     """Replace aten ops on the current accelerator by anyaccel's, per the per-shape policy, until
-    :func:`disable`.
+    [`disable`][anyaccel.ops.override.mode.disable].
 
     Args:
         include: aten op names (``"_softmax"``, ``"native_layer_norm"``, ``"nll_loss_forward"``, ...) or family
@@ -205,8 +205,8 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
         exclude: names not to replace.
         policy: ``"tuned"`` (default, or ``ANYACCEL_OVERRIDE_POLICY``: anyaccel where the device's tuning table
             measured it faster, and elsewhere as the packaged default policy's entry for the device, or its
-            size rule for unknown devices, says: :mod:`anyaccel.ops.override.policy`), ``"always"``,
-            ``"never"``, or a :class:`Policy`.
+            size rule for unknown devices, says: `anyaccel.ops.override.policy`), ``"always"``,
+            ``"never"``, or a `Policy`.
 
     Returns:
         The aten ops replaced (ops without a kernel on this device, or served by the portable
@@ -226,7 +226,8 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
 
 
 def disable() -> None:
-    """Undo :func:`enable`: remove its registrations, restoring aten's kernels (layers of ``use_ops``
+    """Undo [`enable`][anyaccel.ops.override.mode.enable]: remove its registrations, restoring aten's kernels (layers of
+    ``use_ops``
     contexts still open stay until they exit). Does nothing when the mode is off."""
     with _LOCK:
         while _ENABLED:
@@ -236,7 +237,8 @@ def disable() -> None:
 @contextlib.contextmanager
 def use_ops(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
             policy: str | Policy | None = None) -> Iterator[list[str]]:
-    """Within the block, replace aten ops as :func:`enable` does; restore exactly what was there on exit
+    """Within the block, replace aten ops as [`enable`][anyaccel.ops.override.mode.enable] does; restore exactly what
+    was there on exit
     (nested blocks and an enclosing ``enable()`` included).
 
     Yields:

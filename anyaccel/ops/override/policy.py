@@ -8,7 +8,7 @@ goes to anyaccel's kernel only when its key was measured **faster** (``> 1 + mar
 Where the tables come from, in order (each later one refines the earlier):
 
 1. **The default policy shipped in the package** (``default_policy.json`` beside this module, schema in
-   :func:`validate_default`): one entry per device key ``"<device name>|<major>.<minor>"`` (compute
+   `validate_default`): one entry per device key ``"<device name>|<major>.<minor>"`` (compute
    capability; ``"cpu"`` for the CPU), and an ``unknown_device`` entry for every other device. An entry holds
    measured keys (``speedups``, ``fallbacks``, as a tuning table) and a **size rule** (``rule``: aten op, or
    ``"<aten op>|<dtype>"`` for one dtype, -> the least ``rows bucket x row length`` sent to anyaccel when the
@@ -22,7 +22,7 @@ The mode pays for itself only where it is registered: a replaced op's Python ker
 every call, also when it hands the call to aten (tens of microseconds). So under the tuned policy an op
 with measured keys is registered only if they show a win for it and, at every measured key of that op, the
 call as the mode would route it (anyaccel's kernel where it wins, else aten through the mode's fallback,
-both measured by the tuning) keeps at least :data:`FLOOR` of aten's speed; an op with no measured key is
+both measured by the tuning) keeps at least `FLOOR` of aten's speed; an op with no measured key is
 registered when the size rule names it (its small calls then pay the fallback's host cost: the rule is the
 price of being useful without tuning, and a tuning replaces it by measurements).
 
@@ -53,7 +53,7 @@ MARGIN = 0.03
 #: The slowest a registered op may make any measured call, relative to aten.
 FLOOR = 0.95
 ENV_MODE = settings.OVERRIDE_POLICY.name
-#: The version of the default-policy file's schema (:func:`validate_default`).
+#: The version of the default-policy file's schema (`validate_default`).
 DEFAULT_SCHEMA = 1
 #: The default-policy file's name in this package.
 DEFAULT_FILE = "default_policy.json"
@@ -62,7 +62,7 @@ UNKNOWN_DEVICE = "unknown_device"
 
 
 class PolicyFileError(ValueError):
-    """A default-policy file does not follow the schema (:func:`validate_default` names the field)."""
+    """A default-policy file does not follow the schema (`validate_default` names the field)."""
 
 
 def bucket(rows: int) -> int:
@@ -129,7 +129,7 @@ def validate_default(data: object) -> dict[str, Any]:
     Schema: ``{"schema": 1, "about": str, "devices": {device key: entry}, "unknown_device": entry}``, an
     entry being ``{"source": str, "rule": {aten op or "<aten op>|<dtype>": int >= 1}, "speedups": {policy
     key: float > 0}, "fallbacks": {policy key: float > 0}}`` (every entry field optional; device keys as
-    :func:`device_key` writes them).
+    `device_key` writes them).
 
     Raises:
         PolicyFileError: naming the first field that breaks the schema and what it accepts.
@@ -169,7 +169,7 @@ def read_default(path: Path | None = None) -> dict[str, Any]:
 
 def default_entry(dkey: str, data: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """The default policy's entry for device key ``dkey``: ``(which, entry)`` where ``which`` is ``dkey`` or
-    :data:`UNKNOWN_DEVICE`."""
+    `UNKNOWN_DEVICE`."""
     data = read_default() if data is None else data
     devices = data.get("devices", {})
     if dkey in devices:
@@ -181,7 +181,7 @@ class Policy:
     """A loaded policy.
 
     Args:
-        mode: one of :data:`MODES` (``ANYACCEL_OVERRIDE_POLICY`` overrides the default ``"tuned"``).
+        mode: one of `MODES` (``ANYACCEL_OVERRIDE_POLICY`` overrides the default ``"tuned"``).
         speedups: key -> measured speed-up of anyaccel over aten.
         fallbacks: key -> measured speed of aten through the mode's fallback, relative to aten.
         rule: aten op (or ``"<aten op>|<dtype>"``) -> the least ``rows bucket x row length`` sent to anyaccel at
@@ -189,7 +189,7 @@ class Policy:
         source: where the tables came from (logged by the mode).
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`MODES`.
+        ValueError: ``mode`` is not one of `MODES`.
     """
 
     def __init__(self, mode: str = "tuned", speedups: dict[str, float] | None = None,
@@ -220,7 +220,7 @@ class Policy:
         return min(effective) >= FLOOR
 
     def why(self, op: str) -> str:
-        """Why :meth:`registrable` decides as it does for ``op`` (for the mode's log)."""
+        """Why `registrable` decides as it does for ``op`` (for the mode's log)."""
         if self.mode != "tuned":
             return f"policy {self.mode!r}"
         keys = self._measured(op)
@@ -354,7 +354,7 @@ def derive_rule(speedups: dict[str, float], fallbacks: dict[str, float]) -> dict
 
 def emit_default(path: Path, dkey: str, policy: Policy, source: str) -> Path:
     """Write (or update) the default-policy file ``path`` with the entry of device key ``dkey`` from the
-    measured ``policy``: its speed-ups and fallbacks, and the size rule :func:`derive_rule` derives from them.
+    measured ``policy``: its speed-ups and fallbacks, and the size rule `derive_rule` derives from them.
     The other entries of an existing file are kept; a new file starts from the packaged one's
     ``unknown_device`` entry and ``about`` text.
 

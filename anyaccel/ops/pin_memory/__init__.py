@@ -1,7 +1,8 @@
 """Pinned host memory: DeepSpeed's ``PinMemoryBuilder`` / ``pin_handle`` on anyaccel.
 
 - ``spec.py``: the op spec (torch ops ``pin_alloc``, ``pin_find``, ``pin_release``, ``pin_free``, ...);
-- ``handle.py``: :class:`PinHandle`, DeepSpeed's ``pin_handle`` API over those ops, and the
+- ``handle.py``: [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle], DeepSpeed's ``pin_handle`` API over those ops,
+  and the
   ``module.pin_handle()`` factory the loaded module offers.
 
 Usage::

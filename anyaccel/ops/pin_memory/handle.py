@@ -1,7 +1,8 @@
 """DeepSpeed's ``pin_handle`` API over the pinned host memory op's torch ops (``anyaccel.ops.pin_memory.spec``).
 
 ``get_accelerator().create_op_builder("PinMemoryBuilder").load()`` returns an op module whose ``pin_handle()``
-makes a :class:`PinHandle` (through :class:`PinMemoryModule`, the adapter the DeepSpeed integration's ABI
+makes a [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle] (through
+[`PinMemoryModule`][anyaccel.ops.pin_memory.handle.PinMemoryModule], the adapter the DeepSpeed integration's ABI
 declaration names, ``anyaccel/integrations/deepspeed/abi/pin_memory.py``), with the methods DeepSpeed 0.19.8's
 ``NativePinnedMemory`` calls (``deepspeed/utils/pin_memory.py``; the handle of its
 ``csrc/pin_memory/py_ds_pin_memory.cpp``): ``new_cpu_locked_tensor``, ``free_cpu_locked_tensor``,
@@ -66,7 +67,8 @@ class PinStats:
     """The process's native pinned regions, read from the op library's table.
 
     Attributes:
-        regions: pinned regions (mlock-ed or registered or neither: see :class:`PinHandle`).
+        regions: pinned regions (mlock-ed or registered or neither: see
+            [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle]).
         bytes: their bytes (whole pages).
         locked_regions: regions locked in RAM with ``mlock``.
         locked_bytes: their bytes.
@@ -108,7 +110,7 @@ class PinHandle:
         module: the loaded ``pin_memory`` op module (its torch ops ``pin_alloc``, ``pin_free``...).
         lock: ``mlock`` new regions (when no ``register`` is given). A region the process may not lock
             (``RLIMIT_MEMLOCK``, ``ulimit -l``; root may lock any amount) stays allocated, aligned and usable
-            but not locked, said once in the log and in :meth:`stats`.
+            but not locked, said once in the log and in [`stats`][anyaccel.ops.pin_memory.handle.PinHandle.stats].
         register: ``register(address, nbytes) -> bool`` registering a region with the device runtime (True:
             registered), or None.
         unregister: ``unregister(address)``, undoing ``register``; required with ``register``.
@@ -183,7 +185,8 @@ class PinHandle:
         """End the pinning of the region starting at ``locked_tensor.data_ptr()`` (see the module doc).
 
         Returns:
-            True when that address was a pinned region's base (a tensor :meth:`new_cpu_locked_tensor` made, not
+            True when that address was a pinned region's base (a tensor
+            [`new_cpu_locked_tensor`][anyaccel.ops.pin_memory.handle.PinHandle.new_cpu_locked_tensor] made, not
             freed before); False otherwise (nothing changed).
         """
         return self.free_cpu_locked_tensor_by_ptr(locked_tensor.data_ptr())
@@ -271,10 +274,10 @@ def _warn_if_unlocked(state: int, nbytes: int) -> None:
 
 class PinMemoryModule:
     """DeepSpeed's ``pin_memory`` module ABI on a loaded anyaccel op module (the integration's adapter):
-    ``module.pin_handle()`` makes a :class:`PinHandle`.
+    ``module.pin_handle()`` makes a [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle].
 
     Args:
-        module: the :class:`~anyaccel.op_builder.core.module.OpModule` of the ``pin_memory`` build.
+        module: the [`OpModule`][anyaccel.op_builder.core.module.OpModule] of the ``pin_memory`` build.
         functions: the ABI function names the module offers (``("pin_handle",)``).
     """
 
@@ -284,5 +287,5 @@ class PinMemoryModule:
     def pin_handle(self, lock: bool = True, register: Callable[[int, int], bool] | None = None,
                    unregister: Callable[[int], Any] | None = None) -> PinHandle:
         """A new handle (DeepSpeed's ``pin_handle()`` takes no argument; the keywords are anyaccel's: see
-        :class:`PinHandle`)."""
+        [`PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle])."""
         return PinHandle(self._module, lock=lock, register=register, unregister=unregister)

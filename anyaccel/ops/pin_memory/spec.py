@@ -1,9 +1,11 @@
-"""The pinned host memory op family, described once (see :mod:`anyaccel.spec`): DeepSpeed's ``PinMemoryBuilder``.
+"""The pinned host memory op family, described once (see [`anyaccel.spec`][anyaccel.spec]): DeepSpeed's
+``PinMemoryBuilder``.
 
 Page-aligned host allocations of exact size (whole pages, no caching allocator rounding them to powers of
 two), locked in RAM with ``mlock`` where asked and allowed (``RLIMIT_MEMLOCK``), for ZeRO-Offload's big host
 buffers. The torch ops are the low-level surface (a region is its base address: the stable ABI registers
-functions, not classes); users and DeepSpeed use :class:`anyaccel.ops.pin_memory.handle.PinHandle`, DeepSpeed's
+functions, not classes); users and DeepSpeed use
+[`anyaccel.ops.pin_memory.handle.PinHandle`][anyaccel.ops.pin_memory.handle.PinHandle], DeepSpeed's
 ``pin_handle`` API, which ``load()``'s module offers as ``module.pin_handle()``. Lifetime, guarantees and the
 device registration done by the accelerator: ``docs/pin_memory.md``; the table: ``csrc/pin_memory/pin_memory.cpp``.
 """

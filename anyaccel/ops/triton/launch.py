@@ -100,7 +100,7 @@ def _units(device_type: str, index: int) -> int:
     return 64
 
 
-#: what :func:`device_of` returns when no device switch is needed (``nullcontext`` is reusable)
+#: what `device_of` returns when no device switch is needed (``nullcontext`` is reusable)
 _NO_SWITCH = contextlib.nullcontext()
 
 
@@ -120,7 +120,7 @@ def wrap(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
     the kernel itself (launched with Triton's own ``kernel[grid](*args, **kwargs)``). Decides with torch's own
     switch, and only calls ``wrap_triton`` (several imports per call) when it is on
-    (:func:`anyaccel._compat.library.wrap`).
+    (`anyaccel._compat.library.wrap`).
 
     A faster eager launcher (the compiled kernel cached per specialization and launched directly, on Triton
     internals) was measured end to end on a patched Llama and gave no gain beyond run-to-run noise, so every

@@ -1,4 +1,5 @@
-"""Hugging Face integration of the model ops: transformers' kernel-layer markers (:mod:`.markers`), the
-equivalence checks that decide what may be replaced (:mod:`.equivalence`), anyaccel's layers for the
-``kernels`` package's ``kernelize`` (:mod:`.kernels_hub`). ``anyaccel.ops.patch`` (:mod:`anyaccel.ops.nn.hf_patch`)
+"""Hugging Face integration of the model ops: transformers' kernel-layer markers (`.markers`), the
+equivalence checks that decide what may be replaced (`.equivalence`), anyaccel's layers for the
+``kernels`` package's ``kernelize`` (`.kernels_hub`). ``anyaccel.ops.patch``
+([`anyaccel.ops.nn.hf_patch`][anyaccel.ops.nn.hf_patch])
 uses them. Importing this package imports neither transformers nor ``kernels``."""

@@ -9,7 +9,7 @@ Two kinds of evidence, never the class name alone:
   reverse) differ in about a fifth of the bfloat16 elements, so the probe tells Llama's RMSNorm from OLMo-2's;
   ``(1 + weight)`` or another epsilon attribute differ everywhere. Used for RMSNorm-like layers, SiLU and
   the rotary embedding.
-- **the forward's code**: a module whose ``forward`` body is, token for token (:mod:`ast`), Llama's
+- **the forward's code**: a module whose ``forward`` body is, token for token (`ast`), Llama's
   (``LlamaMLP.forward``, ``LlamaForCausalLM.forward``) computes what Llama's does with its submodules; used
   for the SwiGLU MLP and the causal-LM loss, whose probe would need the model's full weights.
 """
@@ -56,7 +56,7 @@ def agree(got: torch.Tensor, want: torch.Tensor) -> str:
 
 @dataclass(frozen=True)
 class NormRecipe:
-    """How a layer's RMSNorm maps to :func:`~anyaccel.ops.nn.functional.rms_norm`.
+    """How a layer's RMSNorm maps to [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
 
     Attributes:
         casting: ``"llama"`` (rounds the normalised value to x's dtype before the weight: Llama) or
@@ -187,9 +187,9 @@ def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any], la
     """Why ``replacement(q, k, cos, sin)`` is not ``original(q, k, cos, sin)`` ("" when it is).
 
     Probed in float32 on the CPU with queries ``[2, 3, 5, 8]``, grouped keys ``[2, 1, 5, 8]`` and tables
-    ``[2, 5, W]`` (unsqueezed at dimension 1 by the function) of the given layout (:data:`ROPE_LAYOUTS`):
+    ``[2, 5, W]`` (unsqueezed at dimension 1 by the function) of the given layout (`ROPE_LAYOUTS`):
     ``W = 8``, ``cos = cat(cos(f), cos(f))``, or ``W = 4``, ``cos = cos(f)``. A function of other parameters
-    than :data:`ROPE_PARAMETERS` is refused.
+    than `ROPE_PARAMETERS` is refused.
     """
     if parameters(original) != ROPE_PARAMETERS:
         return f"parameters {parameters(original)} are not {ROPE_PARAMETERS}"
@@ -214,7 +214,7 @@ def probe_rope(original: Callable[..., Any], replacement: Callable[..., Any], la
 def rope_function(original: Callable[..., Any], impl: str | None, layouts: frozenset[str] = frozenset({"full"})
                   ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` on anyaccel's ``rope_qk``
-    for the table layouts in ``layouts`` (:data:`~anyaccel.ops.nn.hf.ROPE_LAYOUTS`: ``"full"``,
+    for the table layouts in ``layouts`` (`ROPE_LAYOUTS`: ``"full"``,
     a table as wide as the head, whose halves repeat; ``"pairs"``, half as wide); any other table (a partial
     rotary one, narrower than the head) or keys of another head dimension go to ``original``. The halves of
     a full table are not compared at run time (that would synchronise the device): the rotary-embedding

@@ -3,16 +3,16 @@ put anyaccel's ops into the layers transformers marks, with no Hub download.
 
 ``kernels``' mappings take, per layer name and device type, any *repository*: an object whose ``load()``
 returns the layer class (its ``RepositoryProtocol``; ``LayerRepository`` downloads one from the Hub,
-``LocalLayerRepository`` loads a built kernel directory). :class:`AnyaccelRepository` is such an object whose
+``LocalLayerRepository`` loads a built kernel directory). `AnyaccelRepository` is such an object whose
 ``load()`` returns one of the classes below, so no kernel directory is built or copied. ``kernelize`` checks
 that a layer class is stateless (no ``__init__``, no members but ``can_torch_compile`` and ``has_backward``)
 and that its ``forward`` takes the marked layer's parameters, then binds the class's ``forward`` to each
 marked module. Each forward here looks up, per marked class, the equivalence probe's verdict
-(:mod:`anyaccel.ops.nn.hf.equivalence`, run on first use outside ``torch.compile``, or beforehand by
-:func:`kernelize`) and runs the layer's own forward when anyaccel's op does not compute the same thing, so
+(`anyaccel.ops.nn.hf.equivalence`, run on first use outside ``torch.compile``, or beforehand by
+`kernelize`) and runs the layer's own forward when anyaccel's op does not compute the same thing, so
 a mapping keyed by the broad name ``"RMSNorm"`` never changes a layer's math.
 
-``kernels`` stays optional: it is imported only by :func:`kernel_mapping` and :func:`kernelize`.
+``kernels`` stays optional: it is imported only by `kernel_mapping` and `kernelize`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def norm_recipe(module: torch.nn.Module) -> equivalence.NormRecipe | None:
 
 class RMSNorm(torch.nn.Module):
     """anyaccel's RMSNorm for a layer marked ``"RMSNorm"``/``"RMSNormZeroCentered"``: the probed recipe's
-    :func:`~anyaccel.ops.nn.functional.rms_norm`, or the layer's own forward when none agrees."""
+    [`rms_norm`][anyaccel.ops.nn.functional.rms_norm], or the layer's own forward when none agrees."""
 
     can_torch_compile = True
     has_backward = True
@@ -62,7 +62,7 @@ class RMSNorm(torch.nn.Module):
 
 
 class SiLU(torch.nn.Module):
-    """anyaccel's :func:`~anyaccel.ops.nn.functional.silu` for a layer marked ``"SiLU"`` (the layer's own
+    """anyaccel's [`silu`][anyaccel.ops.nn.functional.silu] for a layer marked ``"SiLU"`` (the layer's own
     forward when the probe disagrees)."""
 
     can_torch_compile = True
@@ -81,7 +81,7 @@ class SiLU(torch.nn.Module):
 
 
 class RotaryPosEmb(torch.nn.Module):
-    """anyaccel's :func:`~anyaccel.ops.nn.functional.rope_qk` for the function marked ``"rotary_pos_emb"``
+    """anyaccel's [`rope_qk`][anyaccel.ops.nn.functional.rope_qk] for the function marked ``"rotary_pos_emb"``
     (Hugging Face's ``apply_rotary_pos_emb``, which ``kernels`` turns into a module), in the table layouts
     the probe accepts; the function's own forward for any other table (partial rotary)."""
 
@@ -111,7 +111,7 @@ class AnyaccelRepository:
     downloaded or built).
 
     Args:
-        layer_name: a key of :data:`LAYERS`.
+        layer_name: a key of `LAYERS`.
 
     Raises:
         KeyError: an unknown ``layer_name`` (the message lists the accepted ones).
@@ -138,11 +138,11 @@ class AnyaccelRepository:
 
 
 def kernel_mapping(device_types: tuple[str, ...] = DEVICE_TYPES) -> dict[str, dict[str, Any]]:
-    """A ``kernels`` mapping of every layer name anyaccel serves to :class:`AnyaccelRepository`, for every
+    """A ``kernels`` mapping of every layer name anyaccel serves to `AnyaccelRepository`, for every
     mode (registered as ``kernels``' fallback mode: training, inference and ``torch.compile``).
 
     Args:
-        device_types: the ``kernels`` device types to map (default: all of :data:`DEVICE_TYPES`).
+        device_types: the ``kernels`` device types to map (default: all of `DEVICE_TYPES`).
 
     Returns:
         ``{layer name: {device type: repository}}``, for ``kernels.use_kernel_mapping`` /

@@ -7,7 +7,7 @@ the modules calling them with ``@use_kernelized_func(apply_rotary_pos_emb)``. Wh
 class (a marked function becomes a module instance whose class carries it) and a ``_kernel_funcs`` dict on the
 instances; otherwise they are no-ops and leave no trace at run time. So a marker is read from the class first
 and, failing that, from the decorator in the source of the module defining the class (parsed once per
-module with :mod:`ast`; nothing is executed).
+module with `ast`; nothing is executed).
 """
 
 from __future__ import annotations

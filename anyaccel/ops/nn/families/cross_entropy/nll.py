@@ -1,5 +1,5 @@
 """The reductions of ``nll_loss`` shared by both implementations (math in
-:mod:`anyaccel.ops.nn.families.cross_entropy.spec`): per-row fp32 losses and weights in, aten's outputs out."""
+`anyaccel.ops.nn.families.cross_entropy.spec`): per-row fp32 losses and weights in, aten's outputs out."""
 
 from __future__ import annotations
 

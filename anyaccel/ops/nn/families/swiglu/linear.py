@@ -17,7 +17,8 @@ import torch
 
 
 class SwiGLULinear(torch.autograd.Function):
-    """``apply(a, b, weight, bias, impl)``; see :func:`anyaccel.ops.nn.functional.swiglu_linear`."""
+    """``apply(a, b, weight, bias, impl)``; see
+    [`anyaccel.ops.nn.functional.swiglu_linear`][anyaccel.ops.nn.functional.swiglu_linear]."""
 
     @staticmethod
     def forward(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
