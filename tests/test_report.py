@@ -82,3 +82,17 @@ def test_cli_unknown_command_is_a_usage_error():
     with pytest.raises(SystemExit) as exc:
         cli.main(["no-such-command"])
     assert exc.value.code == 2
+
+
+def test_report_shows_sve_on_a_faked_aarch64_cpu_with_sve(monkeypatch):
+    # the CPU is faked: an aarch64 machine whose AT_HWCAP has HWCAP_SVE (1 << 22) and HWCAP_ASIMD (1 << 1)
+    import anyaccel.op_builder.toolchains.cpu_isa as cpu_isa
+
+    monkeypatch.setattr(cpu_isa, "platform", type("P", (), {"machine": staticmethod(lambda: "aarch64")}))
+    monkeypatch.setattr(cpu_isa, "_read_hwcap", lambda: (1 << 22) | (1 << 1))
+    monkeypatch.setattr(cpu_isa, "cpuinfo_flags", lambda: frozenset({"asimd", "sve"}))
+    monkeypatch.delenv("ANYACCEL_CPU_ISA", raising=False)
+    data = report.collect(build=False)
+    isa = data["toolchain"]["cpu_isa"]
+    assert isa["supported"] == ["sve", "neon", "portable"] and isa["chosen"] == "sve"
+    assert "cpu SIMD level: sve  (supported: sve, neon, portable;" in report.render(data)
