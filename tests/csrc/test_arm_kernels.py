@@ -181,7 +181,10 @@ def test_kernels_match_the_x86_portable_reference(outputs: Outputs, family: str,
 def test_the_sve_build_really_uses_sve(binaries: dict[tuple[str, str, bool], Path]) -> None:
     """The SVE build dies of an illegal instruction on a CPU without SVE, so the SVE runs above are not
     running NEON or scalar code by mistake."""
+    import resource
+
     exe = binaries[("adam", "sve", True)]
-    proc = subprocess.run([QEMU, "-cpu", "max,sve=off", str(exe), "7"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([QEMU, "-cpu", "max,sve=off", str(exe), "7"], capture_output=True, text=True, timeout=60,
+                          cwd=exe.parent, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
     assert proc.returncode != 0
     assert "Illegal instruction" in proc.stderr or proc.returncode in (-4, 128 + 4)

@@ -20,8 +20,8 @@
 //   * fp32 -> bf16 rounds to nearest, ties to even, and maps NaN to the quiet NaN 0x7FC0; this is the rule
 //     of c10::BFloat16 (torch/headeronly/util/BFloat16.h, round_to_nearest_even), so vector lanes and scalar tails agree.
 //   * fp16 uses the F16C instructions on x86 (vcvtph2ps / vcvtps2ph with _MM_FROUND_TO_NEAREST_INT), the
-//     FCVT family on aarch64 (round to nearest even under the default FPCR), and c10::Half in scalar code;
-//     all three round to nearest even.
+//     FCVT family on aarch64, NEON and SVE (round to nearest even under the default FPCR), and c10::Half in
+//     scalar code; all round to nearest even.
 //
 // sign(x) follows torch.sign (https://pytorch.org/docs/stable/generated/torch.sign.html): +1 for x > 0,
 // -1 for x < 0, and x itself for +-0 and NaN (so sign(0) = 0 and NaN propagates). Every level uses the same
