@@ -33,6 +33,7 @@ threading over torch's pool do not (they hold no ISA-specific code, and run in t
 from __future__ import annotations
 
 import concurrent.futures
+import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -79,8 +80,10 @@ class Run:
 
 
 def _x86_best() -> str:
-    levels = supported_levels(machine="x86_64")
-    return levels[0]
+    """The best AVX level of this CPU, or ``portable`` on a host that is not x86."""
+    if platform.machine() not in ("x86_64", "AMD64", "amd64"):
+        return "portable"
+    return supported_levels(machine=platform.machine())[0]
 
 
 X86_BEST = _x86_best()
@@ -91,8 +94,8 @@ RUNS = (
     Run("sve128", "sve", cross=True, qemu_cpu="max,sve128=on", width=4),
     Run("sve256", "sve", cross=True, qemu_cpu="max,sve256=on", width=8),
     Run("sve512", "sve", cross=True, qemu_cpu="max,sve512=on", width=16),
-    Run(f"x86-{X86_BEST}", X86_BEST, cross=False, width={"avx512": 16, "avx2": 8}.get(X86_BEST, 1)),
-)
+) + ((Run(f"x86-{X86_BEST}", X86_BEST, cross=False, width={"avx512": 16, "avx2": 8}[X86_BEST]),)
+     if X86_BEST != "portable" else ())
 
 
 def _compile(family: str, level: str, cross: bool, out_dir: Path) -> Path:
