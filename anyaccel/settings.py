@@ -287,12 +287,13 @@ STRICT = Flag(
 
 # ----------------------------------------------------------------------------------------------- ops
 CPU_ISA = Choice(
-    "ANYACCEL_CPU_ISA", choices=("avx512", "avx2", "neon", "portable"),
+    "ANYACCEL_CPU_ISA", choices=("avx512", "avx2", "sve", "neon", "portable"),
     read_by="anyaccel.op_builder.toolchains.cpu_isa",
     doc="the SIMD level of CPU ops; a level the op does not implement or the CPU cannot run is an `ISAError`. "
         "Part of the cache key",
-    default="the best level torch reports for this CPU among those the op implements (a forced level torch does "
-            "not report is checked once more against py-cpuinfo)")
+    default="the best level this CPU runs among those the op implements: torch's CPU capability on x86, the "
+            "kernel's CPU features (`AT_HWCAP`, e.g. SVE) on aarch64 (a forced level not found so is checked once "
+            "more against py-cpuinfo)")
 CPU_THREADS = CountOrChoice(
     "ANYACCEL_CPU_THREADS", choices=("auto", "torch"), default_choice="auto", read_by="anyaccel.ops.cpu_threads",
     doc="threads of the CPU optimizer kernels: `torch` leaves `torch.set_num_threads` alone, `N` calls "

@@ -155,3 +155,18 @@ def test_report_pinned_memory_section_in_a_fresh_process(op_cache_dir):
     assert row["compatible"] is True
     text = report._render_pinned(pinned)
     assert "backend native" in text and "native: not used in this process" in text
+
+
+def test_report_shows_sve_on_a_faked_aarch64_cpu_with_sve(monkeypatch):
+    # the CPU is faked: an aarch64 machine whose AT_HWCAP has HWCAP_SVE (1 << 22) and HWCAP_ASIMD (1 << 1)
+    import anyaccel.op_builder.toolchains.cpu_isa as cpu_isa
+
+    monkeypatch.setattr(cpu_isa, "platform", type("P", (), {"machine": staticmethod(lambda: "aarch64")}))
+    monkeypatch.setattr(cpu_isa, "_read_hwcap", lambda: (1 << 22) | (1 << 1))
+    monkeypatch.setattr(cpu_isa, "cpuinfo_flags", lambda: frozenset({"asimd", "sve"}))
+    monkeypatch.delenv("ANYACCEL_CPU_ISA", raising=False)
+    data = report.collect(build=False)
+    isa = data["toolchain"]["cpu_isa"]
+    assert isa["supported"] == ["sve", "neon", "portable"] and isa["chosen"] == "sve"
+    assert "cpu SIMD level: sve  (supported: sve, neon, portable;" in report.render(data)
+

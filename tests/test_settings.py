@@ -16,7 +16,8 @@ PACKAGE = Path(settings.__file__).resolve().parent
 #: ANYACCEL_* names in the package's Python that are C preprocessor macros or family prefixes, not variables.
 NOT_VARIABLES = {"ANYACCEL_DEFINE_OPS", "ANYACCEL_OP_NAMESPACE", "ANYACCEL_LIBRARY", "ANYACCEL_LIBRARY_IMPL",
                  "ANYACCEL_IMPL", "ANYACCEL_DTYPE_COMBOS", "ANYACCEL_OP_FAMILY", "ANYACCEL_BUILD_NAME",
-                 "ANYACCEL_ISA_AVX2", "ANYACCEL_ISA_AVX512", "ANYACCEL_ISA_NEON", "ANYACCEL_BUILD_", "ANYACCEL_IMPL_"}
+                 "ANYACCEL_ISA_AVX2", "ANYACCEL_ISA_AVX512", "ANYACCEL_ISA_NEON", "ANYACCEL_ISA_SVE",
+                 "ANYACCEL_BUILD_", "ANYACCEL_IMPL_"}
 
 
 def test_every_variable_named_in_the_package_is_declared() -> None:

@@ -85,7 +85,7 @@ DIAGNOSES: dict[str, Diagnosis] = {
         Diagnosis(
             "unsupported_isa",
             "the compiler rejected the instruction-set flags of the chosen CPU ISA level",
-            "use a newer compiler, or choose a lower level with ANYACCEL_CPU_ISA (avx2 or portable)",
+            "use a newer compiler, or choose a lower level with ANYACCEL_CPU_ISA (avx2, neon or portable)",
         ),
         Diagnosis(
             "killed",
@@ -222,7 +222,8 @@ LOG_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^(/bin/)?(ba|da)?sh: (\d+: )?[^:\n]+: (Permission denied|Exec format error)$|"
          r"cannot execute binary file|FAILED: \[code=126\]", "compiler_not_executable"),
         (r"unrecognized (command[- ]line )?option '?-m|unknown argument: '?-m|"
-         r"unsupported (instruction set|option|argument).*-m|bad value .* for '?-m(arch|tune)", "unsupported_isa"),
+         r"unsupported (instruction set|option|argument).*-m|bad value .* for .?-m(arch|tune)|"
+         r"invalid feature modifier .* in .?-march|unknown value .* for .?-m(arch|cpu|tune)", "unsupported_isa"),
         (r"Python\.h: No such file or directory|'Python\.h' file not found", "python_headers_missing"),
         (r"fatal error: .*: No such file or directory|fatal error: '.*' file not found", "header_missing"),
         (r"cannot find -l|ld: library not found for -l", "library_missing"),

@@ -32,6 +32,16 @@ def test_every_diagnosis_from_a_fixture_log(code):
     assert DIAGNOSES[code].fix
 
 
+@pytest.mark.parametrize("log", [
+    # aarch64 GCC without SVE support, and an x86 GCC given the aarch64 flag (GCC 12, UTF-8 quotes)
+    "cc1plus: error: invalid feature modifier \u2018sve\u2019 in \u2018-march=armv8.2-a+sve\u2019",
+    "cc1plus: error: unknown value \u2018armv9.9-a\u2019 for \u2018-march\u2019",
+    "cc1plus: error: bad value \u2018armv8.2-a+sve\u2019 for \u2018-march=\u2019 switch",
+])
+def test_rejected_arm_march_flags_are_unsupported_isa(log):
+    assert diagnose(log).code == "unsupported_isa"
+
+
 def test_killed_from_return_code():
     assert diagnose("", returncode=-9).code == "killed"
     assert diagnose("Killed", returncode=137).code == "killed"

@@ -129,7 +129,7 @@ def test_implementations_and_builds_per_family(family: str) -> None:
     assert cpu.name == f"cpu_{family}" and [f.name for f in s.functions_of(cpu)] == [f"{family}_step", *rollback,
                                                                                       "isa"]
     assert s.build(f"fused_{family}_sycl").backend == "xpu"
-    assert cpu.isa_levels == ("avx512", "avx2", "neon", "portable")
+    assert cpu.isa_levels == ("avx512", "avx2", "sve", "neon", "portable")
     with pytest.raises(SpecError, match=rf"op '{family}' has no build 'nope'; it has \['cpu_{family}'"):
         s.build("nope")
     with pytest.raises(SpecError, match=rf"op '{family}' has no function 'nope'; it has \['{family}_step', "):

@@ -11,45 +11,48 @@ namespace anyaccel {
 namespace adagrad {
 namespace {
 
-using simd::VecF;
+using V = simd::Ops;
+using T = V::T;
 
-// Updates elements [0, n) with lanes of type V and returns how many were done (a multiple of V::kWidth).
-template <typename V, typename P, typename G, typename S, typename C>
+// Updates elements [0, n) and returns how many were done: whole vectors on fixed-width levels (a multiple
+// of the width), all n on SVE (predicated).
+template <typename P, typename G, typename S, typename C>
 inline int64_t adagrad_lanes(P* p, const G* g, S* v, void* copy, int64_t n, const AdagradConsts& c) {
-  const V lr = V::set1(c.lr);
-  const V eps = V::set1(c.eps);
-  const V wd = V::set1(c.weight_decay);
+  const T lr = V::set1(c.lr);
+  const T eps = V::set1(c.eps);
+  const T wd = V::set1(c.weight_decay);
+  V::Pred pg;
   int64_t i = 0;
-  for (; i + V::kWidth <= n; i += V::kWidth) {
-    V grad = V::load(g + i);
-    V param = V::load(p + i);
+  for (; V::next(i, n, pg); i += V::width()) {
+    T grad = V::load(pg, g + i);
+    T param = V::load(pg, p + i);
     if (c.l2) grad = V::fma(param, wd, grad);
-    const V sum = V::fma(grad, grad, V::load(v + i));
-    param = V::fnma(lr, grad / (V::sqrt(sum) + eps), param);
-    param.store(p + i);
-    sum.store(v + i);
-    host::store_copy<C>(copy, i, param);
+    const T sum = V::fma(grad, grad, V::load(pg, v + i));
+    param = V::fnma(lr, V::div(grad, V::add(V::sqrt(sum), eps)), param);
+    V::store(pg, p + i, param);
+    V::store(pg, v + i, sum);
+    host::store_copy<C>(pg, copy, i, param);
   }
-  return i;
+  return V::done(i, n);
 }
 
 struct AdagradKernel {
-  // Updates elements [begin, begin + n) of one tensor: vector lanes, then the tail through vector-width
-  // buffers (the same code, so lanes and tail agree bit for bit).
+  // Updates elements [begin, begin + n) of one tensor: vector lanes, then (fixed-width levels) the tail
+  // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const AdagradConsts& c) {
     P* p = static_cast<P*>(t.p) + begin;
     const G* g = static_cast<const G*>(t.g) + begin;
     S* v = static_cast<S*>(t.s0) + begin;
     void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = adagrad_lanes<VecF, P, G, S, C>(p, g, v, copy, n, c);
-    if (done == n) return;
+    const int64_t done = adagrad_lanes<P, G, S, C>(p, g, v, copy, n, c);
+    if (!host::has_tail(done, n)) return;
     const int64_t rest = n - done;
     host::TailBuffer<P> tp(p + done, rest);
     host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
     host::TailBuffer<S> tv(v + done, rest);
     host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    adagrad_lanes<VecF, P, G, S, C>(tp.data(), tg.data(), tv.data(), tc.data(), VecF::kWidth, c);
+    adagrad_lanes<P, G, S, C>(tp.data(), tg.data(), tv.data(), tc.data(), V::kTailWidth, c);
     tp.write_back();
     tv.write_back();
     tc.write_back();

@@ -11,46 +11,49 @@ namespace anyaccel {
 namespace adam {
 namespace {
 
-using simd::VecF;
+using V = simd::Ops;
+using T = V::T;
 
-// Updates elements [0, n) with lanes of type V and returns how many were done (a multiple of V::kWidth).
-template <typename V, typename P, typename G, typename S, typename C>
+// Updates elements [0, n) and returns how many were done: whole vectors on fixed-width levels (a multiple
+// of the width), all n on SVE (predicated).
+template <typename P, typename G, typename S, typename C>
 inline int64_t adam_lanes(P* p, const G* g, S* m, S* v, void* copy, int64_t n, const AdamConsts& c) {
-  const V w1 = V::set1(c.beta1_complement);
-  const V b1 = V::set1(c.beta1);
-  const V b2 = V::set1(c.beta2);
-  const V w2 = V::set1(c.beta2_complement);
-  const V eps = V::set1(c.eps);
-  const V step_size = V::set1(c.step_size);
-  const V inv_bc2_sqrt = V::set1(c.inv_bc2_sqrt);
-  const V wd = V::set1(c.weight_decay);
-  const V decay = V::set1(c.decay);
+  const T w1 = V::set1(c.beta1_complement);
+  const T b1 = V::set1(c.beta1);
+  const T b2 = V::set1(c.beta2);
+  const T w2 = V::set1(c.beta2_complement);
+  const T eps = V::set1(c.eps);
+  const T step_size = V::set1(c.step_size);
+  const T inv_bc2_sqrt = V::set1(c.inv_bc2_sqrt);
+  const T wd = V::set1(c.weight_decay);
+  const T decay = V::set1(c.decay);
+  V::Pred pg;
   int64_t i = 0;
-  for (; i + V::kWidth <= n; i += V::kWidth) {
-    V grad = V::load(g + i);
-    V param = V::load(p + i);
-    V exp_avg = V::load(m + i);
-    V exp_avg_sq = V::load(v + i);
+  for (; V::next(i, n, pg); i += V::width()) {
+    T grad = V::load(pg, g + i);
+    T param = V::load(pg, p + i);
+    T exp_avg = V::load(pg, m + i);
+    T exp_avg_sq = V::load(pg, v + i);
     if (c.l2) grad = V::fma(param, wd, grad);
-    param = param * decay;
-    const V diff = grad - exp_avg;
+    param = V::mul(param, decay);
+    const T diff = V::sub(grad, exp_avg);
     exp_avg = c.lerp_from_grad ? V::fnma(diff, b1, grad) : V::fma(w1, diff, exp_avg);
-    exp_avg_sq = V::fma(grad * w2, grad, exp_avg_sq * b2);
+    exp_avg_sq = V::fma(V::mul(grad, w2), grad, V::mul(exp_avg_sq, b2));
     // torch divides sqrt(v) by sqrt(bc2); multiplying by the reciprocal saves a division per lane and
     // differs by at most one rounding of the denominator.
-    const V denom = V::fma(V::sqrt(exp_avg_sq), inv_bc2_sqrt, eps);
-    param = V::fnma(step_size, exp_avg / denom, param);
-    param.store(p + i);
-    exp_avg.store(m + i);
-    exp_avg_sq.store(v + i);
-    host::store_copy<C>(copy, i, param);
+    const T denom = V::fma(V::sqrt(exp_avg_sq), inv_bc2_sqrt, eps);
+    param = V::fnma(step_size, V::div(exp_avg, denom), param);
+    V::store(pg, p + i, param);
+    V::store(pg, m + i, exp_avg);
+    V::store(pg, v + i, exp_avg_sq);
+    host::store_copy<C>(pg, copy, i, param);
   }
-  return i;
+  return V::done(i, n);
 }
 
 struct AdamKernel {
-  // Updates elements [begin, begin + n) of one tensor: vector lanes, then the tail through vector-width
-  // buffers (the same code, so lanes and tail agree bit for bit).
+  // Updates elements [begin, begin + n) of one tensor: vector lanes, then (fixed-width levels) the tail
+  // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const AdamConsts& c) {
     P* p = static_cast<P*>(t.p) + begin;
@@ -58,15 +61,15 @@ struct AdamKernel {
     S* m = static_cast<S*>(t.s0) + begin;
     S* v = static_cast<S*>(t.s1) + begin;
     void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = adam_lanes<VecF, P, G, S, C>(p, g, m, v, copy, n, c);
-    if (done == n) return;
+    const int64_t done = adam_lanes<P, G, S, C>(p, g, m, v, copy, n, c);
+    if (!host::has_tail(done, n)) return;
     const int64_t rest = n - done;
     host::TailBuffer<P> tp(p + done, rest);
     host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
     host::TailBuffer<S> tm(m + done, rest);
     host::TailBuffer<S> tv(v + done, rest);
     host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    adam_lanes<VecF, P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), VecF::kWidth, c);
+    adam_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), V::kTailWidth, c);
     tp.write_back();
     tm.write_back();
     tv.write_back();
@@ -75,35 +78,36 @@ struct AdamKernel {
 };
 
 // The inverse of adam_lanes for the same arguments (see cpu_adam.cpp for the rules).
-template <typename V, typename P, typename G, typename S, typename C>
+template <typename P, typename G, typename S, typename C>
 inline int64_t rollback_lanes(P* p, const G* g, S* m, S* v, void* copy, int64_t n, const RollbackConsts& c) {
-  const V b1 = V::set1(c.beta1);
-  const V w1 = V::set1(c.beta1_complement);
-  const V b2 = V::set1(c.beta2);
-  const V w2 = V::set1(c.beta2_complement);
-  const V eps = V::set1(c.eps);
-  const V step_size = V::set1(c.step_size);
-  const V inv_bc2_sqrt = V::set1(c.inv_bc2_sqrt);
-  const V wd = V::set1(c.weight_decay);
-  const V decay = V::set1(c.decay);
+  const T b1 = V::set1(c.beta1);
+  const T w1 = V::set1(c.beta1_complement);
+  const T b2 = V::set1(c.beta2);
+  const T w2 = V::set1(c.beta2_complement);
+  const T eps = V::set1(c.eps);
+  const T step_size = V::set1(c.step_size);
+  const T inv_bc2_sqrt = V::set1(c.inv_bc2_sqrt);
+  const T wd = V::set1(c.weight_decay);
+  const T decay = V::set1(c.decay);
+  V::Pred pg;
   int64_t i = 0;
-  for (; i + V::kWidth <= n; i += V::kWidth) {
-    V grad = V::load(g + i);
-    V exp_avg = V::load(m + i);
-    V exp_avg_sq = V::load(v + i);
+  for (; V::next(i, n, pg); i += V::width()) {
+    T grad = V::load(pg, g + i);
+    T exp_avg = V::load(pg, m + i);
+    T exp_avg_sq = V::load(pg, v + i);
     // The step's update, from the state it wrote, with the step's own operations.
-    const V denom = V::fma(V::sqrt(exp_avg_sq), inv_bc2_sqrt, eps);
-    V param = V::fma(step_size, exp_avg / denom, V::load(p + i)) / decay;
+    const T denom = V::fma(V::sqrt(exp_avg_sq), inv_bc2_sqrt, eps);
+    T param = V::div(V::fma(step_size, V::div(exp_avg, denom), V::load(pg, p + i)), decay);
     param = V::finite_or_zero(param);
     if (c.l2) grad = V::fma(param, wd, grad);
-    exp_avg = V::fnma(w1, grad, exp_avg) / b1;
-    exp_avg_sq = V::clamp_negative(V::fnma(grad * w2, grad, exp_avg_sq) / b2);
-    param.store(p + i);
-    exp_avg.store(m + i);
-    exp_avg_sq.store(v + i);
-    host::store_copy<C>(copy, i, param);
+    exp_avg = V::div(V::fnma(w1, grad, exp_avg), b1);
+    exp_avg_sq = V::clamp_negative(V::div(V::fnma(V::mul(grad, w2), grad, exp_avg_sq), b2));
+    V::store(pg, p + i, param);
+    V::store(pg, m + i, exp_avg);
+    V::store(pg, v + i, exp_avg_sq);
+    host::store_copy<C>(pg, copy, i, param);
   }
-  return i;
+  return V::done(i, n);
 }
 
 struct RollbackKernel {
@@ -115,15 +119,15 @@ struct RollbackKernel {
     S* m = static_cast<S*>(t.s0) + begin;
     S* v = static_cast<S*>(t.s1) + begin;
     void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = rollback_lanes<VecF, P, G, S, C>(p, g, m, v, copy, n, c);
-    if (done == n) return;
+    const int64_t done = rollback_lanes<P, G, S, C>(p, g, m, v, copy, n, c);
+    if (!host::has_tail(done, n)) return;
     const int64_t rest = n - done;
     host::TailBuffer<P> tp(p + done, rest);
     host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
     host::TailBuffer<S> tm(m + done, rest);
     host::TailBuffer<S> tv(v + done, rest);
     host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    rollback_lanes<VecF, P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), VecF::kWidth, c);
+    rollback_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), V::kTailWidth, c);
     tp.write_back();
     tm.write_back();
     tv.write_back();

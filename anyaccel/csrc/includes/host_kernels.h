@@ -65,18 +65,24 @@ inline void* offset_copy(void* copy, int64_t n) {
   }
 }
 
-// Stores `v` into the model copy, or nothing when the combination has none (C is void).
-template <typename C, typename V>
-inline void store_copy(void* copy, int64_t i, const V& v) {
-  if constexpr (!std::is_void_v<C>) v.store(static_cast<C*>(copy) + i);
+// Stores the lanes `pg` selects of `v` into the model copy, or nothing when the combination has none (C is
+// void).
+template <typename C>
+inline void store_copy(simd::Ops::Pred pg, void* copy, int64_t i, simd::Ops::T v) {
+  if constexpr (!std::is_void_v<C>) simd::Ops::store(pg, static_cast<C*>(copy) + i, v);
 }
+
+// Whether a kernel's vector loop over n elements left a tail (`done` < n) to run through TailBuffers:
+// never on SVE, whose predicated loop covers every element.
+inline bool has_tail(int64_t done, int64_t n) { return !simd::Ops::kPredicated && done != n; }
 
 // A vector-width stack copy of the last n < kWidth elements of one array, so a kernel's tail runs through
 // the same vector code as its body (one instantiation per dtype combination instead of two; padding lanes
-// are zero and their results are dropped). `write_back` copies the n real elements back.
+// are zero and their results are dropped). `write_back` copies the n real elements back. Fixed-width
+// levels only (has_tail is false on SVE).
 template <typename T>
 struct TailBuffer {
-  static constexpr int64_t kWidth = simd::VecF::kWidth;
+  static constexpr int64_t kWidth = simd::Ops::kTailWidth;
   alignas(64) T buf[kWidth];
   T* src;
   int64_t n;

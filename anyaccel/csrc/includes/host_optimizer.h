@@ -130,7 +130,7 @@ void run_step(const char* op, const stable::TensorList& params, const stable::Te
   });
 }
 
-// The ISA level compiled in ("avx512", "avx2", "neon" or "portable"): the `isa() -> str` op of every host
+// The ISA level compiled in ("avx512", "avx2", "sve", "neon" or "portable"): the `isa() -> str` op of every host
 // optimizer, defined by each op's kernel unit (where simd.h is compiled).
 std::string isa();
 

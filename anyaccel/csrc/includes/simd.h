@@ -1,17 +1,27 @@
 // SIMD vocabulary shared by anyaccel's CPU kernels.
 //
 // Exactly one ISA level is compiled in, chosen by the builder through one macro (docs/architecture.md,
-// "CPU ISA levels"): ANYACCEL_ISA_AVX512, ANYACCEL_ISA_AVX2, ANYACCEL_ISA_NEON, or none (portable).
-// Each level defines `anyaccel::simd::VecF`, a vector of `VecF::kWidth` fp32 lanes with the operations the
-// kernels need, and loads/stores that convert from/to fp32, bf16 and fp16 storage.
+// "CPU ISA levels"): ANYACCEL_ISA_AVX512, ANYACCEL_ISA_AVX2, ANYACCEL_ISA_NEON, ANYACCEL_ISA_SVE, or none
+// (portable).
+//
+// The kernels are written against `anyaccel::simd::Ops`: static functions over a vector `Ops::T` of fp32
+// lanes, loads/stores that convert from/to fp32, bf16 and fp16 storage, and a loop protocol
+// (`Ops::next`/`Ops::width`/`Ops::done`). Two shapes implement it:
+//   * fixed width (AVX-512, AVX2, NEON, portable): `VecF`, a class of `VecF::kWidth` lanes, wrapped by
+//     `FixedOps<VecF>`. The loop visits whole vectors only; kernels run the last n < kWidth elements
+//     through vector-width stack buffers (host_kernels.h, TailBuffer).
+//   * SVE (vector-length agnostic): `SveOps` over svfloat32_t, whose length is svcntw() lanes at run time
+//     (128 to 2048 bits; nothing assumes one). SVE vectors are sizeless types: they cannot be class members,
+//     so the vocabulary is free functions rather than a class with operators. The loop is predicated
+//     (svwhilelt): the last vector's inactive lanes are loaded as zero and never stored, so there is no tail.
 //
 // Conversions:
 //   * bf16 -> fp32 is exact (the bf16 bits are the high half of the fp32 bits).
 //   * fp32 -> bf16 rounds to nearest, ties to even, and maps NaN to the quiet NaN 0x7FC0; this is the rule
 //     of c10::BFloat16 (torch/headeronly/util/BFloat16.h, round_to_nearest_even), so vector lanes and scalar tails agree.
 //   * fp16 uses the F16C instructions on x86 (vcvtph2ps / vcvtps2ph with _MM_FROUND_TO_NEAREST_INT), the
-//     FCVT family on aarch64 (round to nearest even under the default FPCR), and c10::Half in scalar code;
-//     all three round to nearest even.
+//     FCVT family on aarch64, NEON and SVE (round to nearest even under the default FPCR), and c10::Half in
+//     scalar code; all round to nearest even.
 //
 // sign(x) follows torch.sign (https://pytorch.org/docs/stable/generated/torch.sign.html): +1 for x > 0,
 // -1 for x < 0, and x itself for +-0 and NaN (so sign(0) = 0 and NaN propagates). Every level uses the same
@@ -32,6 +42,11 @@
 #error "ANYACCEL_ISA_NEON is only supported on aarch64"
 #endif
 #include <arm_neon.h>
+#elif defined(ANYACCEL_ISA_SVE)
+#if !defined(__aarch64__) || !defined(__ARM_FEATURE_SVE)
+#error "ANYACCEL_ISA_SVE needs aarch64 and SVE code generation (-march=armv8.2-a+sve)"
+#endif
+#include <arm_sve.h>
 #endif
 
 namespace anyaccel {
@@ -252,6 +267,13 @@ struct VecF {
 };
 
 // ---------------------------------------------------------------------------------------------------------
+// SVE (aarch64): svcntw() fp32 lanes, known at run time only. See SveOps below.
+// ---------------------------------------------------------------------------------------------------------
+#elif defined(ANYACCEL_ISA_SVE)
+
+inline constexpr const char* kIsaName = "sve";
+
+// ---------------------------------------------------------------------------------------------------------
 // Portable: one lane; the compiler may auto-vectorise the loops built on it.
 // ---------------------------------------------------------------------------------------------------------
 #else
@@ -302,6 +324,130 @@ struct ScalarF {
   static ScalarF clamp_negative(ScalarF a) { return {a.v < 0.0f ? 0.0f : a.v}; }
   static ScalarF finite_or_zero(ScalarF a) { return {std::isfinite(a.v) ? a.v : 0.0f}; }
 };
+
+// ---------------------------------------------------------------------------------------------------------
+// The kernels' vocabulary over a fixed-width vector class W (VecF of a fixed-width level, or ScalarF).
+// ---------------------------------------------------------------------------------------------------------
+template <typename W>
+struct FixedOps {
+  using T = W;
+  struct Pred {};  // whole vectors only: no lane predicate
+  static constexpr bool kPredicated = false;
+  // Lanes of the stack buffers the kernels run their last n < kTailWidth elements through.
+  static constexpr int64_t kTailWidth = W::kWidth;
+
+  // Loop protocol: for (i = 0; next(i, n, pg); i += width()) {...}; done(i, n) elements were updated.
+  static bool next(int64_t i, int64_t n, Pred&) { return i + W::kWidth <= n; }
+  static constexpr int64_t width() { return W::kWidth; }
+  static int64_t done(int64_t i, int64_t) { return i; }
+
+  static T set1(float x) { return W::set1(x); }
+  template <typename S>
+  static T load(Pred, const S* p) { return W::load(p); }
+  template <typename S>
+  static void store(Pred, S* p, T x) { x.store(p); }
+  static T add(T a, T b) { return a + b; }
+  static T sub(T a, T b) { return a - b; }
+  static T mul(T a, T b) { return a * b; }
+  static T div(T a, T b) { return a / b; }
+  static T fma(T a, T b, T c) { return W::fma(a, b, c); }    // a * b + c, one rounding
+  static T fnma(T a, T b, T c) { return W::fnma(a, b, c); }  // c - a * b, one rounding
+  static T sqrt(T a) { return W::sqrt(a); }
+  static T sign(T a) { return W::sign(a); }
+  static T clamp_negative(T a) { return W::clamp_negative(a); }
+  static T finite_or_zero(T a) { return W::finite_or_zero(a); }
+  // Sum of the lanes in double, in lane order.
+  static double lane_sum(T x) {
+    alignas(64) float f[W::kWidth];
+    x.store(f);
+    double s = 0;
+    for (int64_t k = 0; k < W::kWidth; ++k) s += f[k];
+    return s;
+  }
+};
+
+#if defined(ANYACCEL_ISA_SVE)
+// ---------------------------------------------------------------------------------------------------------
+// The kernels' vocabulary on SVE. Arithmetic runs on every lane (an all-true predicate): the inactive lanes
+// of the last vector hold the zeros their predicated loads gave them, and no store writes them back.
+// Every operation is the IEEE operation of the other levels (FMLA/FMLS fuse, FDIV and FSQRT round
+// correctly), so results match them lane for lane.
+// ---------------------------------------------------------------------------------------------------------
+struct SveOps {
+  using T = svfloat32_t;
+  using Pred = svbool_t;
+  static constexpr bool kPredicated = true;
+  static constexpr int64_t kTailWidth = 1;  // no tail: the loop's predicate covers it
+  // Most fp32 lanes of any SVE vector (2048 bits).
+  static constexpr int64_t kMaxWidth = 64;
+
+  static bool next(int64_t i, int64_t n, Pred& pg) {
+    pg = svwhilelt_b32(i, n);
+    return i < n;
+  }
+  static int64_t width() { return static_cast<int64_t>(svcntw()); }
+  static int64_t done(int64_t, int64_t n) { return n; }
+
+  static svbool_t all() { return svptrue_b32(); }
+  static T set1(float x) { return svdup_n_f32(x); }
+  static T load(Pred pg, const float* p) { return svld1_f32(pg, p); }
+  static T load(Pred pg, const c10::BFloat16* p) {
+    const svuint32_t h = svld1uh_u32(pg, reinterpret_cast<const uint16_t*>(p));  // zero-extended halves
+    return svreinterpret_f32_u32(svlsl_n_u32_x(all(), h, 16));
+  }
+  static T load(Pred pg, const c10::Half* p) {
+    // Each fp16 sits in the low half of a 32-bit container, where FCVT (.S from .H) reads it.
+    const svuint32_t h = svld1uh_u32(pg, reinterpret_cast<const uint16_t*>(p));
+    return svcvt_f32_f16_x(all(), svreinterpret_f16_u32(h));
+  }
+  static void store(Pred pg, float* p, T x) { svst1_f32(pg, p, x); }
+  static void store(Pred pg, c10::BFloat16* p, T x) {
+    const svuint32_t bits = svreinterpret_u32_f32(x);
+    const svuint32_t lsb = svand_n_u32_x(all(), svlsr_n_u32_x(all(), bits, 16), 1);
+    const svuint32_t bias = svadd_n_u32_x(all(), lsb, 0x7FFF);
+    svuint32_t rounded = svlsr_n_u32_x(all(), svadd_u32_x(all(), bits, bias), 16);
+    rounded = svsel_u32(svcmpuo_f32(all(), x, x), svdup_n_u32(0x7FC0), rounded);
+    svst1h_u32(pg, reinterpret_cast<uint16_t*>(p), rounded);  // the low half of each lane
+  }
+  static void store(Pred pg, c10::Half* p, T x) {
+    // FCVT (.H from .S) writes each result to the low half of its 32-bit container; ST1H stores that half.
+    const svfloat16_t h = svcvt_f16_f32_x(all(), x);
+    svst1h_u32(pg, reinterpret_cast<uint16_t*>(p), svreinterpret_u32_f16(h));
+  }
+  static T add(T a, T b) { return svadd_f32_x(all(), a, b); }
+  static T sub(T a, T b) { return svsub_f32_x(all(), a, b); }
+  static T mul(T a, T b) { return svmul_f32_x(all(), a, b); }
+  static T div(T a, T b) { return svdiv_f32_x(all(), a, b); }
+  static T fma(T a, T b, T c) { return svmla_f32_x(all(), c, a, b); }   // c + a * b, one rounding
+  static T fnma(T a, T b, T c) { return svmls_f32_x(all(), c, a, b); }  // c - a * b, one rounding
+  static T sqrt(T a) { return svsqrt_f32_x(all(), a); }
+  // torch.sign: +-1 where a is ordered and non-zero, else a (+-0, NaN).
+  static T sign(T a) {
+    const svuint32_t sign_bit = svand_n_u32_x(all(), svreinterpret_u32_f32(a), 0x80000000u);
+    const T one = svreinterpret_f32_u32(svorr_n_u32_x(all(), sign_bit, 0x3F800000u));  // copysign(1, a)
+    const svbool_t nonzero = svorr_b_z(all(), svcmpgt_n_f32(all(), a, 0.0f), svcmplt_n_f32(all(), a, 0.0f));
+    return svsel_f32(nonzero, one, a);
+  }
+  // 0 where a < 0, else a (NaN and -0 stay).
+  static T clamp_negative(T a) { return svsel_f32(svcmplt_n_f32(all(), a, 0.0f), svdup_n_f32(0.0f), a); }
+  // a where a is finite, else 0 (inf and NaN become 0).
+  static T finite_or_zero(T a) {
+    return svsel_f32(svcmpeq_n_f32(all(), svsub_f32_x(all(), a, a), 0.0f), a, svdup_n_f32(0.0f));
+  }
+  // Sum of the lanes in double, in lane order (as FixedOps::lane_sum).
+  static double lane_sum(T x) {
+    alignas(64) float f[kMaxWidth];
+    svst1_f32(all(), f, x);
+    double s = 0;
+    for (int64_t k = 0; k < width(); ++k) s += f[k];
+    return s;
+  }
+};
+
+using Ops = SveOps;
+#else
+using Ops = FixedOps<VecF>;
+#endif
 
 }  // namespace simd
 }  // namespace anyaccel

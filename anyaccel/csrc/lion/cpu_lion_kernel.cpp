@@ -10,46 +10,50 @@ namespace anyaccel {
 namespace lion {
 namespace {
 
-using simd::VecF;
+using V = simd::Ops;
+using T = V::T;
 
-template <typename V, typename P, typename G, typename S, typename C>
+// Updates elements [0, n) and returns how many were done: whole vectors on fixed-width levels (a multiple
+// of the width), all n on SVE (predicated).
+template <typename P, typename G, typename S, typename C>
 inline int64_t lion_lanes(P* p, const G* g, S* m, void* copy, int64_t n, const LionConsts& c) {
-  const V b1 = V::set1(c.beta1);
-  const V w1 = V::set1(c.beta1_complement);
-  const V b2 = V::set1(c.beta2);
-  const V w2 = V::set1(c.beta2_complement);
-  const V neg_lr = V::set1(c.neg_lr);
-  const V decay = V::set1(c.decay);
+  const T b1 = V::set1(c.beta1);
+  const T w1 = V::set1(c.beta1_complement);
+  const T b2 = V::set1(c.beta2);
+  const T w2 = V::set1(c.beta2_complement);
+  const T neg_lr = V::set1(c.neg_lr);
+  const T decay = V::set1(c.decay);
+  V::Pred pg;
   int64_t i = 0;
-  for (; i + V::kWidth <= n; i += V::kWidth) {
-    const V grad = V::load(g + i);
-    const V exp_avg = V::load(m + i);
-    const V update = V::sign(V::fma(b1, exp_avg, w1 * grad));
-    const V param = V::fma(V::load(p + i), decay, neg_lr * update);
-    param.store(p + i);
-    V::fma(b2, exp_avg, w2 * grad).store(m + i);
-    host::store_copy<C>(copy, i, param);
+  for (; V::next(i, n, pg); i += V::width()) {
+    const T grad = V::load(pg, g + i);
+    const T exp_avg = V::load(pg, m + i);
+    const T update = V::sign(V::fma(b1, exp_avg, V::mul(w1, grad)));
+    const T param = V::fma(V::load(pg, p + i), decay, V::mul(neg_lr, update));
+    V::store(pg, p + i, param);
+    V::store(pg, m + i, V::fma(b2, exp_avg, V::mul(w2, grad)));
+    host::store_copy<C>(pg, copy, i, param);
   }
-  return i;
+  return V::done(i, n);
 }
 
 struct LionKernel {
-  // Updates elements [begin, begin + n) of one tensor: vector lanes, then the tail through vector-width
-  // buffers (the same code, so lanes and tail agree bit for bit).
+  // Updates elements [begin, begin + n) of one tensor: vector lanes, then (fixed-width levels) the tail
+  // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const LionConsts& c) {
     P* p = static_cast<P*>(t.p) + begin;
     const G* g = static_cast<const G*>(t.g) + begin;
     S* m = static_cast<S*>(t.s0) + begin;
     void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = lion_lanes<VecF, P, G, S, C>(p, g, m, copy, n, c);
-    if (done == n) return;
+    const int64_t done = lion_lanes<P, G, S, C>(p, g, m, copy, n, c);
+    if (!host::has_tail(done, n)) return;
     const int64_t rest = n - done;
     host::TailBuffer<P> tp(p + done, rest);
     host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
     host::TailBuffer<S> tm(m + done, rest);
     host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    lion_lanes<VecF, P, G, S, C>(tp.data(), tg.data(), tm.data(), tc.data(), VecF::kWidth, c);
+    lion_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tc.data(), V::kTailWidth, c);
     tp.write_back();
     tm.write_back();
     tc.write_back();

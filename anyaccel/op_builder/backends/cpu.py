@@ -59,7 +59,7 @@ class TorchCPUOpBuilder(OpBuilder):
 
     @override
     def isa(self) -> str | None:
-        """The chosen level's name: "avx512", "avx2", "neon" or "portable"."""
+        """The chosen level's name: "avx512", "avx2", "sve", "neon" or "portable"."""
         return self.isa_level().name
 
     @override

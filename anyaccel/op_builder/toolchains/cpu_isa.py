@@ -4,9 +4,12 @@ The level decides exactly one preprocessor macro and the matching compiler flags
 docs/architecture.md, "CPU ISA levels"), and it is part of the op's cache key, so an AVX-512 build is
 never loaded on a CPU without AVX-512 (where it would die of an illegal instruction).
 
-Detection is instant: it reads ``torch.backends.cpu.get_cpu_capability()`` (PyTorch's own cpuinfo-based
-dispatch level). py-cpuinfo, which costs about a second per call because it starts a subprocess, is called at
-most once per process and only off the warm path: to double-check a level forced with ``ANYACCEL_CPU_ISA``
+Detection is instant: on x86 it reads ``torch.backends.cpu.get_cpu_capability()`` (PyTorch's own
+cpuinfo-based dispatch level); on aarch64, where torch names an SVE level only for one vector length, it reads
+the kernel's hardware capability bits (``getauxval(AT_HWCAP)``, else the ``Features`` line of
+``/proc/cpuinfo``) and keeps the levels whose ``cpuinfo_flags`` are all there (``sve`` for SVE).
+py-cpuinfo, which costs about a second per call because it starts a subprocess, is called at most once per
+process and only off the warm path: to double-check a level forced with ``ANYACCEL_CPU_ISA``
 that torch does not report, and for the report.
 """
 
@@ -36,7 +39,8 @@ class ISALevel:
         macro: the one preprocessor macro defined for it (None for ``portable``).
         flags: the compiler flags that enable its instructions (GCC/Clang spelling).
         machines: the ``platform.machine()`` values it exists on (empty: every machine).
-        cpuinfo_flags: the py-cpuinfo flags a CPU must report to run it.
+        cpuinfo_flags: the py-cpuinfo flags a CPU must report to run it (on aarch64 also the Linux feature
+            names of :func:`arm_features`, which py-cpuinfo reports there as flags).
     """
 
     name: str
@@ -61,7 +65,10 @@ ISA_LEVELS: dict[str, ISALevel] = {
                  ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"), _X86,
                  ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c")),
         ISALevel("avx2", "ANYACCEL_ISA_AVX2", ("-mavx2", "-mfma", "-mf16c"), _X86, ("avx2", "fma", "f16c")),
-        ISALevel("neon", "ANYACCEL_ISA_NEON", (), _ARM64, ()),
+        # Vector-length agnostic SVE (any length from 128 to 2048 bits): GCC 8+ and Clang 7+ accept the flag.
+        ISALevel("sve", "ANYACCEL_ISA_SVE", ("-march=armv8.2-a+sve",), _ARM64, ("sve",)),
+        # NEON (Advanced SIMD) and its fp16 conversions are baseline on aarch64; the flag states it.
+        ISALevel("neon", "ANYACCEL_ISA_NEON", ("-march=armv8-a+simd",), _ARM64, ()),
         ISALevel("portable", None, (), frozenset(), ()),
     )
 }
@@ -73,6 +80,60 @@ _CAPABILITY_LEVELS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Linux AT_HWCAP bits of aarch64 (arch/arm64/include/uapi/asm/hwcap.h: HWCAP_FP, HWCAP_ASIMD, HWCAP_FPHP,
+# HWCAP_ASIMDHP, HWCAP_SVE) under the names /proc/cpuinfo's "Features" line and py-cpuinfo use.
+_AT_HWCAP = 16
+_ARM64_HWCAP_BITS: dict[str, int] = {"fp": 1 << 0, "asimd": 1 << 1, "fphp": 1 << 9, "asimdhp": 1 << 10,
+                                     "sve": 1 << 22}
+
+
+def _read_hwcap() -> int | None:
+    """``getauxval(AT_HWCAP)`` from the C library, or None where there is none (not glibc/musl Linux)."""
+    import ctypes
+
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+    except (OSError, AttributeError):
+        return None
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    return int(getauxval(_AT_HWCAP))
+
+
+def _read_proc_cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def arm_features(hwcap: int | None = None, cpuinfo_text: str | None = None) -> frozenset[str]:
+    """The aarch64 CPU features this process may use, as Linux names them (``asimd``, ``sve``, ...).
+
+    Instant: no subprocess. The hardware capability bits the kernel passes the process (``getauxval(AT_HWCAP)``)
+    are the authority (they are also what a kernel that disabled SVE clears); where they cannot be read, the
+    ``Features`` line of ``/proc/cpuinfo``. Only meaningful on aarch64.
+
+    Args:
+        hwcap: the ``AT_HWCAP`` word (for tests); read from the C library when None and ``cpuinfo_text`` is None.
+        cpuinfo_text: the text of ``/proc/cpuinfo`` (for tests); read when needed and None.
+
+    Returns:
+        The feature names; empty when neither source can be read (then only NEON and portable are chosen).
+    """
+    if hwcap is None and cpuinfo_text is None:
+        hwcap = _read_hwcap()
+    if hwcap is not None and hwcap != 0:
+        return frozenset(name for name, bit in _ARM64_HWCAP_BITS.items() if hwcap & bit)
+    text = _read_proc_cpuinfo() if cpuinfo_text is None else cpuinfo_text
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "features":
+            return frozenset(value.split())
+    return frozenset()
+
+
 def torch_capability() -> str:
     """Return ``torch.backends.cpu.get_cpu_capability()`` (e.g. "AVX512", "AVX2", "DEFAULT"); instant."""
     import torch
@@ -80,23 +141,32 @@ def torch_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-def supported_levels(capability: str | None = None, machine: str | None = None) -> tuple[str, ...]:
-    """The levels this CPU runs according to torch, best first.
+def supported_levels(capability: str | None = None, machine: str | None = None,
+                     features: frozenset[str] | None = None) -> tuple[str, ...]:
+    """The levels this CPU runs, best first (the order of :data:`ISA_LEVELS`).
+
+    On x86 torch's CPU capability decides; on other machines the levels of that machine whose
+    ``cpuinfo_flags`` are all among the CPU's features (:func:`arm_features` on aarch64).
 
     Args:
-        capability: torch's CPU capability string; read from torch when None.
+        capability: torch's CPU capability string; read from torch when None (x86 only).
         machine: ``platform.machine()``; read when None.
+        features: the CPU's feature names (for tests, e.g. ``frozenset({"sve"})`` to fake an SVE CPU); read
+            with :func:`arm_features` when None and ``machine`` is this machine, else none.
 
     Returns:
         Level names, best first, always ending with ``portable``.
     """
-    machine = platform.machine() if machine is None else machine
-    if machine in _ARM64:
-        return ("neon", "portable")
-    if machine not in _X86:
-        return ("portable",)
-    capability = torch_capability() if capability is None else capability
-    return _CAPABILITY_LEVELS.get(capability.upper(), ("portable",))
+    this_machine = platform.machine()
+    machine = this_machine if machine is None else machine
+    if machine in _X86:
+        capability = torch_capability() if capability is None else capability
+        return _CAPABILITY_LEVELS.get(capability.upper(), ("portable",))
+    if features is None:
+        features = arm_features() if machine == this_machine and machine in _ARM64 else frozenset()
+    found = tuple(lv.name for lv in ISA_LEVELS.values()
+                  if lv.machines and machine in lv.machines and level_supported_by_flags(lv, features, machine))
+    return found + ("portable",)
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,6 +200,7 @@ def resolve_isa(
     capability: str | None = None,
     machine: str | None = None,
     implemented: Sequence[str] | None = None,
+    features: frozenset[str] | None = None,
 ) -> ISALevel:
     """Choose the CPU ISA level for a build.
 
@@ -142,6 +213,7 @@ def resolve_isa(
         capability: torch's CPU capability (for tests); read from torch when None.
         machine: ``platform.machine()`` (for tests); read when None.
         implemented: the levels the sources implement, best first; ``portable`` is always accepted.
+        features: the CPU's feature names on non-x86 machines (for tests); see :func:`supported_levels`.
 
     Returns:
         The chosen `ISALevel`.
@@ -152,7 +224,7 @@ def resolve_isa(
     """
     env = os.environ if env is None else env
     machine = platform.machine() if machine is None else machine
-    levels = supported_levels(capability, machine)
+    levels = supported_levels(capability, machine, features)
     if implemented is not None:
         levels = tuple(lv for lv in levels if lv in implemented or lv == "portable")
     forced = (settings.CPU_ISA.raw(env) or "").lower()

@@ -39,7 +39,7 @@ SPEC = OpSpec(
                     sources=("csrc/adagrad/cpu_adagrad.cpp", "csrc/adagrad/cpu_adagrad_kernel.cpp"),
                     source_cxx_args=(("csrc/adagrad/cpu_adagrad.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("adagrad_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "sve", "neon", "portable")),
     ),
     implementations=(
         Implementation("cpu", 10, ("cpu",), build="cpu_adagrad",

@@ -103,7 +103,7 @@ SPEC = OpSpec(
                     sources=("csrc/adam/cpu_adam.cpp", "csrc/adam/cpu_adam_kernel.cpp"),
                     source_cxx_args=(("csrc/adam/cpu_adam.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("adam_step", "adam_rollback_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "sve", "neon", "portable")),
         NativeBuild("FusedAdamBuilder", "fused_adam", "cuda", sources=("csrc/adam/fused_adam_cuda.cu",),
                     functions=("adam_step", "adam_plan", "adam_step_planned", "adam_step_planned_capturable"),
                     accelerators=("cuda",)),

@@ -87,7 +87,7 @@ SPEC = OpSpec(
                     sources=("csrc/lamb/cpu_lamb.cpp", "csrc/lamb/cpu_lamb_kernel.cpp"),
                     source_cxx_args=(("csrc/lamb/cpu_lamb.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lamb_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "sve", "neon", "portable")),
         NativeBuild("FusedLambBuilder", "fused_lamb", "cuda", sources=("csrc/lamb/fused_lamb_cuda.cu",),
                     functions=("lamb_step", "lamb_plan", "lamb_step_planned", "lamb_step_planned_capturable"),
                     accelerators=("cuda",)),

@@ -69,7 +69,7 @@ SPEC = OpSpec(
                     sources=("csrc/lion/cpu_lion.cpp", "csrc/lion/cpu_lion_kernel.cpp"),
                     source_cxx_args=(("csrc/lion/cpu_lion.cpp", REGISTRATION_CXX_ARGS),),
                     functions=("lion_step", "isa"), accelerators=("*",),
-                    isa_levels=("avx512", "avx2", "neon", "portable")),
+                    isa_levels=("avx512", "avx2", "sve", "neon", "portable")),
         NativeBuild("FusedLionBuilder", "fused_lion", "cuda", sources=("csrc/lion/fused_lion_cuda.cu",),
                     functions=("lion_step", "lion_plan", "lion_step_planned", "lion_step_planned_capturable"),
                     accelerators=("cuda",)),

@@ -88,7 +88,9 @@ def test_an_explicit_isa_level_is_built_whatever_the_cpu(monkeypatch):
     forced = CPUAdamBuilder(isa="avx512")  # an AOT variant of a wheel: not checked against this CPU
     assert forced.isa() == "avx512" and "-mavx512f" in forced.cxx_args()
     assert CPUAdamBuilder(isa="portable").cxx_args() == ["-O3"]
-    with pytest.raises(ISAError, match="'sse9' is not one of avx512, avx2, neon, portable"):
+    sve = CPUAdamBuilder(isa="sve")  # the aarch64 wheel's SVE variant
+    assert "-DANYACCEL_ISA_SVE" in sve.cxx_args() and "-march=armv8.2-a+sve" in sve.cxx_args()
+    with pytest.raises(ISAError, match="'sse9' is not one of avx512, avx2, sve, neon, portable"):
         CPUAdamBuilder(isa="sse9")
 
 

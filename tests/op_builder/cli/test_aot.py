@@ -42,7 +42,7 @@ def test_device_only_ops_are_selected_by_their_own_variable() -> None:
 
 def test_a_host_build_has_one_variant_per_simd_level_of_the_machine() -> None:
     assert aot.isa_variants("x86_64") == ("avx512", "avx2", "portable")
-    assert aot.isa_variants("aarch64") == ("neon", "portable")
+    assert aot.isa_variants("aarch64") == ("sve", "neon", "portable")
     assert aot.isa_variants("riscv64") == ("portable",)
     labels = [label for label, _ in aot.variants(CPU_ADAM)]
     assert labels == [f"cpu_adam[{lv}]" for lv in aot.isa_variants()]

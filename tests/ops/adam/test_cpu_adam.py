@@ -372,7 +372,7 @@ def test_kernel_each_isa(isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_isa_op_answers(cpu_adam_module: Any) -> None:
-    assert cpu_adam_module.isa in ("avx512", "avx2", "neon", "portable")
+    assert cpu_adam_module.isa in ("avx512", "avx2", "sve", "neon", "portable")
     assert getattr(torch.ops, cpu_adam_module.namespace).isa() == cpu_adam_module.isa
 
 
