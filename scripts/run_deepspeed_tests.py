@@ -147,8 +147,11 @@ def _first_line(text: str | None) -> str:
 
 def test_id(case: ElementTree.Element) -> str:
     """``path/to/test_file.py::Class::name`` from a JUnit ``testcase`` (pytest writes the dotted module path
-    plus class as ``classname``: ``unit.ops.adam.test_cpu_adam.TestCPUAdam``)."""
+    plus class as ``classname``: ``unit.ops.adam.test_cpu_adam.TestCPUAdam``); ``path/to/test_file.py`` for a
+    whole module (a module-level skip or an import error: no ``classname``, the dotted module as ``name``)."""
     classname, name = case.get("classname", ""), case.get("name", "")
+    if not classname:  # a whole module: skipped at module level or failed to import
+        return name.replace(".", "/") + ".py"
     parts = classname.split(".")
     # the class part starts at the first component written in CamelCase; the rest is the module path
     split = next((i for i, p in enumerate(parts) if p[:1].isupper()), len(parts))
@@ -199,14 +202,27 @@ def diff(runs: dict[str, dict[str, Case]]) -> tuple[list[tuple[str, dict[str, Ca
     ``runs`` maps a mode to its cases by id (:func:`outcomes`). Returns ``(differences, only_elsewhere)``:
     ``differences`` is ``[(test_id, {mode: case})]`` sorted by id, for ids present in every mode with
     different outcomes; ``only_elsewhere[mode]`` lists (sorted) the ids some other mode ran but ``mode`` did not
-    (a timed-out mode's unfinished tests, or a collection difference).
+    (a timed-out mode's unfinished tests, or a collection difference). Where one mode has only a whole module
+    (``path.py``, skipped at module level) and another its tests, each test is compared with the module.
     """
     modes = list(runs)
-    common = set.intersection(*(set(cases) for cases in runs.values())) if runs else set()
-    every = set().union(*(set(cases) for cases in runs.values())) if runs else set()
-    differences = [(tid, {m: runs[m][tid] for m in modes}) for tid in sorted(common)
-                   if len({runs[m][tid].outcome for m in modes}) > 1]
-    return differences, {m: sorted(every - set(runs[m])) for m in modes}
+
+    def lookup(mode: str, tid: str) -> Case | None:  # a test, or the whole module where that mode has only it
+        return runs[mode].get(tid) or runs[mode].get(tid.split("::")[0])
+
+    every = sorted(set().union(*(set(cases) for cases in runs.values()))) if runs else []
+    differences, only_elsewhere = [], {m: [] for m in modes}
+    for tid in every:
+        per_mode = {m: lookup(m, tid) for m in modes}
+        present = {m: c for m, c in per_mode.items() if c is not None}
+        if len(present) < len(modes):
+            for m in modes:
+                if per_mode[m] is None and not any(t.startswith(tid + "::") for t in runs[m]):
+                    only_elsewhere[m].append(tid)  # (a module the other mode has tests of is compared by them)
+        elif "::" in tid or all(tid in runs[m] for m in modes):
+            if len({c.outcome for c in present.values()}) > 1:
+                differences.append((tid, present))
+    return differences, only_elsewhere
 
 
 def format_report(runs: dict[str, dict[str, Case]], built: dict[str, list[str]], status: dict[str, str],
@@ -351,7 +367,8 @@ def run_mode(mode: str, tests_src: Path, passes: list[Pass], scratch: Path, exte
             status = "no JUnit XML"
         if outcome == "timeout":
             status = f"timed out after {timeout:.0f} s in pass {n}"
-            break
+            if time.monotonic() >= deadline:
+                break  # else the passes after it still get their share
     return ModeResult(mode, outcomes(cases), status, xmls, logs,
                       sorted(p.name for p in extensions.iterdir()), time.monotonic() - start)
 
@@ -366,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", default=None,
                         help="paths under the checkout's tests/, replacing the selection's")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    parser.add_argument("--passes", type=int, nargs="+", default=None,
+                        help="run only these passes of the selection (0-based: cpu-ci's sequential pass is 1)")
     parser.add_argument("--workers", type=int, default=4, help="xdist -n of the cpu-ci main pass (0: no xdist)")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per mode (all its passes)")
     parser.add_argument("--netns", choices=("auto", "unshare", "none"), default="auto",
@@ -379,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
     args = parser.parse_args(argv)
+    # a shell starts background commands with SIGINT ignored, which pytest would inherit and then never write
+    # its JUnit XML when a mode runs out of time: give the children Python's default handling back
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args.python = os.path.abspath(args.python) if os.sep in args.python else (shutil.which(args.python)
                                                                               or args.python)
     tests_src = tests_folder(args.checkout.resolve())
@@ -388,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     prefix = netns_prefix(netns)
     torch_ver = torch_major_minor(args.python) if args.selection == "cpu-ci" else None
     passes = selection_passes(args.selection, args.tests, args.workers, torch_ver)
+    if args.passes is not None:
+        passes = [passes[n] for n in args.passes]
     extra = [*(["-k", args.keyword] if args.keyword else []), *args.pytest_args]
     modes = list(MODES) if args.mode == "both" else [args.mode]
     results: dict[str, ModeResult] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -64,7 +65,7 @@ def test_parse_junit_outcomes_ids_and_messages(tmp_path):
     assert by_id["unit/comm/test_dist.py::test_init"].outcome == "error"
     # the worst of the two reports of one id: its teardown error outranks its failure
     assert by_id["unit/zero/test_zero.py::TestZero::test_twice"].outcome == "error"
-    assert by_id["unit.inference.test_model"].outcome == "error"  # a collection error keeps pytest's name
+    assert by_id["unit/inference/test_model.py"].outcome == "error"  # a collection error: the whole module
     assert by_id["unit/ops/test_x.py::TestX::test_xfail"].outcome == "skipped"
     assert rdt.counts(by_id) == {"passed": 1, "skipped": 2, "failed": 1, "error": 3}
 
@@ -92,6 +93,14 @@ def test_diff_lists_changed_outcomes_and_tests_only_one_mode_ran():
     assert "| anyaccel | 3 | 1 | 0 | 0 | 4 |  | nothing |" in report
     assert "| `b` | passed | failed | boom |" in report
     assert "2 tests differ" in report
+
+
+def test_diff_compares_a_module_skipped_whole_with_its_tests_in_the_other_mode():
+    deepspeed = {"u/t.py::a": rdt.Case("u/t.py::a", "passed"), "u/t.py::b": rdt.Case("u/t.py::b", "skipped")}
+    anyaccel = {"u/t.py": rdt.Case("u/t.py", "skipped", "op not compatible")}
+    differences, only_elsewhere = rdt.diff({"deepspeed": deepspeed, "anyaccel": anyaccel})
+    assert [(t, per["anyaccel"].message) for t, per in differences] == [("u/t.py::a", "op not compatible")]
+    assert only_elsewhere == {"deepspeed": [], "anyaccel": []}
 
 
 def test_diff_of_identical_runs_is_empty():
@@ -161,17 +170,22 @@ def fake_checkout(tmp_path: Path) -> Path:
     return tmp_path / "checkout"
 
 
-def run_script(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+def run_script(*args: str, timeout: int = 600, sigint_ignored: bool = False) -> subprocess.CompletedProcess:
+    def ignore_sigint() -> None:  # what a shell does to a command it starts in the background
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=ignore_sigint if sigint_ignored else None)
 
 
 @pytest.mark.slow
-def test_a_timed_out_mode_still_reports_the_tests_it_finished(tmp_path):
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["foreground", "started-with-SIGINT-ignored"])
+def test_a_timed_out_mode_still_reports_the_tests_it_finished(tmp_path, sigint_ignored):
     checkout = fake_checkout(tmp_path)
     out = tmp_path / "r.json"
     proc = run_script(str(checkout), "--mode", "deepspeed", "--selection", "fast", "--tests", "unit/test_fake.py",
                       "unit/test_slow.py", "--timeout", "30", "--netns", "none", "--scratch", str(tmp_path / "s"),
-                      "--json", str(out))
+                      "--json", str(out), sigint_ignored=sigint_ignored)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads(out.read_text())["modes"]["deepspeed"]
     assert result["status"].startswith("timed out after 30 s"), result
