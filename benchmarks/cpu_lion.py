@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = parse_plan(parser, args)
 
     print_environment()
-    from anyaccel.ops.lion import CPULion
+    from anyaccel.op_builder import CPULionBuilder
 
     start = time.perf_counter()
-    module = CPULion._kernel()
+    module = CPULionBuilder().load()
     print(f"cpu_lion kernel ({module.isa}): build or load {time.perf_counter() - start:.2f} s")
     ceiling = measure_ceiling(plan.quick)
     print(run_table(plan, ceiling, implementations, bytes_per_element))
