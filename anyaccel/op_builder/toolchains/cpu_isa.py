@@ -40,7 +40,7 @@ class ISALevel:
         flags: the compiler flags that enable its instructions (GCC/Clang spelling).
         machines: the ``platform.machine()`` values it exists on (empty: every machine).
         cpuinfo_flags: the py-cpuinfo flags a CPU must report to run it (on aarch64 also the Linux feature
-            names of :func:`arm_features`, which py-cpuinfo reports there as flags).
+            names of `arm_features`, which py-cpuinfo reports there as flags).
     """
 
     name: str
@@ -143,16 +143,16 @@ def torch_capability() -> str:
 
 def supported_levels(capability: str | None = None, machine: str | None = None,
                      features: frozenset[str] | None = None) -> tuple[str, ...]:
-    """The levels this CPU runs, best first (the order of :data:`ISA_LEVELS`).
+    """The levels this CPU runs, best first (the order of `ISA_LEVELS`).
 
     On x86 torch's CPU capability decides; on other machines the levels of that machine whose
-    ``cpuinfo_flags`` are all among the CPU's features (:func:`arm_features` on aarch64).
+    ``cpuinfo_flags`` are all among the CPU's features (`arm_features` on aarch64).
 
     Args:
         capability: torch's CPU capability string; read from torch when None (x86 only).
         machine: ``platform.machine()``; read when None.
         features: the CPU's feature names (for tests, e.g. ``frozenset({"sve"})`` to fake an SVE CPU); read
-            with :func:`arm_features` when None and ``machine`` is this machine, else none.
+            with `arm_features` when None and ``machine`` is this machine, else none.
 
     Returns:
         Level names, best first, always ending with ``portable``.
@@ -213,7 +213,7 @@ def resolve_isa(
         capability: torch's CPU capability (for tests); read from torch when None.
         machine: ``platform.machine()`` (for tests); read when None.
         implemented: the levels the sources implement, best first; ``portable`` is always accepted.
-        features: the CPU's feature names on non-x86 machines (for tests); see :func:`supported_levels`.
+        features: the CPU's feature names on non-x86 machines (for tests); see `supported_levels`.
 
     Returns:
         The chosen `ISALevel`.
