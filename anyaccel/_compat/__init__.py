@@ -23,6 +23,7 @@ Modules:
 * `prims`: ``torch._prims_common``'s elementwise type promotion.
 * `devices`: device-module internals (oneDNN float16, the MPS default generator).
 * `modules`: whether a module call would run forward hooks.
+* `tensor_version`: a tensor's version counter, read.
 * `fake_tensor`: recognising fake tensors.
 * `triton_interpreter`: whether Triton's interpreter runs the kernels with this NumPy.
 """

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from anyaccel._compat import data_ptrs
+from anyaccel._compat import data_ptrs, tensor_version
 from anyaccel.ops import cpu_threads, dispatch
 from anyaccel.ops.optimizer.state import Generation, ParamState, step_value
 from anyaccel.spec import Function
@@ -323,7 +323,7 @@ class PlanMixin(torch.optim.Optimizer):
             for k in self._STATE_KEYS:
                 bucket.watched.extend(bucket.states[k])
             bucket.watched_ptrs = list(map(torch.Tensor.data_ptr, bucket.watched))
-            bucket.watched_versions = list(map(_VERSION, bucket.watched))
+            bucket.watched_versions = tensor_version.versions(bucket.watched)
             buckets.append(bucket)
         params = list(group["params"])
         live_ids = {id(p) for p in live}
@@ -447,7 +447,6 @@ class PlanMixin(torch.optim.Optimizer):
 
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
-_VERSION = operator.attrgetter("_version")
 
 
 def _picked(bucket: Bucket, grads: list[Any]) -> list[Any]:
@@ -488,7 +487,7 @@ def unchanged(bucket: Bucket, grads: list[Any], full: bool = True) -> bool:
         return False
     return not full or (list(map(_SHAPE, grads)) == bucket.shapes and list(map(_DTYPE, grads)) == bucket.grad_dtypes
                         and data_ptrs.same_data_ptrs(bucket.watched, bucket.watched_ptrs)
-                        and list(map(_VERSION, bucket.watched)) == bucket.watched_versions)
+                        and tensor_version.versions(bucket.watched) == bucket.watched_versions)
 
 
 def _position(names: list[str], name: str) -> int | None:

@@ -209,8 +209,10 @@ class CheckpointMixin(torch.optim.Optimizer):
         """
         with step_lock(self):
             sd = super().state_dict()
-        sd["state"] = {k: {key: (value.clone() if key == "step" and isinstance(value, torch.Tensor) else value)
-                           for key, value in v.items()} for k, v in sd["state"].items()}
+            # the counters are copied under the lock too: torch's state_dict holds the live (shared) counter
+            # tensors, which another thread's step advances in place
+            sd["state"] = {k: {key: (value.clone() if key == "step" and isinstance(value, torch.Tensor) else value)
+                               for key, value in v.items()} for k, v in sd["state"].items()}
         return sd
 
     @override
