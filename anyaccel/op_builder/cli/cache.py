@@ -191,23 +191,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     runtime = runtime_fields()
     if args.cache_command == "ls":
-        try:
-            _ls(cache, scan(cache, runtime), sys.stdout)
-            sys.stdout.flush()
-        except BrokenPipeError:  # the reader left (`cache ls | head -1`): what it wanted, it has
-            _silence_stdout()
+        _ls(cache, scan(cache, runtime), sys.stdout)  # a closed stdout: `anyaccel.cli.main` ends quietly
         return 0
     return _clean(cache, runtime, bool(args.all), sys.stdout)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's final flush into a closed pipe stays quiet."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # no file descriptor behind stdout (a test's StringIO): nothing to flush
-        pass
 
 
 def _ls(cache: Any, items: list[Item], out: TextIO) -> None:
