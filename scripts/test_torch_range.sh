@@ -11,7 +11,9 @@
 # cannot run them with NumPy 2.4; with it those tests skip, naming the versions.)
 # Environment: pip's configuration files are bypassed (PIP_CONFIG_FILE=/dev/null) because a machine-wide
 # constraint may cap torch below the newest release. Off an x86-64 Linux with a local CPU wheel this downloads
-# torch's default (CUDA) build from PyPI: about 3 GB and 2 minutes a version here.
+# torch's default (CUDA) build from PyPI: about 3 GB of downloads, 6 to 7 GB installed and 2 minutes a version
+# here. So that the disk holds one such venv at a time, pip keeps no copy of the downloads (--no-cache-dir) and each
+# venv is removed once its tests ran (ANYACCEL_KEEP_RANGE_VENVS=1 keeps them, to rerun tests by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 specs=("$@")
@@ -23,11 +25,16 @@ for spec in "${specs[@]}"; do
     venv=.venv-${version//=/}
     start=$SECONDS
     python3 -m venv "$venv"
+    # pip unpacks the downloads beside the venv, not in a /tmp that may be a small tmpfs
+    mkdir -p "$venv/tmp"
     # shellcheck disable=SC2086  # the spec is a list of requirements
-    PIP_CONFIG_FILE=/dev/null "$venv"/bin/python -m pip install -q $spec -e ".[test]"
+    TMPDIR="$PWD/$venv/tmp" PIP_CONFIG_FILE=/dev/null "$venv"/bin/python -m pip install -q --no-cache-dir $spec -e ".[test]"
     echo "== $spec: installed in $((SECONDS - start)) s"
     "$venv"/bin/python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     "$venv"/bin/python -m pytest -q -p no:cacheprovider tests/_compat tests/ops tests/accelerator tests/op_builder \
         tests/test_import_cost.py
     echo "== $spec: done in $((SECONDS - start)) s"
+    if [ "${ANYACCEL_KEEP_RANGE_VENVS:-0}" != 1 ]; then
+        rm -rf "$venv"
+    fi
 done
