@@ -30,7 +30,8 @@ way (or eagerly, if faster).
 Section ``default`` checks the override mode's **shipped default policy** (no tuning table: what
 ``anyaccel.ops.enable()`` does on a fresh machine): per op and shape, aten with the mode off against aten with
 the mode on under that policy, forward and forward + backward, then the worst ratio per direction (the goal:
-none below 0.95x). Its ops: the ``ops`` section's norms, softmax (and softmax over dimension 0), SiLU and
+none below 0.95x, on device time as every kernel target here; the eager ratio, host overhead included, is
+printed beside it). Its ops: the ``ops`` section's norms, softmax (and softmax over dimension 0), SiLU and
 cross-entropy in bf16 (``F.cross_entropy`` on the bf16 logits: ``_log_softmax`` + ``nll_loss``).
 
     python benchmarks/nn_ops.py --sections default              # the worst ratio to aten of the default policy
@@ -270,44 +271,74 @@ def default_policy_cases(quick: bool, device: str = "cuda") -> list[dict[str, An
 
 def run_default_policy(args: argparse.Namespace, device: str = "cuda") -> float:
     """Time every default-policy case with the mode off and on (the shipped policy, no tuning table); print each
-    ratio and the worst per direction. Returns the worst ratio of all."""
+    ratio and the worst per direction. Returns the worst device-time ratio of all.
+
+    Two figures per case and direction, each the best of 2-3 rounds that time off and on in turn:
+    **device** time (:func:`device_us`: calls on distinct inputs captured back-to-back in one CUDA graph, the mode
+    switched on for the capture when timing "on"), the basis the 0.95 goal is judged on, as every kernel target
+    of this project; and **eager** time (``do_bench`` of the Python call: the mode's Python kernel included),
+    reported, not judged: it adds about 10 us a replaced call on the host, which hides behind the device work of
+    large calls and shows at small ones."""
     from anyaccel.ops.override import mode
 
     pol = mode.load_policy("tuned", table=False)
     replaced = anyaccel.ops.enable(policy=pol)
     anyaccel.ops.disable()
     print(f"\n## default policy ({pol.source}); the mode replaces: {', '.join(replaced) or 'nothing'}")
-    print("x = aten time with the mode off / with it on (same run, best of the rounds); goal: none below 0.95")
+    print("x = time with the mode off / with it on (same run, best of the rounds); device: CUDA-graph replays "
+          "(goal: none below 0.95); eager: the Python call, host overhead included (reported)")
+    print("case | device off us | device on us | device x | eager off us | eager on us | eager x")
     worst: dict[str, tuple[float, str]] = {}
+    worst_eager: dict[str, tuple[float, str]] = {}
     for case in default_policy_cases(args.quick, device):
         for direction in args.modes:
             for t, h in case["shapes"]:
                 inputs = case["make"](t, h)
                 call = case["call"]
 
-                def fwd(inputs: tuple[Any, ...] = inputs, call: Callable[..., Any] = call) -> Any:
-                    return call(*inputs)
+                def runner(inputs: tuple[Any, ...], call: Callable[..., Any] = call,
+                           direction: str = direction) -> Callable[[], Any]:
+                    def fwd() -> Any:
+                        return call(*inputs)
 
-                run = fwd if direction == "fwd" else backward_of(fwd, inputs)
-                best = {"off": math.inf, "on": math.inf}
+                    return fwd if direction == "fwd" else backward_of(fwd, inputs)
+
+                def make_call(t: int = t, h: int = h, case: dict[str, Any] = case,
+                              runner: Callable[..., Callable[[], Any]] = runner) -> Callable[[], Any]:
+                    return runner(case["make"](t, h))
+
+                footprint = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor)) \
+                    * (1 if direction == "fwd" else 3)
+                run = runner(inputs)
+                best = {k: math.inf for k in ("device off", "device on", "eager off", "eager on")}
                 for _ in range(2 if args.quick else 3):
-                    best["off"] = min(best["off"], bench(run, args.quick))
-                    anyaccel.ops.enable(policy=pol)
-                    try:
-                        best["on"] = min(best["on"], bench(run, args.quick))
-                    finally:
-                        anyaccel.ops.disable()
-                ratio = best["off"] / best["on"]
+                    for state in ("off", "on"):
+                        if state == "on":
+                            anyaccel.ops.enable(policy=pol)
+                        try:
+                            best[f"eager {state}"] = min(best[f"eager {state}"], bench(run, args.quick))
+                            if device == "cuda":
+                                dev = device_us(make_call, footprint, args.quick)
+                                best[f"device {state}"] = min(best[f"device {state}"], dev or math.inf)
+                        finally:
+                            anyaccel.ops.disable()
                 label = f"{case['name']} {direction} {t}x{h}"
-                print(f"{label} | off {best['off']:.1f} us | on {best['on']:.1f} us | {ratio:.2f}x")
-                if direction not in worst or ratio < worst[direction][0]:
+                eager_ratio = best["eager off"] / best["eager on"]
+                ratio = best["device off"] / best["device on"] if math.isfinite(best["device on"]) else math.nan
+                print(f"{label} | {best['device off']:.1f} | {best['device on']:.1f} | {ratio:.2f}x | "
+                      f"{best['eager off']:.1f} | {best['eager on']:.1f} | {eager_ratio:.2f}x")
+                if not math.isnan(ratio) and (direction not in worst or ratio < worst[direction][0]):
                     worst[direction] = (ratio, label)
-                del inputs
+                if direction not in worst_eager or eager_ratio < worst_eager[direction][0]:
+                    worst_eager[direction] = (eager_ratio, label)
+                del inputs, run
                 gc.collect()
                 if device == "cuda":
                     torch.cuda.empty_cache()
     for direction, (ratio, label) in worst.items():
-        print(f"worst {direction}: {ratio:.2f}x ({label}){'' if ratio >= 0.95 else '  BELOW 0.95'}")
+        print(f"worst {direction}, device time: {ratio:.2f}x ({label}){'' if ratio >= 0.95 else '  BELOW 0.95'}")
+    for direction, (ratio, label) in worst_eager.items():
+        print(f"worst {direction}, eager time (reported): {ratio:.2f}x ({label})")
     return min((r for r, _ in worst.values()), default=math.nan)
 
 

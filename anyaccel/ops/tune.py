@@ -2,19 +2,28 @@
 
 For each replaced aten op, dtype and shape (``rows x row length``), the op is timed as a user calls it
 (``torch.ops.aten.<op>``) with the override mode off (aten's kernel), on with ``policy="always"``
-(anyaccel's kernel through the override, Python overhead included) and on with ``policy="never"`` (aten's
-kernel reached through the mode's Python kernel); the speed-up ``aten / anyaccel`` and the fallback's speed
-``aten / fallback`` are stored under the call's policy key in the device's table
-(`anyaccel.ops.override.policy`, which registers an op only where both keep it worth it). The
-default shapes are the benchmark's (tokens {1024, 8192, 32768} x hidden {2048, 4096, 8192}, and 64x64,
-256x1024). Timing: wall clock per call, median of ``--reps`` batches of back-to-back calls after warm-up,
-each batch device-synchronised once; the three variants take turns batch by batch (round-robin, in an
-order reversed every round), so a drift of the host's speed during the measurement (warm-up, other load)
-moves all three alike instead of biasing their ratios. Timed one variant after the other, a drift once
-recorded the mode's fallback (aten plus the mode's Python kernel) as faster than aten alone, which it
-cannot be. ``--emit-default-policy PATH`` also writes the run's measurements as the device's entry of a
-default-policy file (`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy
-is regenerated.
+(anyaccel's kernel through the override) and on with ``policy="never"`` (aten's kernel reached through the
+mode's Python kernel); the speed-up ``aten / anyaccel`` and the fallback's speed ``aten / fallback`` are
+stored under the call's policy key in the device's table (`anyaccel.ops.override.policy`, which registers an
+op only where both keep it worth it). The default shapes are the benchmark's (tokens {1024, 8192, 32768} x
+hidden {2048, 4096, 8192}, and 64x64, 256x1024).
+
+What is timed is **device time** wherever the accelerator has graphs (CUDA, XPU, NPU: `graph_times`), the
+basis this project judges kernels on: each variant's calls are captured in a graph (the mode's Python kernel
+runs once, at capture) and the graph's replays are timed with the accelerator's events, so a call costs what
+its kernels cost on the stream. A training step under ``torch.compile`` or CUDA graphs pays exactly that; an
+eager step also pays the mode's Python kernel on the host (about 10 us a call), which hides behind the device
+work of any step large enough to keep the device busy, and is reported by ``benchmarks/nn_ops.py --sections
+default``, not tuned for. Where the accelerator has no graphs (the CPU) or a capture fails, the wall clock per
+call is timed instead (`round_robin_times`: batches of back-to-back calls, each batch synchronised once), and
+the log says which basis each key got.
+
+Either way the variants take turns round by round (round-robin, in an order reversed every round), so a drift
+of the machine's speed during the measurement (warm-up, other load, clocks) moves all three alike instead of
+biasing their ratios: timed one variant after the other, a drift once recorded the mode's fallback (aten plus
+the mode's Python kernel) as faster than aten alone, which it cannot be. ``--emit-default-policy PATH`` also
+writes the run's measurements as the device's entry of a default-policy file
+(`anyaccel.ops.override.policy.emit_default`), the way the packaged default policy is regenerated.
 """
 
 from __future__ import annotations
@@ -123,6 +132,119 @@ def time_round_robin(variants: Sequence[Callable[[], contextlib.AbstractContextM
     return [statistics.median(t) for t in round_robin_times(variants, fn, sync, reps, BATCH, warmup)]
 
 
+#: Calls captured per timed graph (at least; a round of distinct inputs may hold more).
+GRAPH_CALLS = 20
+#: The distinct inputs captured in one graph cover at least this many times the device's L2 cache, so the
+#: timed calls read from memory as a step's do, not from a cache the call before them filled.
+L2_MULTIPLE = 2
+#: Most distinct input sets per graph (small shapes: the L2 rule would ask for thousands).
+MAX_INPUT_SETS = 16
+#: The L2 size assumed where the device module does not report one (bytes).
+L2_FALLBACK_BYTES = 64 << 20
+
+
+def _l2_bytes(device_type: str) -> int:
+    """The current device's L2 cache in bytes (``get_device_properties().L2_cache_size`` where the device module
+    reports it, else `L2_FALLBACK_BYTES`)."""
+    import torch
+
+    try:
+        module = torch.get_device_module(device_type)
+        props = module.get_device_properties(module.current_device())
+        return int(getattr(props, "L2_cache_size", 0)) or L2_FALLBACK_BYTES
+    except (AttributeError, RuntimeError, AssertionError):
+        return L2_FALLBACK_BYTES
+
+
+def _footprint(args: Sequence[Any]) -> int:
+    """Bytes of the tensors among ``args``."""
+    import torch
+
+    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+
+
+def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
+                make_call: Callable[[], tuple[Callable[[], Any], int]], reps: int,
+                accelerator: Any = None) -> list[list[float]] | None:
+    """Device seconds per call under each of ``variants``, from graph replays; None where the accelerator has
+    no graphs or a capture fails.
+
+    Per variant, with the variant entered: ``k`` calls on distinct inputs (``make_call()`` returns a call bound
+    to fresh inputs and their footprint in bytes; ``k`` is the number of input sets that together cover
+    `L2_MULTIPLE` times the L2 cache, at most `MAX_INPUT_SETS`) run twice on a side stream (the first calls:
+    compilation, allocation, lazy initialisation, outside the capture, as torch's CUDA-graph notes prescribe),
+    then at least `GRAPH_CALLS` calls, round after round over the ``k`` input sets, are captured in one graph
+    with every output of a round alive to its end (so no call writes into lines the call before it left in
+    the cache). Then ``reps`` rounds replay each variant's graph once, in an order reversed every round, timed
+    with the accelerator's events (DeepSpeed's ``Event``, ``create_graph``, ``capture_to_graph`` and
+    ``replay_graph``).
+
+    Args:
+        variants: context factories (the mode off, on, ...), entered for the warm-up and the capture only.
+        make_call: ``() -> (call, footprint bytes)``.
+        reps: timed rounds.
+        accelerator: the accelerator (default: ``anyaccel.get_accelerator()``).
+
+    Returns:
+        Per variant, ``reps`` seconds-per-call figures; None when the accelerator has no graphs or a capture
+        raised (logged; the caller times the wall clock instead).
+
+    Side effects: allocates ``k`` input sets and each graph's outputs on the device, synchronises it.
+    """
+    if accelerator is None:
+        import anyaccel
+
+        accelerator = anyaccel.get_accelerator()
+    if accelerator.create_graph() is None:
+        return None
+    first, footprint = make_call()
+    k = max(1, min(MAX_INPUT_SETS, -(-L2_MULTIPLE * _l2_bytes(accelerator.device_name()) // max(1, footprint))))
+    calls = [first] + [make_call()[0] for _ in range(k - 1)]
+    rounds = -(-GRAPH_CALLS // k)
+
+    def one_round() -> None:
+        kept = [call() for call in calls]  # outputs live to the round's end
+        del kept
+
+    graphs = []
+    try:
+        for variant in variants:
+            with variant():
+                side = accelerator.Stream()
+                side.wait_stream(accelerator.current_stream())
+                with accelerator.stream(side):
+                    for _ in range(2):
+                        one_round()
+                accelerator.current_stream().wait_stream(side)
+                graph = accelerator.create_graph()
+                with accelerator.capture_to_graph(graph):
+                    for _ in range(rounds):
+                        one_round()
+            graphs.append(graph)
+        for graph in graphs:  # the first replay uploads the graph
+            accelerator.replay_graph(graph)
+        accelerator.synchronize()
+        times: list[list[float]] = [[] for _ in variants]
+        order = list(range(len(variants)))
+        event = accelerator.Event
+        for r in range(reps):
+            for i in (order if r % 2 == 0 else order[::-1]):
+                start, end = event(enable_timing=True), event(enable_timing=True)
+                start.record()
+                accelerator.replay_graph(graphs[i])
+                end.record()
+                end.synchronize()
+                times[i].append(start.elapsed_time(end) * 1e-3 / (rounds * k))
+        return times
+    except RuntimeError as exc:  # a call that cannot be captured (a host synchronisation, a CPU tensor)
+        logger.info("tune: graph capture failed (%s: %s); timing the wall clock instead", type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "")
+        return None
+    finally:
+        del graphs
+        accelerator.synchronize()
+
+
 def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
     def call() -> Any:
         return fn(*args)
@@ -170,6 +292,7 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
     policy = Policy.load(name, "tuned", default=False)
     run_policy = Policy("tuned")
     measured: dict[str, float] = {}
+    bases: set[str] = set()
     for entry in aten_ops.select(ops, None):
         aten_op = getattr(torch.ops.aten, entry.name).default
         for dtype_name in dtypes:
@@ -186,15 +309,27 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                 with mode.use_ops(include=[entry.name], policy="always") as replaced:
                     if entry.name not in replaced:
                         break
-                t_aten, t_ours, t_fallback = time_round_robin(
-                    (contextlib.nullcontext, functools.partial(mode.use_ops, include=[entry.name], policy="always"),
-                     functools.partial(mode.use_ops, include=[entry.name], policy="never")),
-                    _caller(aten_op, args), sync, reps)
+                variants = (contextlib.nullcontext,
+                            functools.partial(mode.use_ops, include=[entry.name], policy="always"),
+                            functools.partial(mode.use_ops, include=[entry.name], policy="never"))
+
+                def make_call(entry: Any = entry, rows: int = rows, cols: int = cols,
+                              dtype: Any = dtype, aten_op: Any = aten_op) -> tuple[Callable[[], Any], int]:
+                    fresh = make_args(entry.name, rows, cols, dtype, device_type)
+                    return _caller(aten_op, fresh), _footprint(fresh)
+
+                on_device = graph_times(variants, make_call, reps)
+                basis = "device"
+                if on_device is None:
+                    on_device = round_robin_times(variants, _caller(aten_op, args), sync, reps)
+                    basis = "wall clock"
+                t_aten, t_ours, t_fallback = (statistics.median(t) for t in on_device)
                 measured[k] = t_aten / t_ours
                 policy.record(k, measured[k], t_aten / t_fallback)
                 run_policy.record(k, measured[k], t_aten / t_fallback)
-                logger.info("tune: %s aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode %.1f us", k,
-                            t_aten * 1e6, t_ours * 1e6, measured[k], t_fallback * 1e6)
+                bases.add(basis)
+                logger.info("tune: %s (%s time) aten %.1f us, anyaccel %.1f us (%.2fx), aten through the mode "
+                            "%.1f us", k, basis, t_aten * 1e6, t_ours * 1e6, measured[k], t_fallback * 1e6)
                 del args
     if save:
         path = policy.save(name)
@@ -205,7 +340,7 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
 
         dkey = device_key(name, mode._capability(device_type))
         src = (f"measured by anyaccel tune with torch {torch.__version__}: {len(measured)} keys, dtypes "
-               f"{', '.join(dtypes)}, {reps} rounds")
+               f"{', '.join(dtypes)}, {reps} rounds, {' and '.join(sorted(bases)) or 'no'} time")
         out = emit(Path(emit_default), dkey, run_policy, src)
         logger.info("tune: default-policy entry %r written to %s", dkey, out)
     return measured

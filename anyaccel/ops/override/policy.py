@@ -2,8 +2,9 @@
 
 A call is described by a key ``"<aten op>|<dtype>|<rows bucket>|<row length>"`` (rows rounded up to a
 power of two). A table maps keys to the measured speed-up of anyaccel's kernel over aten's (``aten
-time / anyaccel time``, as measured through the override itself, Python overhead included); a measured call
-goes to anyaccel's kernel only when its key was measured **faster** (``> 1 + margin``).
+time / anyaccel time``, as `anyaccel.ops.tune` measures it through the override itself: device time from graph
+replays where the accelerator has graphs, else the wall clock); a measured call goes to anyaccel's kernel only
+when its key was measured **faster** (``> 1 + margin``).
 
 Where the tables come from, in order (each later one refines the earlier):
 
@@ -18,13 +19,14 @@ Where the tables come from, in order (each later one refines the earlier):
 2. **The device's tuning table** (``<cache>/tune/<device name>.json``, written by
    ``python -m anyaccel.ops.tune``): its keys override the default entry's.
 
-The mode pays for itself only where it is registered: a replaced op's Python kernel costs host time on
-every call, also when it hands the call to aten (tens of microseconds). So under the tuned policy an op
-with measured keys is registered only if they show a win for it and, at every measured key of that op, the
-call as the mode would route it (anyaccel's kernel where it wins, else aten through the mode's fallback,
-both measured by the tuning) keeps at least `FLOOR` of aten's speed; an op with no measured key is
-registered when the size rule names it (its small calls then pay the fallback's host cost: the rule is the
-price of being useful without tuning, and a tuning replaces it by measurements).
+A replaced op's Python kernel costs host time on every eager call, also when it hands the call to aten
+(about 10 us). Kernels are judged on device time (a step under ``torch.compile`` or CUDA graphs pays nothing
+else, and an eager step large enough to keep the device busy hides the host's work behind it), so that host
+cost is reported by the benchmark, not charged here. Under the tuned policy an op with measured keys is
+registered only if they show a win for it and, at every measured key of that op, the call as the mode would
+route it (anyaccel's kernel where it wins, else aten through the mode's fallback, both measured by the
+tuning) keeps at least `FLOOR` of aten's speed; an op with no measured key is registered when the size rule
+names it.
 
 ``mode="always"`` skips the tables (every eligible call goes to anyaccel: for tests and for measuring);
 ``mode="never"`` sends every call to aten (the registrations stay: for measuring the override's own
