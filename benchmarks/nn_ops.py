@@ -245,10 +245,10 @@ def _shape_row(case: dict[str, Any], t: int, h: int, mode: str, args: argparse.N
                        f"{100 * size_copy_us / kernel_us:.0f}%" if size_copy_us and kernel_us else "-"])
 
 
-def default_policy_cases(quick: bool, device: str = "cuda") -> list[dict[str, Any]]:
+def default_policy_cases(quick: bool, device: str = "cuda", all_shapes: bool = False) -> list[dict[str, Any]]:
     """The ops of the default-policy check: the ``ops`` cases the mode can serve, as the user calls them (on
     ``device``: a CPU smoke run of the section's code passes "cpu")."""
-    few = quick
+    few = quick and not all_shapes
     shapes = [LARGE[4], LARGE[8], SMALL[0], SMALL[1]] if few else LARGE + SMALL
     ce_shapes = [CE_SHAPES[1]] if few else CE_SHAPES
 
@@ -290,7 +290,7 @@ def run_default_policy(args: argparse.Namespace, device: str = "cuda") -> float:
     print("case | device off us | device on us | device x | eager off us | eager on us | eager x")
     worst: dict[str, tuple[float, str]] = {}
     worst_eager: dict[str, tuple[float, str]] = {}
-    for case in default_policy_cases(args.quick, device):
+    for case in default_policy_cases(args.quick, device, args.all_shapes):
         for direction in args.modes:
             for t, h in case["shapes"]:
                 inputs = case["make"](t, h)
