@@ -41,21 +41,9 @@ struct AdagradKernel {
   // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const AdagradConsts& c) {
-    P* p = static_cast<P*>(t.p) + begin;
-    const G* g = static_cast<const G*>(t.g) + begin;
-    S* v = static_cast<S*>(t.s0) + begin;
-    void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = adagrad_lanes<P, G, S, C>(p, g, v, copy, n, c);
-    if (!host::has_tail(done, n)) return;
-    const int64_t rest = n - done;
-    host::TailBuffer<P> tp(p + done, rest);
-    host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
-    host::TailBuffer<S> tv(v + done, rest);
-    host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    adagrad_lanes<P, G, S, C>(tp.data(), tg.data(), tv.data(), tc.data(), V::kTailWidth, c);
-    tp.write_back();
-    tv.write_back();
-    tc.write_back();
+    host::run_segment<1, P, G, S, C>(t, begin, n, [&c](P* p, const G* g, S* v, void* copy, int64_t k) {
+      return adagrad_lanes<P, G, S, C>(p, g, v, copy, k, c);
+    });
   }
 };
 

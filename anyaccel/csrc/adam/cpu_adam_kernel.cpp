@@ -56,24 +56,9 @@ struct AdamKernel {
   // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const AdamConsts& c) {
-    P* p = static_cast<P*>(t.p) + begin;
-    const G* g = static_cast<const G*>(t.g) + begin;
-    S* m = static_cast<S*>(t.s0) + begin;
-    S* v = static_cast<S*>(t.s1) + begin;
-    void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = adam_lanes<P, G, S, C>(p, g, m, v, copy, n, c);
-    if (!host::has_tail(done, n)) return;
-    const int64_t rest = n - done;
-    host::TailBuffer<P> tp(p + done, rest);
-    host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
-    host::TailBuffer<S> tm(m + done, rest);
-    host::TailBuffer<S> tv(v + done, rest);
-    host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    adam_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), V::kTailWidth, c);
-    tp.write_back();
-    tm.write_back();
-    tv.write_back();
-    tc.write_back();
+    host::run_segment<2, P, G, S, C>(t, begin, n, [&c](P* p, const G* g, S* m, S* v, void* copy, int64_t k) {
+      return adam_lanes<P, G, S, C>(p, g, m, v, copy, k, c);
+    });
   }
 };
 
@@ -114,24 +99,9 @@ struct RollbackKernel {
   // Elements [begin, begin + n) of one tensor: vector lanes, then the tail through vector-width buffers.
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const RollbackConsts& c) {
-    P* p = static_cast<P*>(t.p) + begin;
-    const G* g = static_cast<const G*>(t.g) + begin;
-    S* m = static_cast<S*>(t.s0) + begin;
-    S* v = static_cast<S*>(t.s1) + begin;
-    void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = rollback_lanes<P, G, S, C>(p, g, m, v, copy, n, c);
-    if (!host::has_tail(done, n)) return;
-    const int64_t rest = n - done;
-    host::TailBuffer<P> tp(p + done, rest);
-    host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
-    host::TailBuffer<S> tm(m + done, rest);
-    host::TailBuffer<S> tv(v + done, rest);
-    host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    rollback_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tv.data(), tc.data(), V::kTailWidth, c);
-    tp.write_back();
-    tm.write_back();
-    tv.write_back();
-    tc.write_back();
+    host::run_segment<2, P, G, S, C>(t, begin, n, [&c](P* p, const G* g, S* m, S* v, void* copy, int64_t k) {
+      return rollback_lanes<P, G, S, C>(p, g, m, v, copy, k, c);
+    });
   }
 };
 

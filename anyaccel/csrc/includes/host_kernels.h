@@ -116,5 +116,46 @@ struct CopyTail<void> {
   void write_back() {}
 };
 
+// Runs a kernel's vector loop over elements [begin, begin + n) of one tensor of `t`, then (fixed-width levels)
+// its tail through vector-width buffers: the same code, so lanes and tail agree bit for bit. NumStates (1 or
+// 2) state arrays come from t.s0 (and t.s1). `lanes(P* p, const G* g, S* s0[, S* s1], void* copy, int64_t n)`
+// updates the first elements of its arrays and returns how many its vector loop covered (`V::done`).
+template <int NumStates, typename P, typename G, typename S, typename C, typename Lanes>
+inline void run_segment(const SegmentPtrs& t, int64_t begin, int64_t n, const Lanes& lanes) {
+  static_assert(NumStates == 1 || NumStates == 2, "run_segment: one or two state arrays");
+  P* p = static_cast<P*>(t.p) + begin;
+  const G* g = static_cast<const G*>(t.g) + begin;
+  S* s0 = static_cast<S*>(t.s0) + begin;
+  void* copy = offset_copy<C>(t.copy, begin);
+  if constexpr (NumStates == 2) {
+    S* s1 = static_cast<S*>(t.s1) + begin;
+    const int64_t done = lanes(p, g, s0, s1, copy, n);
+    if (!has_tail(done, n)) return;
+    const int64_t rest = n - done;
+    TailBuffer<P> tp(p + done, rest);
+    TailBuffer<G> tg(const_cast<G*>(g + done), rest);
+    TailBuffer<S> t0(s0 + done, rest);
+    TailBuffer<S> t1(s1 + done, rest);
+    CopyTail<C> tc(offset_copy<C>(copy, done), rest);
+    lanes(tp.data(), tg.data(), t0.data(), t1.data(), tc.data(), simd::Ops::kTailWidth);
+    tp.write_back();
+    t0.write_back();
+    t1.write_back();
+    tc.write_back();
+  } else {
+    const int64_t done = lanes(p, g, s0, copy, n);
+    if (!has_tail(done, n)) return;
+    const int64_t rest = n - done;
+    TailBuffer<P> tp(p + done, rest);
+    TailBuffer<G> tg(const_cast<G*>(g + done), rest);
+    TailBuffer<S> t0(s0 + done, rest);
+    CopyTail<C> tc(offset_copy<C>(copy, done), rest);
+    lanes(tp.data(), tg.data(), t0.data(), tc.data(), simd::Ops::kTailWidth);
+    tp.write_back();
+    t0.write_back();
+    tc.write_back();
+  }
+}
+
 }  // namespace host
 }  // namespace anyaccel

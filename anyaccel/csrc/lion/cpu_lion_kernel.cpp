@@ -42,21 +42,9 @@ struct LionKernel {
   // through vector-width buffers (the same code, so lanes and tail agree bit for bit).
   template <typename P, typename G, typename S, typename C>
   static void segment(const host::SegmentPtrs& t, int64_t begin, int64_t n, const LionConsts& c) {
-    P* p = static_cast<P*>(t.p) + begin;
-    const G* g = static_cast<const G*>(t.g) + begin;
-    S* m = static_cast<S*>(t.s0) + begin;
-    void* copy = host::offset_copy<C>(t.copy, begin);
-    const int64_t done = lion_lanes<P, G, S, C>(p, g, m, copy, n, c);
-    if (!host::has_tail(done, n)) return;
-    const int64_t rest = n - done;
-    host::TailBuffer<P> tp(p + done, rest);
-    host::TailBuffer<G> tg(const_cast<G*>(g + done), rest);
-    host::TailBuffer<S> tm(m + done, rest);
-    host::CopyTail<C> tc(host::offset_copy<C>(copy, done), rest);
-    lion_lanes<P, G, S, C>(tp.data(), tg.data(), tm.data(), tc.data(), V::kTailWidth, c);
-    tp.write_back();
-    tm.write_back();
-    tc.write_back();
+    host::run_segment<1, P, G, S, C>(t, begin, n, [&c](P* p, const G* g, S* m, void* copy, int64_t k) {
+      return lion_lanes<P, G, S, C>(p, g, m, copy, k, c);
+    });
   }
 };
 
