@@ -11,10 +11,10 @@ When the input grads and the weight grad are both needed (training), the backwar
 pass that computes the input grads (the family's ``swiglu_backward_recompute``: reads ``grad_c``, ``a`` and
 ``b`` once, writes ``da``, ``db`` and ``c``), so the recomputation costs one more write of ``c`` and no extra
 read; ``c`` and the grads are bit-identical to those of ``swiglu`` and ``swiglu_backward``, which the other
-cases (frozen weight; frozen inputs) call. ``c`` gets a buffer of its own rather than ``grad_c``'s, which
-would save one ``tokens x intermediate`` allocation while the backward runs but needs an op that writes
-into its input: torch.compile's functionalisation would copy ``grad_c`` first, and a custom op may not
-return an alias of an input.
+cases (frozen weight; frozen inputs) call. ``c`` gets a buffer of its own rather than ``grad_c``'s: reusing
+``grad_c`` would save one transient ``tokens x intermediate`` allocation per layer but no memory traffic (the
+kernel writes ``c`` either way), and would need a second op that writes into its input (a custom op's
+outputs may not alias its inputs), which ``torch.compile`` must functionalise and then re-inplace.
 """
 
 from __future__ import annotations
