@@ -157,8 +157,9 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
     keeping ``a`` and ``b`` for the backward and recomputing ``swiglu(a, b)`` there instead of keeping it.
 
     Saves ``a.numel()`` elements of activation memory per call against the unfused pair (Liger-Kernel's
-    included) for one extra element-wise pass in the backward
-    (`anyaccel.ops.nn.families.swiglu.linear`).
+    included). When the input and weight gradients are both needed, the backward recomputes the product in the
+    pass that computes the input gradients (one more write, no extra read); otherwise in an element-wise pass
+    of its own (`anyaccel.ops.nn.families.swiglu.linear`). Gradients are bit-identical either way.
 
     Args:
         a: the gate, ``[..., I]``, float32/bfloat16/float16.

@@ -56,6 +56,7 @@ def _samples(device: str) -> dict[str, Callable[[], tuple[Any, ...]]]:
         "log_softmax_backward": lambda: (n(3, 7), torch.log_softmax(n(3, 7), -1), -1),
         "swiglu": lambda: (r(3, 1, 7), r(5, 7)),
         "swiglu_backward": lambda: (n(3, 5, 7), n(3, 1, 7), n(5, 7)),
+        "swiglu_backward_recompute": lambda: (n(3, 5, 7), n(3, 1, 7), r(5, 7, dtype=torch.bfloat16, grad=False)),
         "silu": lambda: (r(3, 7, dtype=torch.bfloat16),),
         "silu_backward": lambda: (n(3, 7), n(3, 7)),
         "rope": lambda: (r(2, 3, 5, 8), r(2, 1, 5, 4, grad=False), r(2, 1, 5, 4, grad=False), False),

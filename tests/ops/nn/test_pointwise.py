@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, interpreter
+from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON, interpreter, round_like
 
 pytestmark = pytest.mark.skipif(not (interpreter() or (HAS_CUDA and HAS_TRITON)),
                                 reason="needs triton with TRITON_INTERPRET=1, or a CUDA GPU")
@@ -38,6 +38,11 @@ def _lt(a, b):
 @triton.jit
 def _sincos(x):
     return tl.sin(x), tl.cos(x)
+
+
+@triton.jit
+def _sum_prod_diff(a, b):
+    return a + b, a * b, a - b
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +104,28 @@ def test_promotion_kinds(gen: Any) -> None:
     s, c = gen.sincos(torch.arange(5, device=DEVICE))
     _check(s, torch.sin(torch.arange(5, device=DEVICE)))
     _check(c, torch.cos(torch.arange(5, device=DEVICE)))
+
+
+def test_three_outputs_with_dtypes_per_output_broadcasting_and_out() -> None:
+    """Three outputs (as SwiGLU's fused backward has): each in its requested dtype, broadcast shape, the same
+    values on a repeated call (the cached plan) and into given ``out`` tensors of any strides."""
+    from anyaccel.ops.triton.pointwise import Pointwise
+
+    op = Pointwise(_sum_prod_diff, 2, num_outputs=3)
+    a = torch.randn(3, 1, 33, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(5, 33, device=DEVICE, dtype=torch.bfloat16)
+    af, bf = a.float(), b.float()
+    wants = [af + bf, af * bf, af - bf]
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    for _ in range(2):
+        outs = op(a, b, out_dtypes=dtypes)
+        assert len(outs) == 3
+        for got, want, dt in zip(outs, wants, dtypes, strict=True):
+            _check(got, round_like(want, dt, "triton" if HAS_CUDA else "triton_interpreter"))
+    given = [torch.empty(33, 5, 3, device=DEVICE, dtype=dt).permute(2, 1, 0) for dt in dtypes]
+    assert op(a, b, out=given) == tuple(given)
+    for got, want in zip(given, outs, strict=True):
+        assert torch.equal(got, want)
 
 
 def test_out_and_errors(gen: Any) -> None:

@@ -101,6 +101,110 @@ def test_swiglu_mixed_dtypes_and_strides(device_impl: tuple[str, str]) -> None:
     assert_close(y, torch.nn.functional.silu(a.cpu().double()) * b.cpu().double())
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bit patterns as integers, on the CPU (so -0.0 differs from 0.0 and NaN payloads count)."""
+    return t.detach().cpu().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _assert_bit_identical(got: torch.Tensor, want: torch.Tensor, msg: str) -> None:
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), msg
+    assert torch.equal(_bits(got), _bits(want)), msg
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("sg", "sa", "sb"), [((1,), (1,), (1,)), ((7, 33), (7, 33), (7, 33)),
+                                              ((3, 1031), (3, 1031), (3, 1031)), ((4, 3, 6), (4, 1, 6), (3, 6)),
+                                              ((2, 3, 129), (2, 3, 129), (129,))], ids=str)
+def test_swiglu_backward_recompute_is_swiglu_backward_and_swiglu_bit_for_bit(
+        device_impl: tuple[str, str], sg: tuple[int, ...], sa: tuple[int, ...], sb: tuple[int, ...],
+        dtype: torch.dtype) -> None:
+    """The fused backward's three results are the bits ``swiglu_backward`` and ``swiglu`` give (odd sizes,
+    a size past one Triton block, broadcasting), through the eager fast path and the torch ops, and match the
+    float64 formulas."""
+    from anyaccel.ops import dispatch
+
+    device, impl = device_impl
+    g, a, b = (torch.randn(s, dtype=torch.float64).to(device, dtype) for s in (sg, sa, sb))
+    ns = dispatch.load("swiglu", device, impl)
+    results = []
+    for path in (ns.eager, getattr(torch.ops, ns.namespace)):
+        da, db, y = path.swiglu_backward_recompute(g, a, b)
+        want_da, want_db = path.swiglu_backward(g, a, b)
+        _assert_bit_identical(da, want_da, "da")
+        _assert_bit_identical(db, want_db, "db")
+        _assert_bit_identical(y, path.swiglu(a, b), "y")
+        results.append((da, db, y))
+    for got, want in zip(*results, strict=True):
+        _assert_bit_identical(got, want, "eager fast path against the torch op")
+    g64, a64, b64 = (t.cpu().double() for t in (g, a, b))
+    s = torch.sigmoid(a64)
+    assert_close(y, torch.nn.functional.silu(a64) * b64, msg="y")
+    assert_close(da, (g64 * b64 * s * (1.0 + a64 * (1.0 - s))).expand(y.shape), msg="da")
+    assert_close(db, (g64 * a64 * s).expand(y.shape), msg="db")
+
+
+def test_swiglu_backward_recompute_mixed_dtypes_and_strides(device_impl: tuple[str, str]) -> None:
+    """Transposed and sliced operands of three dtypes: the same bits as the two ops, in the dtypes of their
+    outputs (da in a's dtype, db in b's, y in ``promote(a, b)``), laid out like the fake's outputs."""
+    from anyaccel.ops import dispatch
+    from anyaccel.ops.nn.families.swiglu import fakes
+
+    device, impl = device_impl
+    g = torch.randn(24, 16, device=device, dtype=torch.float16)
+    a = torch.randn(16, 24, device=device).t()  # transposed float32
+    b = torch.randn(24, 40, device=device, dtype=torch.bfloat16)[:, 3:19]  # rows with gaps
+    ns = dispatch.load("swiglu", device, impl).eager
+    da, db, y = ns.swiglu_backward_recompute(g, a, b)
+    assert (da.dtype, db.dtype, y.dtype) == (torch.float32, torch.bfloat16, torch.float32)
+    want_da, want_db = ns.swiglu_backward(g, a, b)
+    for got, want, name in ((da, want_da, "da"), (db, want_db, "db"), (y, ns.swiglu(a, b), "y")):
+        _assert_bit_identical(got, want, name)
+    metas = fakes.swiglu_backward_recompute(*(t.to("meta") for t in (g, a, b)))
+    assert [(t.shape, t.dtype, t.stride()) for t in metas] == [(t.shape, t.dtype, t.stride()) for t in (da, db, y)]
+
+
+@pytest.mark.parametrize(("sg", "sa", "sb"), [((3, 5, 7), (3, 1, 7), (5, 7)), ((6, 9), (6, 9), (6, 9)),
+                                              ((2, 4), (1,), (2, 4))], ids=str)
+def test_swiglu_backward_recompute_fake_matches_the_implementation(device_impl: tuple[str, str],
+                                                                   sg: tuple[int, ...], sa: tuple[int, ...],
+                                                                   sb: tuple[int, ...]) -> None:
+    """The spec's fake (on meta tensors), and the torch op on fake tensors, give each implementation's shapes,
+    dtypes and strides: fp32 gradients for broadcast inputs, the promoted dtype for y. (The Triton op on fake
+    CPU tensors would run the interpreter on them; its fake tensors are checked on the GPU.)"""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anyaccel.ops import dispatch
+    from anyaccel.ops.nn.families.swiglu import fakes
+
+    device, impl = device_impl
+    g, a, b = (torch.randn(sg, device=device), torch.randn(sa, device=device, dtype=torch.bfloat16),
+               torch.randn(sb, device=device, dtype=torch.bfloat16))
+    op = getattr(torch.ops, dispatch.load("swiglu", device, impl).namespace).swiglu_backward_recompute
+    real = op(g, a, b)
+    layouts = [[(t.shape, t.dtype, t.stride()) for t in fakes.swiglu_backward_recompute(
+        *(t.to("meta") for t in (g, a, b)))]]
+    if impl != "triton_interpreter":
+        with FakeTensorMode() as mode:
+            layouts.append([(t.shape, t.dtype, t.stride()) for t in op(*(mode.from_tensor(t) for t in (g, a, b)))])
+    for layout in layouts:
+        assert layout == [(t.shape, t.dtype, t.stride()) for t in real]
+    shape = torch.broadcast_shapes(sg, sa, sb)
+    assert real[2].dtype == torch.bfloat16 and all(t.shape == shape for t in real)
+    assert real[0].dtype == (torch.bfloat16 if sa == shape else torch.float32)
+
+
+def test_swiglu_backward_recompute_bad_inputs(device_impl: tuple[str, str]) -> None:
+    from anyaccel.ops import dispatch
+
+    device, impl = device_impl
+    ns = dispatch.load("swiglu", device, impl).eager
+    x = torch.randn(3, 4, device=device)
+    with pytest.raises(OpInputError, match="swiglu_backward_recompute: b has dtype int64"):
+        ns.swiglu_backward_recompute(x, x, torch.ones(3, 4, dtype=torch.int64, device=device))
+    with pytest.raises(OpInputError, match="swiglu_backward_recompute: shapes .* do not broadcast"):
+        ns.swiglu_backward_recompute(x, x, torch.randn(5, 4, device=device))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_silu_forward_and_grad(device_impl: tuple[str, str], dtype: torch.dtype) -> None:
     device, impl = device_impl

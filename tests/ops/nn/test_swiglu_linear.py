@@ -2,6 +2,8 @@
 
 Compared with the float64 unfused reference (outputs and every gradient), eager and under
 ``torch.compile(fullgraph=True)``, and checked to save no tensor of the product's size for the backward.
+The training backward (input and weight gradients) recomputes the product in the input gradients' pass
+(``swiglu_backward_recompute``); its gradients are checked bit for bit against the two-op path it replaced.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from anyaccel.ops import dispatch
 from anyaccel.ops.nn import functional as F
 from anyaccel.ops.nn.errors import OpInputError
 from anyaccel.testing.nn_impls import impl_params
@@ -95,6 +98,87 @@ def test_compiled_equals_eager() -> None:
     compiled = run(torch.compile(lambda *xs: F.swiglu_linear(*xs, impl="torch"), fullgraph=True, backend="eager"))
     for got, want in zip(compiled, eager, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _two_op_backward(impl_ns: Any, gy: torch.Tensor, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor,
+                     bias: bool) -> list[torch.Tensor]:
+    """The gradients as the backward computed them before ``swiglu_backward_recompute``: ``swiglu_backward``
+    for a and b, then ``swiglu`` again for the weight gradient."""
+    grad_c = gy.matmul(w)
+    da, db = impl_ns.swiglu_backward(grad_c, a, b)
+    c = impl_ns.swiglu(a, b)
+    gy2 = gy.reshape(-1, gy.shape[-1])
+    grads = [da, db, gy2.t().matmul(c.reshape(-1, c.shape[-1])).to(w.dtype)]
+    return [*grads, gy2.sum(0)] if bias else grads
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+@pytest.mark.parametrize("device_impl", impl_params())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("lead", "i", "o", "bias"), [((3, 5), 7, 9, False), ((13,), 1031, 17, True)])
+def test_training_gradients_are_the_two_op_paths_bit_for_bit(device_impl: tuple[str, str], dtype: torch.dtype,
+                                                             lead: tuple[int, ...], i: int, o: int,
+                                                             bias: bool) -> None:
+    device, impl = device_impl
+    xs = _inputs(device, dtype, lead, i, o, bias)
+    live = [t for t in xs if t is not None]
+    y = F.swiglu_linear(*xs, impl=impl)  # type: ignore[misc]
+    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(device, dtype)
+    got = torch.autograd.grad(y, live, gy)
+    a, b, w = (t.detach() for t in live[:3])  # type: ignore[union-attr]
+    want = _two_op_backward(dispatch.load("swiglu", device, impl).eager, gy, a, b, w, bias)
+    for k, (g, ref) in enumerate(zip(got, want, strict=True)):
+        assert (g.dtype, g.shape) == (ref.dtype, ref.shape)
+        assert torch.equal(_bits(g), _bits(ref)), f"gradient {k}"
+
+
+def test_compiled_training_gradients_are_the_two_op_paths() -> None:
+    """Under torch.compile (aot_eager: AOTAutograd traces the backward, so the torch op is called) the
+    gradients are the eager two-op path's, bit for bit."""
+    a, b, w, bias = _inputs("cpu", torch.float32, (5, 3), 11, 7, True)
+    live = [a, b, w, bias]
+    torch.compiler.reset()
+    fn = torch.compile(lambda *xs: F.swiglu_linear(*xs, impl="torch"), fullgraph=True, backend="aot_eager")
+    y = fn(*live)
+    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    got = torch.autograd.grad(y, live, gy)  # type: ignore[arg-type]
+    want = _two_op_backward(dispatch.load("swiglu", "cpu", "torch").eager, gy, a.detach(), b.detach(),  # type: ignore[union-attr]
+                            w.detach(), True)  # type: ignore[union-attr]
+    for k, (g, ref) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(_bits(g), _bits(ref)), f"gradient {k}"
+
+
+@pytest.mark.parametrize(("grads", "ops"), [
+    ((True, True, True), ["swiglu_backward_recompute"]),  # training: one element-wise pass
+    ((True, True, False), ["swiglu_backward"]),  # frozen weight: no product needed
+    ((False, False, True), ["swiglu"]),  # frozen inputs: the product alone
+])
+def test_backward_calls_one_swiglu_op_per_case(grads: tuple[bool, bool, bool], ops: list[str]) -> None:
+    """Which SwiGLU ops the backward runs, seen by a dispatch mode (under which the front ends call the torch
+    ops): the fused one when both the input and the weight gradients are needed."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    namespace = dispatch.load("swiglu", "cpu", "torch").namespace
+    calls: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func.namespace == namespace:
+                calls.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    a, b, w, _ = (t.detach() if t is not None else None for t in _inputs("cpu", torch.float32, (6,), 10, 4, False))
+    for t, need in zip((a, b, w), grads, strict=True):
+        t.requires_grad_(need)  # type: ignore[union-attr]
+    with Record():
+        y = F.swiglu_linear(a, b, w, impl="torch")  # type: ignore[arg-type]
+        assert calls == ["swiglu"]
+        calls.clear()
+        y.sum().backward()
+    assert calls == ops
 
 
 @pytest.mark.parametrize(("shape_b", "w_shape", "dtype_b"), [

@@ -47,6 +47,18 @@ def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> t
             empty_output(ops, shape, grad_dtype(b, shape), a.device))
 
 
+def swiglu_backward_recompute(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fake of ``swiglu_backward_recompute``: `swiglu_backward`'s two gradients, then the recomputed
+    ``swiglu(a, b)`` in ``torch.result_type(a, b)``; all three of the broadcast shape of the three inputs (the
+    forward's shape when ``grad_y`` has it, as in a backward)."""
+    shape = check("swiglu_backward_recompute", {"grad_y": grad_y, "a": a, "b": b})
+    ops = [grad_y, a, b]
+    return (empty_output(ops, shape, grad_dtype(a, shape), a.device),
+            empty_output(ops, shape, grad_dtype(b, shape), a.device),
+            empty_output(ops, shape, torch.result_type(a, b), a.device))
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     """Fake of ``silu``: x's shape, dtype and layout."""
     check("silu", {"x": x})

@@ -30,6 +30,7 @@ def _memoized_check(op: str, *names: str) -> Callable[..., None]:
 
 _check_swiglu = _memoized_check("swiglu", "a", "b")
 _check_swiglu_backward = _memoized_check("swiglu_backward", "grad_y", "a", "b")
+_check_swiglu_backward_recompute = _memoized_check("swiglu_backward_recompute", "grad_y", "a", "b")
 _check_silu = _memoized_check("silu", "x")
 _check_silu_backward = _memoized_check("silu_backward", "grad_y", "x")
 
@@ -45,6 +46,14 @@ def _swiglu(a, b):
 def _swiglu_bwd(g, a, b):
     s = tl.sigmoid(a)
     return g * b * s * (1.0 + a * (1.0 - s)), g * a * s
+
+
+@pointwise(num_inputs=3, num_outputs=3)
+@triton.jit
+def _swiglu_bwd_recompute(g, a, b):
+    # _swiglu_bwd's two expressions and _swiglu's, written alike so each rounds the same fp32 value
+    s = tl.sigmoid(a)
+    return g * b * s * (1.0 + a * (1.0 - s)), g * a * s, a * s * b
 
 
 @pointwise(num_inputs=1)
@@ -74,6 +83,18 @@ def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> t
     return da, db
 
 
+def swiglu_backward_recompute(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`swiglu_backward`'s grads of a and b and `swiglu`'s ``silu(a) * b`` (broadcast shape), in one pass:
+    reads ``grad_y``, ``a`` and ``b`` once and writes three tensors, where the two ops read ``a`` and ``b``
+    twice."""
+    _check_swiglu_backward_recompute(grad_y, a, b)
+    shape = broadcast_shape([grad_y, a, b])
+    da, db, y = _swiglu_bwd_recompute(grad_y, a, b, out_dtypes=(grad_dtype(a, shape), grad_dtype(b, shape),
+                                                                  torch.result_type(a, b)))
+    return da, db, y
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     """``x * sigmoid(x)``."""
     _check_silu(x)
@@ -94,5 +115,6 @@ def load() -> Any:
     from anyaccel.ops.nn.families.swiglu.spec import SPEC
 
     return define(SPEC, "anyaccel_triton_swiglu", {"swiglu": swiglu, "swiglu_backward": swiglu_backward,
+                                                   "swiglu_backward_recompute": swiglu_backward_recompute,
                                                    "silu": silu, "silu_backward": silu_backward},
                   triton=True, autograd=autograd.formulas)
