@@ -320,3 +320,14 @@ def run_table(plan: Plan, ceiling: float, implementations: Callable[[torch.dtype
                 rows += run_case(total, pieces, dtype_name, plan.repeats, ceiling,
                                  implementations(DTYPES[dtype_name]), bytes_per_element)
     return format_table(TABLE_HEADERS, rows)
+
+
+def llama_1b_config() -> Any:
+    """The Llama 3.2 1B shape the model benchmarks train (16 layers, hidden 2048, intermediate 8192, 32 heads of
+    which 8 key/value, vocab 128256, tied embeddings, rope theta 500000, positions up to 4096): a
+    ``transformers.LlamaConfig``. Imports transformers."""
+    import transformers
+
+    return transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                    num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                                    max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=500000.0)

@@ -55,7 +55,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import backward_of, cuda_graph, have  # puts the repository on sys.path (benchmarks run from a checkout)
+from _common import (  # puts the repository on sys.path (benchmarks run from a checkout)
+    backward_of,
+    cuda_graph,
+    have,
+    llama_1b_config,
+)
 
 import anyaccel.ops
 import anyaccel.ops.nn as ann
@@ -466,15 +471,11 @@ def _flce_case(t: int, h: int, v: int, args: argparse.Namespace, lflce: Callable
 
 
 def run_llama(args: argparse.Namespace) -> None:
-    import transformers
 
     print("\n## patched Llama (Llama 3.2 1B shape: 16 layers, hidden 2048, vocab 128256; bf16; seq 4096, batch 1;"
           " forward + backward + SGD step)")
     print("variant | tokens/s | peak GiB | loss")
-    config = transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
-                                      num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                                      max_position_embeddings=4096, tie_word_embeddings=True,
-                                      rope_theta=500000.0)
+    config = llama_1b_config()
     seq, steps = 4096, 3 if args.quick else 8
     ids = torch.randint(0, config.vocab_size, (1, seq), device="cuda")
     variants = ["unpatched eager", "anyaccel patch", "anyaccel patch, loss_accum_dtype=bf16"] + (

@@ -47,12 +47,11 @@ def child(variant: str, steps: int) -> dict[str, float]:
     _force_fallbacks(variant)
     import torch
     import transformers
+    from _common import llama_1b_config
 
     import anyaccel.ops
 
-    config = transformers.LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
-                                      num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                                      max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=500000.0)
+    config = llama_1b_config()
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
