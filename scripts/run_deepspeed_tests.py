@@ -11,6 +11,7 @@ because DeepSpeed's ``tests/conftest.py`` puts the checkout root first on ``sys.
     python scripts/run_deepspeed_tests.py CHECKOUT --selection fast     # the fast slice (CI of this repository)
     python scripts/run_deepspeed_tests.py CHECKOUT --tests unit/ops/adam -k cpu_adam --timeout 1800
     python scripts/run_deepspeed_tests.py CHECKOUT --mode anyaccel --json out.json -- -x   # extra pytest arguments
+    python scripts/run_deepspeed_tests.py --merge part1.json part2.json                 # one report of several runs
 
 Selections. ``cpu-ci`` is what DeepSpeed's ``cpu-torch-latest`` workflow runs (at commit edaa722): from
 ``tests/``, ``pytest --forked -n 4 unit/`` (``pytest.ini``'s ``addopts`` leaves out the ``sequential``,
@@ -40,6 +41,10 @@ passed/failed/error/skipped counts per mode, what DeepSpeed JIT-built per mode, 
 outcome differs between the modes (with the first line of the failure message). A mode whose time runs out
 (``--timeout``, seconds per mode) gets SIGINT, so pytest still writes the JUnit XML of the tests it finished; the
 diff then covers only tests that ran in both modes and counts the rest as not run.
+
+Chunks. A selection too long for one sitting can run as several ``--tests`` runs (disjoint test modules), each
+with its own ``--json``; ``--merge JSON...`` then runs nothing and prints the one report of them all from the
+JUnit XML those files name (a test id found in several runs keeps the last run's outcome).
 
 Exit status: 0 when every requested mode completed (whatever its failures), 1 when one timed out (partial
 results), 2 when one could not run (no JUnit XML at all).
@@ -373,11 +378,37 @@ def run_mode(mode: str, tests_src: Path, passes: list[Pass], scratch: Path, exte
                       sorted(p.name for p in extensions.iterdir()), time.monotonic() - start)
 
 
+def merge_runs(paths: Sequence[Path]) -> dict[str, ModeResult]:
+    """The results of several runs' ``--json`` files as one run per mode (for a selection run in chunks).
+
+    Each file's modes are read in order; per mode the cases of its JUnit XML files are joined (a test id in
+    several runs keeps the last run's outcome), the statuses listed, the seconds added and what DeepSpeed built
+    joined. Raises FileNotFoundError when a file or the JUnit XML it names is missing (the run's ``--scratch``
+    must still exist), ``json.JSONDecodeError``/``KeyError`` for a file that is not this script's ``--json``.
+    """
+    merged: dict[str, ModeResult] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for mode, info in data["modes"].items():
+            cases: list[Case] = []
+            for xml in info["xml"]:
+                cases += parse_junit(Path(xml))
+            seen = merged.setdefault(mode, ModeResult(mode, {}, "", [], [], [], 0.0))
+            seen.cases.update(outcomes(cases))
+            seen.status = "; ".join(filter(None, [seen.status, f"{Path(path).name}: {info['status']}"]))
+            seen.xml += info["xml"]
+            seen.logs += info["logs"]
+            seen.deepspeed_built = sorted(set(seen.deepspeed_built) | set(info["deepspeed_built"]))
+            seen.seconds += float(info["seconds"])
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the modes, print the report; see the module doc for the exit status."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkout", type=Path, help="a DeepSpeed checkout (or its tests/ folder)")
+    parser.add_argument("checkout", type=Path, nargs="?", default=None,
+                        help="a DeepSpeed checkout (or its tests/ folder); not with --merge")
     parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
     parser.add_argument("--selection", choices=("cpu-ci", "fast"), default="cpu-ci")
     parser.add_argument("--tests", nargs="+", default=None,
@@ -396,8 +427,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse DeepSpeed JIT builds across runs (a subfolder per mode)")
     parser.add_argument("--scratch", type=Path, default=None, help="keep logs and copies here (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="run nothing: print one report of these earlier runs' --json files")
     parser.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
-    args = parser.parse_args(argv)
+    # what follows "--" is pytest's, split off here: argparse matches the optional checkout and this list as
+    # empty before the options, then rejects "-- -x" after them as unrecognized arguments
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.pytest_args += pytest_args
+    if args.merge:
+        if args.checkout is not None:
+            parser.error("--merge reports earlier runs: give it no CHECKOUT")
+        merged = merge_runs(args.merge)
+        print(f"DeepSpeed's tests, {len(args.merge)} runs merged")
+        print(format_report({m: r.cases for m, r in merged.items()},
+                            {m: r.deepspeed_built for m, r in merged.items()},
+                            {m: f"{r.status}, {r.seconds:.0f} s" for m, r in merged.items()}))
+        return 0
+    if args.checkout is None:
+        parser.error("give a DeepSpeed CHECKOUT (or --merge JSON...)")
     # a shell starts background commands with SIGINT ignored, which pytest would inherit and then never write
     # its JUnit XML when a mode runs out of time: give the children Python's default handling back
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -210,3 +210,83 @@ def test_both_modes_run_and_the_diff_names_the_test_that_differs(tmp_path, netns
     assert [d["test"] for d in result["differences"]] == ["unit/test_fake.py::test_differs"]
     assert result["differences"][0]["anyaccel"]["message"].startswith("AssertionError: anyaccel mode")
     assert "| `unit/test_fake.py::test_differs` | passed | failed |" in proc.stdout
+
+
+def _run_json(tmp_path: Path, name: str, xml: dict[str, str], built: dict[str, list[str]]) -> Path:
+    """A --json file as main() writes it, naming one JUnit XML file per mode."""
+    modes = {}
+    for mode, text in xml.items():
+        path = write(tmp_path, f"{name}-{mode}.xml", text)
+        modes[mode] = {"counts": {}, "status": "completed", "seconds": 10, "xml": [str(path)],
+                       "logs": [], "deepspeed_built": built.get(mode, []), "not_passed": []}
+    return write(tmp_path, f"{name}.json", json.dumps({"selection": "cpu-ci", "modes": modes}))
+
+
+def _junit(*cases: str) -> str:
+    return f'<testsuites><testsuite name="pytest">{"".join(cases)}</testsuite></testsuites>'
+
+
+PASS = '<testcase classname="unit.{}" name="{}"/>'
+FAIL = '<testcase classname="unit.{}" name="{}"><failure message="boom">t</failure></testcase>'
+
+
+def test_merge_joins_chunked_runs_into_one_report(tmp_path, capsys):
+    first = _run_json(tmp_path, "a", {"deepspeed": _junit(PASS.format("test_a", "test_x")),
+                                      "anyaccel": _junit(PASS.format("test_a", "test_x"))},
+                      {"deepspeed": ["cpu_adam"]})
+    # the second chunk has another module, and reruns test_a.py::test_x, whose later outcome counts
+    second = _run_json(tmp_path, "b", {"deepspeed": _junit(PASS.format("test_b", "test_y"),
+                                                           PASS.format("test_a", "test_x")),
+                                       "anyaccel": _junit(FAIL.format("test_b", "test_y"),
+                                                          FAIL.format("test_a", "test_x"))},
+                       {"deepspeed": ["fused_adam"]})
+    merged = rdt.merge_runs([first, second])
+    assert list(merged) == ["deepspeed", "anyaccel"]
+    assert rdt.counts(merged["deepspeed"].cases) == {"passed": 2, "skipped": 0, "failed": 0, "error": 0}
+    assert rdt.counts(merged["anyaccel"].cases) == {"passed": 0, "skipped": 0, "failed": 2, "error": 0}
+    assert merged["deepspeed"].deepspeed_built == ["cpu_adam", "fused_adam"]
+    assert merged["anyaccel"].seconds == 20
+    assert rdt.main(["--merge", str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "| `unit/test_b.py::test_y` | passed | failed | boom |" in out
+    assert "| `unit/test_a.py::test_x` | passed | failed | boom |" in out
+    assert "2 tests differ" in out
+
+
+def test_merge_takes_no_checkout_and_a_run_needs_one(tmp_path):
+    run = _run_json(tmp_path, "a", {"deepspeed": _junit(PASS.format("test_a", "test_x"))}, {})
+    with pytest.raises(SystemExit):
+        rdt.main([str(tmp_path), "--merge", str(run)])
+    with pytest.raises(SystemExit):
+        rdt.main([])
+
+
+def test_merge_names_a_missing_junit_file(tmp_path):
+    run = _run_json(tmp_path, "a", {"deepspeed": _junit(PASS.format("test_a", "test_x"))}, {})
+    (tmp_path / "a-deepspeed.xml").unlink()
+    with pytest.raises(FileNotFoundError, match="a-deepspeed.xml"):
+        rdt.merge_runs([run])
+
+
+def test_arguments_after_a_double_dash_go_to_pytest(tmp_path, monkeypatch):
+    seen: dict[str, object] = {}
+
+    def stop(checkout: Path) -> Path:  # main() resolves the checkout first: stop there with what it parsed
+        seen["checkout"] = checkout
+        raise SystemExit(0)
+
+    parsed = []
+    real = rdt.argparse.ArgumentParser.parse_args
+
+    def spy(self, args=None, namespace=None):
+        ns = real(self, args, namespace)
+        parsed.append(ns)
+        return ns
+
+    monkeypatch.setattr(rdt, "tests_folder", stop)
+    monkeypatch.setattr(rdt.argparse.ArgumentParser, "parse_args", spy)
+    with pytest.raises(SystemExit) as exit_info:
+        rdt.main([str(tmp_path), "--mode", "anyaccel", "--json", "o.json", "--", "-x", "--maxfail=2"])
+    assert exit_info.value.code == 0  # argparse's "unrecognized arguments: -- -x" exits with 2
+    assert seen["checkout"] == tmp_path
+    assert parsed[0].pytest_args == ["-x", "--maxfail=2"]

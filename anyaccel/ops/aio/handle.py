@@ -164,19 +164,27 @@ class AsyncIOHandle:
         self._submit(True, buffer, filename, file_offset, validate=False)
         return 0
 
-    def async_pwrite(self, buffer: torch.Tensor, filename: str | os.PathLike[str] | int, file_offset: int = 0) -> int:
+    def async_pwrite(self, buffer: torch.Tensor, filename: str | os.PathLike[str] | int | None = None,
+                     file_offset: int = 0, *, fd: int | None = None) -> int:
         """Queue a write of ``buffer``'s bytes to ``filename`` (a path, or an open file descriptor, as in
         DeepSpeed's fast writer) at ``file_offset`` (bytes); returns 0. The file is created if missing and
         never truncated; the bytes are durable only after the caller's ``fsync``.
 
+        ``fd=`` names an open file descriptor instead of ``filename``, as DeepSpeed's second ``async_pwrite``
+        overload (``buffer, fd, file_offset``) lets a caller write ``async_pwrite(buffer=b, fd=f, file_offset=o)``.
+
         Raises:
+            TypeError: both ``filename`` and ``fd`` are given, or neither.
             AIOFileNotFoundError: the directory does not exist.
             AIOPermissionError: the file or directory is not writable.
             AIONotRegularFileError: the file is a FIFO, socket or device.
             AIOConflictError: the write races a pending transfer on the same memory or file bytes.
             TypeError, ValueError: a bad argument.
         """
-        self._submit(False, buffer, filename, file_offset, validate=False)
+        if filename is not None and fd is not None:
+            raise TypeError(f"async_pwrite: filename={filename!r} and fd={fd!r} both given; give one of them (a path "
+                            "or an open file descriptor)")
+        self._submit(False, buffer, filename if fd is None else fd, file_offset, validate=False)
         return 0
 
     def sync_pread(self, buffer: torch.Tensor, filename: str | os.PathLike[str], file_offset: int = 0) -> int:

@@ -63,6 +63,8 @@ def new_locked_tensor(num_elem: int, dtype: Any, page_lock: Callable[[int, int, 
     """
     import torch
 
+    from anyaccel.ops.pin_memory.handle import add_pinned_lookup
+
     if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:
         raise ValueError(f"new_cpu_locked_tensor: num_elem={num_elem!r} is invalid; accepted: an int >= 0")
     nbytes = num_elem * torch.empty(0, dtype=dtype).element_size()
@@ -80,6 +82,7 @@ def new_locked_tensor(num_elem: int, dtype: Any, page_lock: Callable[[int, int, 
             _warn_once(err, span)
     _remember(start, start + span, locked)
     weakref.finalize(tensor, _forget, start, page_lock)
+    add_pinned_lookup(in_locked_buffer)  # the pin_memory op's is_pinned recognises these buffers too
     return tensor
 
 
@@ -105,13 +108,19 @@ def is_locked(tensor: Any) -> bool:
         pass
     if tensor.device.type != "cpu":
         return False
+    return in_locked_buffer(tensor) or in_native_region(tensor)
+
+
+def in_locked_buffer(tensor: Any) -> bool:
+    """Whether the CPU ``tensor``'s bytes lie in one buffer of `new_locked_tensor` not yet freed (views and
+    slices included). The ``pin_memory`` op's ``is_pinned`` asks this too (`new_locked_tensor` registers it
+    there): DeepSpeed's pinned-tensor manager is one per process, so a buffer of
+    ``aio_handle.new_cpu_locked_tensor`` is pinned for its ``pin_handle`` as well. Never loads or builds an op."""
     begin = tensor.data_ptr()
     end = begin + tensor.numel() * tensor.element_size()
     with _LOCK:
         i = bisect.bisect_right(_STARTS, begin) - 1
-        if i >= 0 and end <= _REGIONS[_STARTS[i]][0]:
-            return True
-    return in_native_region(tensor)
+        return i >= 0 and end <= _REGIONS[_STARTS[i]][0]
 
 
 def _remember(start: int, end: int, locked: bool) -> None:

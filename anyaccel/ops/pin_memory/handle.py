@@ -44,6 +44,22 @@ _WARNED = False
 _LOADED: list[Any] = []
 
 
+#: Other ops' checks "does this CPU tensor lie in one of my pinned buffers" (the async I/O op adds its
+#: ``new_cpu_locked_tensor`` buffers with its first one), which ``PinHandle.is_pinned`` asks too: DeepSpeed keeps
+#: one pinned-tensor manager per process for both ops. Registered here, not imported, as the async I/O op
+#: already asks this module about its regions (``in_native_region``).
+_OTHER_PINNED: list[Callable[[torch.Tensor], bool]] = []
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def add_pinned_lookup(lookup: Callable[[torch.Tensor], bool]) -> None:
+    """Make [`PinHandle.is_pinned`][anyaccel.ops.pin_memory.handle.PinHandle.is_pinned] also answer True for
+    the CPU tensors ``lookup`` recognises (called with a non-fake CPU tensor; must not raise). Idempotent."""
+    with _LOOKUPS_LOCK:
+        if lookup not in _OTHER_PINNED:
+            _OTHER_PINNED.append(lookup)
+
+
 def in_native_region(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s bytes lie in a pinned region of this op (False when no handle was ever made, so
     nothing is loaded or built for the answer; False for fake, meta and non-CPU tensors)."""
@@ -209,7 +225,8 @@ class PinHandle:
 
     def is_pinned(self, buffer: torch.Tensor) -> bool:
         """Whether ``buffer`` is pinned: torch says so (``is_pinned()``), or its bytes lie in a pinned region
-        (views and slices of a region included; any handle's regions).
+        (views and slices of a region included; any handle's regions), or in a buffer of the async I/O op's
+        ``new_cpu_locked_tensor`` (DeepSpeed keeps one pinned-tensor manager per process for both ops).
 
         Fake and meta tensors, which have no memory, and tensors on other devices are not pinned.
         """
@@ -220,7 +237,9 @@ class PinHandle:
                 return True
         except RuntimeError:  # a torch without a pinned-memory allocator
             pass
-        return int(self._module.pin_find(buffer.data_ptr(), _span_bytes(buffer))) != 0
+        if int(self._module.pin_find(buffer.data_ptr(), _span_bytes(buffer))) != 0:
+            return True
+        return any(lookup(buffer) for lookup in tuple(_OTHER_PINNED))
 
     # ---- anyaccel's additions ------------------------------------------------------------------------------
 

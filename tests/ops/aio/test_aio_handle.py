@@ -212,6 +212,28 @@ def test_file_descriptors_as_deepspeeds_fast_writer(handle, tmp_path):
         os.close(fd)
 
 
+def test_async_pwrite_takes_deepspeeds_keywords_for_a_path_or_an_fd(handle, tmp_path):
+    # DeepSpeed's two async_pwrite overloads: (buffer, filename, file_offset) and (buffer, fd, file_offset), called
+    # by keyword as its unit/v1/nvme/test_aio.py does
+    x = random_bytes(2 * 4096 + 5)
+    by_name, by_fd = tmp_path / "name.bin", tmp_path / "fd.bin"
+    assert handle.async_pwrite(buffer=x[:4096], filename=str(by_name), file_offset=0) == 0
+    assert handle.async_pwrite(buffer=x[4096:], filename=str(by_name), file_offset=4096) == 0
+    assert handle.wait() == 2
+    fd = os.open(by_fd, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        assert handle.async_pwrite(buffer=x[4096:], fd=fd, file_offset=4096) == 0
+        assert handle.async_pwrite(buffer=x[:4096], fd=fd, file_offset=0) == 0
+        assert handle.wait() == 2
+        with pytest.raises(TypeError, match="both given; give one of them"):
+            handle.async_pwrite(x, str(by_name), fd=fd)
+    finally:
+        os.close(fd)
+    with pytest.raises(TypeError, match="filename=None is invalid"):
+        handle.async_pwrite(buffer=x)
+    assert by_name.read_bytes() == by_fd.read_bytes() == x.numpy().tobytes()
+
+
 def test_racing_transfers_are_refused_until_wait(handle, tmp_path):
     buf = random_bytes(50_000)
     a, b = str(tmp_path / "a.bin"), str(tmp_path / "b.bin")

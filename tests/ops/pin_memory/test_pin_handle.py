@@ -87,6 +87,25 @@ def test_other_handles_see_the_same_regions(pin_module: Any) -> None:
     assert b.free_cpu_locked_tensor(buf) is True and not a.is_pinned(buf)
 
 
+def test_async_io_buffers_are_pinned_for_the_pin_handle(handle: Any) -> None:
+    # DeepSpeed has one pinned-tensor manager per process: a buffer of aio_handle.new_cpu_locked_tensor is pinned
+    # for the pin_memory op too (its unit/v1/nvme/test_pinned_manager.py), and the other way round
+    from anyaccel.accelerator import get_accelerator
+
+    aio = get_accelerator().create_op_builder("AsyncIOBuilder").load().aio_handle()
+    try:
+        buf = aio.new_cpu_locked_tensor(3000, torch.empty(0, dtype=torch.float32))
+        assert aio.is_pinned(buf) and handle.is_pinned(buf) and handle.is_pinned(buf.narrow(0, 1024, 1024))
+        assert handle.region_base(buf) is None  # not a region of this op: its own free does not apply
+        assert handle.free_cpu_locked_tensor(buf) is False
+        assert aio.free_cpu_locked_tensor(buf) is True and not handle.is_pinned(buf)
+        own = handle.new_cpu_locked_tensor(100, torch.empty(0, dtype=torch.float32))
+        assert aio.is_pinned(own[10:20])
+        assert handle.free_cpu_locked_tensor(own) is True
+    finally:
+        aio.close()
+
+
 def test_free_ends_pinning_once_and_keeps_memory_valid(handle: Any) -> None:
     buf = handle.new_cpu_locked_tensor(64, torch.empty(0, dtype=torch.float64))
     buf.copy_(torch.arange(64, dtype=torch.float64))
