@@ -29,13 +29,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _default_sigint() -> None:
+    """In the child before it runs: SIGINT's default disposition, as a program started from an interactive shell
+    has it. A test session started in the background by a non-interactive shell (``cmd &``, ``nohup``) has SIGINT
+    ignored, its children inherit that, and Python then keeps ignoring it: the child would never see the
+    interrupt these tests send (as the user meant, when they started it that way)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_mid_build(cmd: list[str], tmp_path: Path, sig: int) -> tuple[subprocess.CompletedProcess[str],
                                                                               list[int]]:
     """Start ``cmd`` with the sleeping compiler, send ``sig`` once a compiler runs; returns the finished process
     and the compilers' pids."""
     pids = tmp_path / "pids.txt"
     env = child_env(tmp_path / "cache", make_wrapper(tmp_path), INTEG_CXX="sleep", INTEG_PIDS=str(pids))
-    proc = subprocess.Popen(cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     try:
         while not (pids.exists() and pids.read_text().strip()):
             assert proc.poll() is None, proc.communicate()
