@@ -57,7 +57,6 @@ import torch
 import torch.nn.functional as F
 from _common import (  # puts the repository on sys.path (benchmarks run from a checkout)
     backward_of,
-    cuda_graph,
     have,
     llama_1b_config,
 )
@@ -381,55 +380,25 @@ def copy_us(moved: int, quick: bool, replay: bool = True) -> float:
     return eager if replayed is None else min(replayed, eager)
 
 
-#: Calls captured per timed graph replay (at least; more when one round of distinct inputs holds more).
-GRAPH_CALLS = 20
-#: The inputs of one round of :func:`device_us` cover at least this many times the L2 cache.
-L2_MULTIPLE = 4
-
-
 def device_us(make_call: Callable[[], Callable[[], Any]], footprint: int, quick: bool) -> float | None:
     """Device time in us of one call alone, as the kernels of a model's step run: back-to-back on the stream,
     with inputs the L2 cache does not hold.
 
-    ``make_call()`` returns a call bound to freshly made inputs. ``k`` such calls (their ``footprint`` bytes
-    each, together at least :data:`L2_MULTIPLE` times the L2 cache; at most 64) are captured in one CUDA graph,
-    round after round up to :data:`GRAPH_CALLS` calls or more, with every output of a round kept alive to the
-    round's end (so no call writes where the one before it did, into lines still in L2). The graph is
-    replayed, timed with CUDA events; the best replay divided by its calls is the result. Neither the host's
-    Python and launch overhead, nor a graph launch per call, nor the write-back of an L2 flush (which
-    ``triton.testing.do_bench`` leaves dirty: a 256 MB ``zero_``) is charged to the call, so a memory-bound
-    kernel and a same-size copy are compared on their own device time. None when capture fails."""
-    try:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        l2 = int(getattr(props, "L2_cache_size", 0)) or 64 << 20
-        k = max(1, min(64, -(-L2_MULTIPLE * l2 // max(1, footprint))))
-        calls = [make_call() for _ in range(k)]
-        rounds = -(-GRAPH_CALLS // k)
+    ``make_call()`` returns a call bound to freshly made inputs (``footprint`` bytes each);
+    `anyaccel.ops.tune.graph_times` captures such calls on distinct inputs (together at least 4 times the L2
+    cache; at most 64 sets) back-to-back in one CUDA graph and times its replays with CUDA events; the best
+    replay divided by its calls is the result. Neither the host's Python and launch overhead, nor a graph launch
+    per call, nor the write-back of an L2 flush (which ``triton.testing.do_bench`` leaves dirty: a 256 MB
+    ``zero_``) is charged to the call, so a memory-bound kernel and a same-size copy are compared on their own
+    device time. None when capture fails."""
+    from anyaccel.ops.tune import graph_times
 
-        def one_round() -> None:
-            kept = [call() for call in calls]  # outputs live to the round's end
-            del kept
-
-        def captured() -> None:
-            for _ in range(rounds):
-                one_round()
-
-        graph = cuda_graph(captured, warmup=one_round)
-        graph.replay()
-        torch.cuda.synchronize()
-        best = math.inf
-        for _ in range(3 if quick else 7):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            best = min(best, start.elapsed_time(end) * 1000.0 / (rounds * k))
-        del graph
-        return best
-    except Exception as exc:  # capture is a measurement aid, not a contender
-        print(f"  (CUDA graph capture failed: {type(exc).__name__}: {str(exc)[:100]})")
+    times = graph_times((contextlib.nullcontext,), lambda: (make_call(), footprint), 3 if quick else 7,
+                        l2_multiple=4, max_input_sets=64)
+    if times is None:
+        print("  (CUDA graph capture failed: anyaccel.ops.tune logs why at INFO level)")
         return None
+    return min(times[0]) * 1e6
 
 
 def run_flce(args: argparse.Namespace) -> None:

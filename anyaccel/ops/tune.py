@@ -165,13 +165,14 @@ def _footprint(args: Sequence[Any]) -> int:
 
 def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
                 make_call: Callable[[], tuple[Callable[[], Any], int]], reps: int,
-                accelerator: Any = None) -> list[list[float]] | None:
+                accelerator: Any = None, l2_multiple: int = L2_MULTIPLE,
+                max_input_sets: int = MAX_INPUT_SETS) -> list[list[float]] | None:
     """Device seconds per call under each of ``variants``, from graph replays; None where the accelerator has
     no graphs or a capture fails.
 
     Per variant, with the variant entered: ``k`` calls on distinct inputs (``make_call()`` returns a call bound
     to fresh inputs and their footprint in bytes; ``k`` is the number of input sets that together cover
-    `L2_MULTIPLE` times the L2 cache, at most `MAX_INPUT_SETS`) run twice on a side stream (the first calls:
+    ``l2_multiple`` times the L2 cache, at most ``max_input_sets``) run twice on a side stream (the first calls:
     compilation, allocation, lazy initialisation, outside the capture, as torch's CUDA-graph notes prescribe),
     then at least `GRAPH_CALLS` calls, round after round over the ``k`` input sets, are captured in one graph
     with every output of a round alive to its end (so no call writes into lines the call before it left in
@@ -184,6 +185,8 @@ def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManage
         make_call: ``() -> (call, footprint bytes)``.
         reps: timed rounds.
         accelerator: the accelerator (default: ``anyaccel.get_accelerator()``).
+        l2_multiple: how many L2 caches the distinct input sets cover together (default `L2_MULTIPLE`).
+        max_input_sets: the most input sets (default `MAX_INPUT_SETS`).
 
     Returns:
         Per variant, ``reps`` seconds-per-call figures; None when the accelerator has no graphs or a capture
@@ -198,7 +201,7 @@ def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManage
     if accelerator.create_graph() is None:
         return None
     first, footprint = make_call()
-    k = max(1, min(MAX_INPUT_SETS, -(-L2_MULTIPLE * _l2_bytes(accelerator.device_name()) // max(1, footprint))))
+    k = max(1, min(max_input_sets, -(-l2_multiple * _l2_bytes(accelerator.device_name()) // max(1, footprint))))
     calls = [first] + [make_call()[0] for _ in range(k - 1)]
     rounds = -(-GRAPH_CALLS // k)
 
