@@ -13,9 +13,9 @@ Where the tables come from, in order (each later one refines the earlier):
    capability; ``"cpu"`` for the CPU), and an ``unknown_device`` entry for every other device. An entry holds
    measured keys (``speedups``, ``fallbacks``, as a tuning table) and a **size rule** (``rule``: aten op, or
    ``"<aten op>|<dtype>"`` for one dtype, -> the least ``rows bucket x row length`` sent to anyaccel when the
-   key was not measured; the dtype's rule comes first). The shipped
-   entries are conservative placeholders, to be regenerated from a GPU measurement
-   (``anyaccel tune --emit-default-policy PATH``).
+   key was not measured; the dtype's rule comes first). The H100 and H200 entries are measured on device
+   time (``anyaccel tune --emit-default-policy PATH``, ``docs/nn_ops.md``); the ``unknown_device`` entry is a
+   conservative size rule.
 2. **The device's tuning table** (``<cache>/tune/<device name>.json``, written by
    ``python -m anyaccel.ops.tune``): its keys override the default entry's.
 
