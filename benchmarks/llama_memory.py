@@ -19,7 +19,11 @@ where ``liger_kernel`` is not installed.
 
 Usage (GPU machine, repository root)::
 
-    python benchmarks/llama_memory.py [--steps 4] [--variants eager anyaccel liger]
+    python benchmarks/llama_memory.py [--steps 4] [--rounds 1] [--variants eager anyaccel liger]
+
+``--rounds`` repeats every variant that many times, the variants interleaved (each round starting one
+variant later), and the table gives each variant's median tokens/s and range: one run of a variant can differ
+from the next by several per cent, more than the gaps between some variants.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -146,33 +151,54 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="timed steps per variant (default 4)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of every variant, interleaved (default 1); the table gives medians")
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         print(json.dumps(child(args.child, args.steps)))
         return 0
     has_liger = importlib.util.find_spec("liger_kernel") is not None
-    rows = []
-    for variant in args.variants:
-        if variant.startswith("liger") and not has_liger:
-            print(f"{variant}: skipped (liger_kernel not installed)")
-            continue
-        out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps)],
-                             capture_output=True, text=True, timeout=900)
-        if out.returncode != 0:
-            print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)
-            continue
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    eager = next((r for r in rows if r["variant"] == "eager"), None)
-    print("\nvariant | tokens/s | x eager | peak GiB | activations GiB | loss")
-    for r in rows:
-        ratio = f"{r['tokens_per_s'] / eager['tokens_per_s']:.3f}" if eager else "-"
-        print(f"{r['variant']} | {r['tokens_per_s']} | {ratio} | {r['peak_gib']} | {r['activations_gib']} | "
-              f"{r['loss']}")
+    variants = [v for v in args.variants if has_liger or not v.startswith("liger")]
+    for v in sorted(set(args.variants) - set(variants)):
+        print(f"{v}: skipped (liger_kernel not installed)")
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    for r in range(args.rounds):
+        # each round starts one variant later, so no variant always runs first (warmest or coldest machine)
+        for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
+            out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps)],
+                                 capture_output=True, text=True, timeout=900)
+            if out.returncode != 0:
+                print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)
+                continue
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            row["round"] = r
+            rows[variant].append(row)
+            print(json.dumps(row), flush=True)
+    print(table(rows))
     return 0
 
+
+def table(rows: dict[str, list[dict[str, Any]]]) -> str:
+    """The summary table: per variant, the median tokens/s over its rounds and their range, the ratio of that
+    median to eager's, the median of the per-round ratios to eager (rounds where both ran), and the largest
+    peak and activation memory (the same every round: the step is deterministic in its allocations)."""
+    eager = rows.get("eager", [])
+    lines = ["\nvariant | rounds | tokens/s median | min-max | x eager (medians) | x eager (median of rounds) | "
+             "peak GiB | activations GiB | loss"]
+    for variant, runs in rows.items():
+        if not runs:
+            continue
+        tps = [r["tokens_per_s"] for r in runs]
+        med = statistics.median(tps)
+        ratio = f"{med / statistics.median(e['tokens_per_s'] for e in eager):.3f}" if eager else "-"
+        eager_by_round = {e["round"]: e["tokens_per_s"] for e in eager}
+        paired = [r["tokens_per_s"] / eager_by_round[r["round"]] for r in runs if r["round"] in eager_by_round]
+        per_round = f"{statistics.median(paired):.3f}" if paired else "-"
+        lines.append(f"{variant} | {len(runs)} | {med:.0f} | {min(tps)}-{max(tps)} | {ratio} | {per_round} | "
+                     f"{max(r['peak_gib'] for r in runs)} | {max(r['activations_gib'] for r in runs)} | "
+                     f"{runs[0]['loss']}")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     sys.exit(main())
