@@ -25,8 +25,12 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   (`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
   Functions' ``apply`` is torch's own (public); a shortcut past its per-call signature bind, built on
   functorch and forward-AD internals, was measured end to end on a patched Llama and gave no gain beyond
-  run-to-run noise, so it was dropped. Triton implementations run with ``wrap_triton`` passing kernels
-  through (`anyaccel._compat.library.untraced`).
+  run-to-run noise, so it was dropped. That ``apply`` asks ``inspect.signature`` for the forward's
+  signature on every call (to bind default arguments, since the Functions define ``setup_context``), which
+  builds it anew from the code object each time; each forward function therefore carries its signature as
+  ``__signature__`` (Python's documented override, PEP 362), which ``inspect.signature`` returns as is.
+  Triton implementations run with ``wrap_triton`` passing kernels through
+  (`anyaccel._compat.library.untraced`).
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ def _eager_function(name: str, forward: Callable[..., Any], setup_context: Calla
                     backward: Callable[..., Any]) -> Any:
     """A ``torch.autograd.Function`` subclass named ``name`` over ``forward`` with the family's formulas.
 
+    Side effect: sets ``forward.__signature__`` to ``forward``'s own signature (see the module docstring).
+
     Its ``apply`` binds keyword arguments to positions first: torch 2.10 and 2.11's ``Function.apply`` binds
     them but then hands them on to the C ``apply``, which refuses keywords.
     """
@@ -115,6 +121,8 @@ def _eager_function(name: str, forward: Callable[..., Any], setup_context: Calla
     import torch
 
     signature = inspect.signature(forward)
+    # torch's apply calls inspect.signature(forward) per call: hand it this one instead of a rebuilt one
+    forward.__signature__ = signature  # type: ignore[attr-defined]
     klass: Any = None
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:

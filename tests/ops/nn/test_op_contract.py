@@ -247,3 +247,30 @@ def test_eager_forward_without_a_graph_to_record_equals_the_op_and_forward_ad_st
         dual = fwad.make_dual(x, torch.randn_like(x))
         with pytest.raises(NotImplementedError, match="jvp"):
             eager.rms_norm(dual, w.detach(), 1e-6, "llama")
+
+
+def test_eager_functions_carry_their_forward_signature() -> None:
+    """torch's ``Function.apply`` calls ``inspect.signature(forward)`` on every call of a Function that defines
+    ``setup_context``; each of anyaccel's eager Functions carries it (``__signature__``), equal to the signature
+    inspect builds from the code, so no call rebuilds it."""
+    import inspect
+
+    from anyaccel.ops.nn.families.swiglu.linear import SwiGLULinear
+    from anyaccel.ops.nn.implementations import ops
+
+    forwards: list[Any] = [SwiGLULinear.forward]
+    for family in ("rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"):
+        for fn in vars(ops(family, "cpu", "torch")).values():
+            cls = getattr(fn, "__self__", None)
+            if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+                forwards.append(cls.forward)
+    assert len(forwards) >= 12
+    for forward in forwards:
+        carried = forward.__dict__.get("__signature__")
+        assert isinstance(carried, inspect.Signature), forward
+        assert inspect.signature(forward) is carried
+        del forward.__signature__
+        try:
+            assert inspect.signature(forward) == carried
+        finally:
+            forward.__signature__ = carried

@@ -19,6 +19,7 @@ outputs may not alias its inputs), which ``torch.compile`` must functionalise an
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -66,3 +67,8 @@ class SwiGLULinear(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[3]:
             grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
         return grad_a, grad_b, grad_w, grad_bias, None
+
+
+# torch's Function.apply asks inspect.signature for the forward's signature on every call (a Function with
+# setup_context binds default arguments); carry it, as anyaccel.ops.nn.define does for the ops' Functions
+SwiGLULinear.forward.__signature__ = inspect.signature(SwiGLULinear.forward)  # type: ignore[attr-defined]
