@@ -200,5 +200,6 @@ def table(rows: dict[str, list[dict[str, Any]]]) -> str:
                      f"{runs[0]['loss']}")
     return "\n".join(lines)
 
+
 if __name__ == "__main__":
     sys.exit(main())
