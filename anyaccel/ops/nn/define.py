@@ -28,17 +28,19 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   run-to-run noise, so it was dropped. That ``apply`` asks ``inspect.signature`` for the forward's
   signature on every call (to bind default arguments, since the Functions define ``setup_context``), which
   builds it anew from the code object each time; each forward function therefore carries its signature as
-  ``__signature__`` (Python's documented override, PEP 362), which ``inspect.signature`` returns as is.
+  ``__signature__`` (`carry_signature`; Python's documented override, PEP 362), which ``inspect.signature``
+  returns as is.
   Triton implementations run with ``wrap_triton`` passing kernels through
   (`anyaccel._compat.library.untraced`).
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from anyaccel._compat import dispatcher, library
 from anyaccel.spec import OpSpec, SpecError
@@ -109,20 +111,15 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
 
 def _eager_function(name: str, forward: Callable[..., Any], setup_context: Callable[..., None],
                     backward: Callable[..., Any]) -> Any:
-    """A ``torch.autograd.Function`` subclass named ``name`` over ``forward`` with the family's formulas.
-
-    Side effect: sets ``forward.__signature__`` to ``forward``'s own signature (see the module docstring).
+    """A ``torch.autograd.Function`` subclass named ``name`` over ``forward`` with the family's formulas,
+    made with `carry_signature` (side effect: sets ``forward.__signature__``).
 
     Its ``apply`` binds keyword arguments to positions first: torch 2.10 and 2.11's ``Function.apply`` binds
     them but then hands them on to the C ``apply``, which refuses keywords.
     """
-    import inspect
-
     import torch
 
     signature = inspect.signature(forward)
-    # torch's apply calls inspect.signature(forward) per call: hand it this one instead of a rebuilt one
-    forward.__signature__ = signature  # type: ignore[attr-defined]
     klass: Any = None
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -135,7 +132,26 @@ def _eager_function(name: str, forward: Callable[..., Any], setup_context: Calla
     klass = type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "apply": classmethod(apply)})
-    return klass
+    return carry_signature(klass)
+
+
+_F = TypeVar("_F")
+
+
+def carry_signature(function_class: _F) -> _F:
+    """Set the ``forward`` of a ``torch.autograd.Function`` subclass to carry its own signature
+    (``forward.__signature__``, Python's documented override, PEP 362); returns the class (a class decorator).
+
+    torch's ``Function.apply`` calls ``inspect.signature(forward)`` on every call of a Function that defines
+    ``setup_context`` (to bind default arguments), and ``inspect`` rebuilds the signature from the code object
+    each time unless the function carries one. Every eager Function of anyaccel's model ops is made with it.
+
+    Raises:
+        AttributeError: ``function_class`` has no ``forward``.
+    """
+    forward = function_class.forward  # type: ignore[attr-defined]
+    forward.__signature__ = inspect.signature(forward)
+    return function_class
 
 
 def _check_schema(qualname: str, registered: str, declared: str) -> None:

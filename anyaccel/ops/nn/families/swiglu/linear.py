@@ -19,12 +19,14 @@ outputs may not alias its inputs), which ``torch.compile`` must functionalise an
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
+from anyaccel.ops.nn.define import carry_signature
 
+
+@carry_signature  # torch's apply asks for the forward's signature on every call
 class SwiGLULinear(torch.autograd.Function):
     """``apply(a, b, weight, bias, impl)``; see
     [`anyaccel.ops.nn.functional.swiglu_linear`][anyaccel.ops.nn.functional.swiglu_linear]."""
@@ -68,7 +70,3 @@ class SwiGLULinear(torch.autograd.Function):
             grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
         return grad_a, grad_b, grad_w, grad_bias, None
 
-
-# torch's Function.apply asks inspect.signature for the forward's signature on every call (a Function with
-# setup_context binds default arguments); carry it, as anyaccel.ops.nn.define does for the ops' Functions
-SwiGLULinear.forward.__signature__ = inspect.signature(SwiGLULinear.forward)  # type: ignore[attr-defined]
