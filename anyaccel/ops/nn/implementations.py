@@ -64,3 +64,14 @@ def ops(family: str, device_type: str, impl: str | None = None) -> Any:
     from anyaccel.ops import dispatch
 
     return dispatch.load(family, device_type, impl).eager
+
+
+def plain_ops(family: str, device_type: str, impl: str | None = None) -> Any:
+    """Like `ops`, but in plain eager mode the implementation's functions without autograd (``.plain``): for
+    callers that are themselves inside an ``autograd.Function``'s forward or backward, where an inner
+    ``Function`` would record nothing (grad mode is off there) and cost its ``apply`` on the host."""
+    if tracing():
+        return getattr(torch.ops, namespace(family, device_type, impl))
+    from anyaccel.ops import dispatch
+
+    return dispatch.load(family, device_type, impl).plain

@@ -73,6 +73,7 @@ def test_fused_linear_cross_entropy(device_impl: tuple[str, str], rows: int, hid
     """With ``min_chunk=1`` the rows are split into chunks of Liger's size (1 row for 13x16x257, several
     chunks accumulating the weight gradient); with the default minimum they fit one chunk."""
     monkeypatch.setattr(chunked, "MIN_CHUNK_ROWS", min_chunk)
+    monkeypatch.setattr(chunked, "ONE_CHUNK_WHEN_NO_LARGER", min_chunk != 1)
     device, impl = device_impl
     h = (torch.randn(rows, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
     w = (torch.randn(vocab, hidden, dtype=torch.float64) / 2).to(device, dtype).requires_grad_()
@@ -95,6 +96,22 @@ def test_fused_linear_cross_entropy(device_impl: tuple[str, str], rows: int, hid
     assert_close(w.grad, wr.grad, rows, msg="dweight")
     if b is not None:
         assert_close(b.grad, br.grad, rows, msg="dbias")
+
+
+@pytest.mark.parametrize(("rows", "hidden", "vocab", "accumulator", "itemsize", "want"), [
+    (4096, 2048, 128256, True, 2, 4096),  # Llama 3.2 1B, seq 4096: logits 1 GiB <= the 1 GiB fp32 accumulator
+    (4097, 2048, 128256, True, 2, 1024),  # one row more: chunked (power of two near rows * H / V, >= 1024)
+    (4096, 2048, 128256, False, 2, 1024),  # no accumulator (bf16 accumulation or no gradient): chunked
+    (4096, 2048, 128256, True, 4, 1024),  # fp32 logits take twice the memory: chunked
+    (8192, 4096, 128256, True, 2, 8192),  # Llama 3 8B, seq 8192
+    (0, 16, 257, True, 2, 1),
+])
+def test_chunk_rows_takes_one_chunk_only_where_it_needs_no_more_memory(rows: int, hidden: int, vocab: int,
+                                                                      accumulator: bool, itemsize: int,
+                                                                      want: int) -> None:
+    """One chunk where the whole logits (``rows * V * itemsize`` bytes) fit in the fp32 accumulator's
+    ``4 * V * H`` bytes that chunking would allocate; else the chunked rule."""
+    assert chunked.chunk_rows(rows, hidden, vocab, fp32_accumulator=accumulator, itemsize=itemsize) == want
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -54,6 +54,7 @@ def test_patched_llama_trains_like_the_original(case: tuple[str, str], accum: to
     from anyaccel.ops.nn.families.cross_entropy import chunked
 
     monkeypatch.setattr(chunked, "MIN_CHUNK_ROWS", 1)
+    monkeypatch.setattr(chunked, "ONE_CHUNK_WHEN_NO_LARGER", False)
     device, impl = case
     base = _model(device)
     patched = copy.deepcopy(base)

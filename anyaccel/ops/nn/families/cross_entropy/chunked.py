@@ -14,7 +14,8 @@ weight's dtype (Liger-Kernel's default, its ``accum_dtype=None``) the gradient t
 accumulator: each chunk's product is computed in fp32 inside the matmul and added to it in the matmul's
 epilogue, and the sum is rounded once per chunk, so the error grows with the number of chunks (at most
 ``chunks x`` the dtype's rounding of the absolute terms). A single chunk needs no accumulator in either case:
-its product is written straight into the weight-dtype gradient, one rounding, as fp32 accumulation gives.
+its product is written straight into the weight-dtype gradient, one rounding, as fp32 accumulation gives;
+where all rows' logits take no more memory than the fp32 accumulator, they are one chunk (`chunk_rows`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,37 @@ ChunkLoss = Callable[[torch.Tensor, torch.Tensor, int, float, "torch.Tensor | No
 #: (``benchmarks/nn_ops.py --sections flce``). 1024 rows of logits are 250 MiB at that vocabulary.
 MIN_CHUNK_ROWS = 1024
 
+#: Whether `chunk_rows` takes all rows in one chunk when their logits need no more memory than chunking would
+#: (see there). Tests turn it off to exercise the chunked path on small problems.
+ONE_CHUNK_WHEN_NO_LARGER = True
 
-def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
-    """Rows per chunk: a power of two near ``rows * hidden / vocab``, so a chunk's logits take about as much
-    memory as ``hidden`` (Liger-Kernel's choice), but at least `MIN_CHUNK_ROWS`, and at most ``rows``."""
+
+def chunk_rows(rows: int, hidden: int, vocab: int, *, fp32_accumulator: bool = False, itemsize: int = 2) -> int:
+    """Rows per chunk.
+
+    Chunked, the weight gradient of a 16-bit weight accumulates in an fp32 ``V x H`` buffer (``4 * V * H``
+    bytes), which is converted to the weight's dtype at the end (``2 * V * H`` more while both exist): a peak
+    of ``6 * V * H`` bytes besides the gradients of hidden. One chunk needs no accumulator: its logits
+    (``rows * V * itemsize`` bytes) plus the weight-dtype gradient written directly (``2 * V * H``). So with
+    ``fp32_accumulator`` and ``rows * itemsize <= 4 * H`` (a Llama 3.2 1B step at sequence 4096: 4096 rows,
+    H = 2048), one chunk takes no more memory, and saves a matmul launch per product per chunk and the
+    accumulator's read and write per chunk (measured in ``docs/nn_ops.md``). Otherwise a power of two near
+    ``rows * hidden / vocab``, so a chunk's logits take about as much memory as ``hidden`` (Liger-Kernel's
+    choice), but at least `MIN_CHUNK_ROWS`, and at most ``rows``.
+
+    Args:
+        rows: rows of hidden (tokens).
+        hidden: H, the hidden size.
+        vocab: V, the vocabulary size.
+        fp32_accumulator: whether chunking would accumulate the weight gradient in a separate fp32 buffer
+            (``accum_dtype=float32`` for a 16-bit weight).
+        itemsize: bytes per logit (hidden's dtype).
+
+    Returns:
+        Rows per chunk, between 1 and ``max(rows, 1)``.
+    """
+    if ONE_CHUNK_WHEN_NO_LARGER and fp32_accumulator and rows * itemsize <= 4 * hidden:
+        return max(1, rows)
     inc = max(1, -(-vocab // max(hidden, 1)))
     want = max(1, -(-rows // inc), MIN_CHUNK_ROWS)
     return max(1, min(rows, 1 << (want - 1).bit_length()))
@@ -89,7 +117,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     check_fused(hidden, weight, target, bias, label_smoothing, reduction, accum_dtype)
     rows, h = hidden.shape
     vocab = weight.shape[0]
-    step = chunk_rows(rows, h, vocab)
+    step = chunk_rows(rows, h, vocab, fp32_accumulator=compute_grad and accum_dtype != weight.dtype,
+                      itemsize=hidden.element_size())
     # one chunk: its product is the whole gradient, written in the weight's dtype with no accumulator
     in_place = accum_dtype == weight.dtype or step >= rows
     n_valid = (target != ignore_index).sum().to(torch.float32)

@@ -34,9 +34,9 @@ class SwiGLULinear(torch.autograd.Function):
     @staticmethod
     def forward(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 impl: str | None) -> torch.Tensor:
-        from anyaccel.ops.nn.implementations import ops
+        from anyaccel.ops.nn.implementations import plain_ops
 
-        c = ops("swiglu", a.device.type, impl).swiglu(a, b)
+        c = plain_ops("swiglu", a.device.type, impl).swiglu(a, b)
         return torch.nn.functional.linear(c, weight, bias)
 
     @staticmethod
