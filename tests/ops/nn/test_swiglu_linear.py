@@ -181,6 +181,24 @@ def test_backward_calls_one_swiglu_op_per_case(grads: tuple[bool, bool, bool], o
     assert calls == ops
 
 
+def test_eager_forward_calls_the_product_without_an_inner_autograd_function(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    """In eager mode the forward (itself an ``autograd.Function``'s) computes the product with the
+    implementation's plain function: an inner ``Function`` would record nothing there (grad mode is off) and
+    only cost its ``apply`` on the host. The eager fast path's Function is replaced by one that fails."""
+    ns = dispatch.load("swiglu", "cpu", "torch")
+
+    def inner_function(*_args: Any) -> Any:
+        raise AssertionError("the forward called the eager autograd Function")
+
+    monkeypatch.setattr(ns.eager, "swiglu", inner_function)
+    a, b, w, _ = _inputs("cpu", torch.float32, (6,), 10, 4, False)
+    y = F.swiglu_linear(a, b, w, impl="torch")  # type: ignore[arg-type]
+    assert torch.allclose(y, _reference(a, b, w, None))  # type: ignore[arg-type]
+    y.sum().backward()
+    assert a.grad is not None and w.grad is not None  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("shape_b", "w_shape", "dtype_b"), [
     ((4, 6), (5, 7), torch.float32),  # weight of the wrong width
     ((1, 6), (5, 6), torch.float32),  # b broadcast
