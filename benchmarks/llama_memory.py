@@ -20,10 +20,15 @@ where ``liger_kernel`` is not installed.
 Usage (GPU machine, repository root)::
 
     python benchmarks/llama_memory.py [--steps 4] [--rounds 1] [--variants eager anyaccel liger]
+    python benchmarks/llama_memory.py --paired 8 --steps 5
 
 ``--rounds`` repeats every variant that many times, the variants interleaved (each round starting one
 variant later), and the table gives each variant's median tokens/s and range: one run of a variant can differ
 from the next by several per cent, more than the gaps between some variants.
+
+``--paired N`` instead compares anyaccel with eager in one process, N pairs of blocks of ``--steps`` steps,
+patching and unpatching one model (`paired`): the comparison least moved by the host's speed, which the
+patched step depends on and eager's does not.
 """
 
 from __future__ import annotations
@@ -96,8 +101,9 @@ def _saved_by_module(model: Any, step_forward: Any) -> dict[str, int]:
     return dict(sorted(by_module.items(), key=lambda kv: -kv[1]))
 
 
-def child(variant: str, steps: int) -> dict[str, Any]:
-    """One variant in this process."""
+def _training(variant: str) -> tuple[Any, Any, Any, Any, Any]:
+    """The model (patched as ``variant`` says), its optimizer, the input ids, a forward returning the loss, and
+    a training step returning the loss as a float (which waits for the GPU, as a loop that logs it does)."""
     import torch
     import transformers
     from _common import llama_1b_config
@@ -121,7 +127,17 @@ def child(variant: str, steps: int) -> dict[str, Any]:
         opt.zero_grad(set_to_none=True)
         return float(loss)
 
-    step()
+    return model, opt, ids, forward, step
+
+
+def child(variant: str, steps: int, warmup: int = 3) -> dict[str, Any]:
+    """One variant in this process: ``warmup`` untimed training steps (at least one: the optimizer's state is
+    created by the first), the memory measurements, then ``steps`` timed steps."""
+    import torch
+
+    model, opt, ids, forward, step = _training(variant)
+    for _ in range(max(1, warmup)):
+        step()
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     loss = forward()
@@ -147,16 +163,78 @@ def child(variant: str, steps: int) -> dict[str, Any]:
             "saved_by_module": {k: round(v / gib, 3) for k, v in saved.items()}}
 
 
+def paired(rounds: int, steps: int) -> dict[str, Any]:
+    """anyaccel against eager in one process: blocks of ``steps`` training steps of one model, alternately
+    patched (`anyaccel.ops.patch`) and unpatched (`anyaccel.ops.nn.hf_patch.unpatch`), ``rounds`` pairs, each
+    pair starting with the other variant than the last.
+
+    The patched step is bound by the host on the machines measured (``docs/nn_ops.md``), and the host's speed
+    varies between processes and within one over seconds; eager's step is bound by the GPU and hardly moves.
+    Pairs of blocks a few seconds apart in one process see the same host, so the median of their ratios is
+    the comparison least moved by it. Liger-Kernel patches transformers' classes for the whole process and
+    has no unpatch, so it is not paired.
+
+    Returns:
+        ``{"anyaccel": [tokens/s per block], "eager": [...], "ratios": [anyaccel / eager per pair]}``.
+    """
+    import torch
+
+    import anyaccel.ops
+    from anyaccel.ops.nn.hf_patch import unpatch
+
+    model, _opt, ids, _forward, step = _training("anyaccel")
+
+    def block() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return steps * ids.numel() / (time.perf_counter() - t0)
+
+    def use(variant: str) -> None:
+        if variant == "anyaccel":
+            anyaccel.ops.patch(model)
+        else:
+            unpatch(model)
+        step()  # the first step after a switch is not timed
+
+    for variant in ("anyaccel", "eager"):
+        use(variant)
+        step()
+    out: dict[str, list[float]] = {"anyaccel": [], "eager": [], "ratios": []}
+    for r in range(rounds):
+        for variant in ("anyaccel", "eager") if r % 2 == 0 else ("eager", "anyaccel"):
+            use(variant)
+            out[variant].append(round(block()))
+        out["ratios"].append(round(out["anyaccel"][-1] / out["eager"][-1], 4))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="timed steps per variant (default 4)")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed training steps before the measurements (default 3; at least 1)")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of every variant, interleaved (default 1); the table gives medians")
+    parser.add_argument("--paired", type=int, default=0, metavar="N",
+                        help="instead: N pairs of anyaccel and eager blocks of --steps steps in one process "
+                             "(see paired())")
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.paired:
+        result = paired(args.paired, args.steps)
+        print(json.dumps(result))
+        for variant in ("anyaccel", "eager"):
+            print(f"{variant}: median {statistics.median(result[variant]):.0f} tokens/s "
+                  f"({min(result[variant])}-{max(result[variant])})")
+        print(f"anyaccel / eager, median of {args.paired} pairs: {statistics.median(result['ratios']):.3f} "
+              f"(range {min(result['ratios'])}-{max(result['ratios'])})")
+        return 0
     if args.child is not None:
-        print(json.dumps(child(args.child, args.steps)))
+        print(json.dumps(child(args.child, args.steps, args.warmup)))
         return 0
     has_liger = importlib.util.find_spec("liger_kernel") is not None
     variants = [v for v in args.variants if has_liger or not v.startswith("liger")]
@@ -166,7 +244,8 @@ def main() -> int:
     for r in range(args.rounds):
         # each round starts one variant later, so no variant always runs first (warmest or coldest machine)
         for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
-            out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps)],
+            out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps),
+                                  "--warmup", str(args.warmup)],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
                 print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)

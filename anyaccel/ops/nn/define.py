@@ -53,7 +53,8 @@ _DEFINED: dict[str, SimpleNamespace] = {}
 
 
 def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *, triton: bool,
-           autograd: Callable[[Any], dict[str, Formula]] | None = None) -> SimpleNamespace:
+           autograd: Callable[[Any], dict[str, Formula]] | None = None,
+           eager_helpers: dict[str, Callable[..., Any]] | None = None) -> SimpleNamespace:
     """Register ``impls`` (function name -> implementation) as ``<namespace>::<name>`` torch ops, once.
 
     Args:
@@ -62,6 +63,10 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
         impls: spec function name -> Python implementation with the schema's parameters and annotations.
         triton: register with ``triton_op`` (Triton kernels) instead of ``custom_op`` (portable torch).
         autograd: the family's ``formulas(ns)`` (see the module docstring).
+        eager_helpers: name -> function: attributes of the ``eager`` and ``plain`` namespaces only, no torch op
+            (for the family's formulas on the eager fast path, where they may do what an op's traced
+            backward may not, such as writing into a saved tensor; a formula finds them with ``getattr`` and
+            falls back without). Triton ones run with ``wrap_triton`` passing kernels through, as ``impls``.
 
     Returns:
         An object whose attributes are the ops (``ns.rms_norm``, torch op packets), ``namespace``, ``defs``
@@ -70,8 +75,8 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
         without autograd: for callers below autograd, such as the aten-override kernels).
 
     Raises:
-        SpecError: a name is not a function of the spec, or a Triton function's annotations give another
-            schema than the spec's.
+        SpecError: a name is not a function of the spec, a Triton function's annotations give another
+            schema than the spec's, or an eager helper has a spec function's name.
 
     Side effects: registers the ops with the torch dispatcher (once per process and namespace).
     """
@@ -80,6 +85,10 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
     with _LOCK:
         if namespace in _DEFINED:
             return _DEFINED[namespace]
+        clash = sorted(set(eager_helpers or ()) & set(impls))
+        if clash:
+            raise SpecError(f"{namespace}: eager helper(s) {clash} have the names of the spec's functions; "
+                            "give them names of their own")
         defs: dict[str, Any] = {}
         ops: dict[str, Any] = {}
         for name, impl in impls.items():
@@ -97,7 +106,8 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
                     op.register_fake(fake)
             defs[name] = op
             ops[name] = getattr(getattr(torch.ops, namespace), name)
-        plain = {name: (library.untraced(fn) if triton else fn) for name, fn in impls.items()}
+        plain = {name: (library.untraced(fn) if triton else fn)
+                 for name, fn in {**impls, **(eager_helpers or {})}.items()}
         eager = SimpleNamespace(**plain)
         result = SimpleNamespace(namespace=namespace, defs=defs, eager=eager, plain=SimpleNamespace(**plain), **ops)
         if autograd is not None:

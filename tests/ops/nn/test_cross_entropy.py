@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
 from anyaccel.ops.nn.families.cross_entropy import chunked
-from anyaccel.testing.nn_impls import DTYPES
+from anyaccel.testing.nn_impls import DTYPES, round_like
 from anyaccel.testing.tolerances import ATOL, RTOL, assert_close
 
 VOCAB_128K = 128256
@@ -200,3 +200,45 @@ def test_fused_linear_cross_entropy_no_grad_and_errors(device_impl: tuple[str, s
         nn.cross_entropy(h, t.float(), impl=impl)
     with pytest.raises(OpInputError, match="label_smoothing"):
         nn.cross_entropy(h, t, label_smoothing=1.5, impl=impl)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1,), (13, 257), (3, 5, 1031)], ids=str)
+@pytest.mark.parametrize("g", [1 / 3, 0.37, 1 / 4095, 3.0], ids=lambda v: f"g={v:.4g}")
+def test_eager_scale_helper_is_the_portable_scale_bit_for_bit(device_impl: tuple[str, str], shape: tuple[int, ...],
+                                                             dtype: torch.dtype, g: float) -> None:
+    """The fused loss's eager backward scales its saved gradients with the implementation's in-place helper
+    where it has one (Triton: one element-wise pass); it must give what the portable `scaled` gives: the
+    product in fp32, rounded once, never ``g`` rounded to the gradient's dtype first."""
+    from anyaccel.ops import dispatch
+    from anyaccel.ops.nn.families.cross_entropy.autograd import scaled
+
+    device, impl = device_impl
+    ns = dispatch.load("cross_entropy", device, impl).eager
+    helper = getattr(ns, "scale_in_place", None)
+    if helper is None:
+        assert impl == "torch", f"the {impl} implementation lost its in-place scale"
+        pytest.skip("the portable implementation has no helper: it uses scaled() itself")
+    t = (torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 7).to(device, dtype)
+    grad = torch.tensor(g, dtype=torch.float32, device=device)
+    want = round_like(t.float() * grad, dtype, impl)  # the fp32 product, rounded once as the implementation does
+    got = t.clone()
+    assert helper(got, grad) is None
+    assert torch.equal(got.cpu(), want)
+    if impl != "triton_interpreter":  # the interpreter rounds bfloat16 by truncation (round_like)
+        assert torch.equal(got, scaled(t, grad))
+    if dtype == torch.bfloat16 and g == 1 / 3 and t.numel() > 1:  # the check can fail: g rounded first differs
+        assert not torch.equal(round_like(t.float() * grad.to(dtype).float(), dtype, impl), want)
+
+
+def test_eager_helper_names_must_not_be_spec_functions() -> None:
+    """`define` refuses an eager helper named like one of the spec's functions (it would shadow the op on the
+    eager path), before registering anything."""
+    from anyaccel.ops.nn.define import define
+    from anyaccel.ops.nn.families.cross_entropy.spec import SPEC
+    from anyaccel.spec import SpecError
+
+    with pytest.raises(SpecError, match="nll_loss"):
+        define(SPEC, "anyaccel_test_helper_clash", {"nll_loss": lambda: None}, triton=False,
+               eager_helpers={"nll_loss": lambda: None})
+    assert not hasattr(torch.ops.anyaccel_test_helper_clash, "nll_loss")

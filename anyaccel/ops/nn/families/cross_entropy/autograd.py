@@ -16,6 +16,9 @@ def formulas(ns: Any) -> dict[str, Formula]:
     them by the incoming gradient) and ``nll_loss`` (saves logp, target, weight and the total weight; the
     gradient reaches logp only)."""
 
+    # an implementation's in-place ``t *= g`` for the eager backward (`define`'s eager helpers), if it has one
+    scale_in_place = getattr(ns, "scale_in_place", None)
+
     def setup_ce(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
         logits, target, ignore_index, label_smoothing = inputs
         ctx.save_for_backward(logits, target, output[1])
@@ -56,6 +59,9 @@ def formulas(ns: Any) -> dict[str, Formula]:
         ctx.consumed = in_place = _eager(gw)
 
         def scale(t: torch.Tensor) -> torch.Tensor:
+            if in_place and scale_in_place is not None and t.numel():
+                scale_in_place(t, grad_loss)  # the implementation's one-pass kernel (eager helper)
+                return t
             return scaled(t, grad_loss, t if in_place else None)
 
         dh = scale(gh) if ctx.needs_input_grad[0] else None
