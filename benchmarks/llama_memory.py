@@ -19,7 +19,7 @@ where ``liger_kernel`` is not installed.
 
 Usage (GPU machine, repository root)::
 
-    python benchmarks/llama_memory.py [--steps 4] [--rounds 1] [--variants eager anyaccel liger]
+    python benchmarks/llama_memory.py [--steps 4] [--warmup 3] [--rounds 1] [--variants eager anyaccel liger]
     python benchmarks/llama_memory.py --paired 8 --steps 5
 
 ``--rounds`` repeats every variant that many times, the variants interleaved (each round starting one
