@@ -224,6 +224,8 @@ def main() -> int:
                              "(see paired())")
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.paired < 0 or args.steps < 1:
+        parser.error(f"--paired {args.paired} --steps {args.steps}: accepted --paired >= 0 and --steps >= 1")
     if args.paired:
         result = paired(args.paired, args.steps)
         print(json.dumps(result))
