@@ -58,20 +58,30 @@ def ops(family: str, device_type: str, impl: str | None = None) -> Any:
     """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
     torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
     mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
-    `anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead."""
-    if tracing():
-        return getattr(torch.ops, namespace(family, device_type, impl))
-    from anyaccel.ops import dispatch
+    `anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead.
 
-    return dispatch.load(family, device_type, impl).eager
+    Raises:
+        anyaccel.ops.registry.ImplementationError: as `namespace` (``impl`` unknown or unavailable).
+    """
+    return _functions(family, device_type, impl, "eager")
 
 
 def plain_ops(family: str, device_type: str, impl: str | None = None) -> Any:
     """Like `ops`, but in plain eager mode the implementation's functions without autograd (``.plain``): for
     callers that are themselves inside an ``autograd.Function``'s forward or backward, where an inner
-    ``Function`` would record nothing (grad mode is off there) and cost its ``apply`` on the host."""
+    ``Function`` would record nothing (grad mode is off there) and cost its ``apply`` on the host.
+
+    Raises:
+        anyaccel.ops.registry.ImplementationError: as `namespace`.
+    """
+    return _functions(family, device_type, impl, "plain")
+
+
+def _functions(family: str, device_type: str, impl: str | None, kind: str) -> Any:
+    """The torch ops while tracing, else the loaded implementation's functions of ``kind`` (``"eager"`` or
+    ``"plain"``)."""
     if tracing():
         return getattr(torch.ops, namespace(family, device_type, impl))
     from anyaccel.ops import dispatch
 
-    return dispatch.load(family, device_type, impl).plain
+    return getattr(dispatch.load(family, device_type, impl), kind)

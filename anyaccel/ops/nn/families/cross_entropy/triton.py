@@ -228,7 +228,16 @@ def scale_in_place(t: torch.Tensor, g: torch.Tensor) -> None:
     reads ``g`` unrounded). The fused loss's eager backward scales its saved gradients with it
     (`anyaccel.ops.nn.families.cross_entropy.autograd`), with the same result as the portable
     `anyaccel.ops.nn.families.cross_entropy.autograd.scaled`, which walks ``t`` through fp32 temporaries: five
-    times the memory traffic (measured in ``docs/nn_ops.md``)."""
+    times the memory traffic (measured in ``docs/nn_ops.md``).
+
+    Args:
+        t: any shape, float32/bfloat16/float16, overwritten.
+        g: 0-dim, on ``t``'s device (or a 0-dim CPU tensor).
+
+    Raises:
+        anyaccel.ops.triton.pointwise.PointwiseError: ``g`` on another device.
+        RuntimeError: ``g`` not 0-dim and not broadcastable to ``t`` (torch's message).
+    """
     _scaled_grad(t, g, out=(t,))
 
 

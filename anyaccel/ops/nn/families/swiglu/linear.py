@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from anyaccel.ops.nn.define import carry_signature
+from anyaccel.ops.nn.implementations import ops, plain_ops
 
 
 @carry_signature  # torch's apply asks for the forward's signature on every call
@@ -34,8 +35,6 @@ class SwiGLULinear(torch.autograd.Function):
     @staticmethod
     def forward(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 impl: str | None) -> torch.Tensor:
-        from anyaccel.ops.nn.implementations import plain_ops
-
         c = plain_ops("swiglu", a.device.type, impl).swiglu(a, b)
         return torch.nn.functional.linear(c, weight, bias)
 
@@ -48,8 +47,6 @@ class SwiGLULinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:
-        from anyaccel.ops.nn.implementations import ops
-
         a, b, weight = ctx.saved_tensors
         ns = ops("swiglu", a.device.type, ctx.impl)
         grad_a = grad_b = grad_w = grad_bias = None
