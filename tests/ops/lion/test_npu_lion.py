@@ -13,12 +13,27 @@ def _params(dtype: torch.dtype, n: int = 3) -> list[torch.Tensor]:
     return [torch.randn(s, dtype=dtype) for s in (7, 33, 129)[:n]]
 
 
+def _moments(ps: list[torch.Tensor], beta1: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Random momenta and gradients whose update direction ``beta1 * m + (1 - beta1) * g`` is at least 0.05 away
+    from 0. Near 0 its sign depends on the order of the rounding steps: the op computes it as ``lerp(m, g, 1 -
+    beta1)``, a reference as a weighted sum, and both are right. Such draws are moved, not skipped, so every
+    element is still checked."""
+    ms, gs = [], []
+    for p in ps:
+        m, g = torch.randn(p.shape).to(p.dtype), torch.randn(p.shape).to(p.dtype)
+        near_zero = (beta1 * m.double() + (1 - beta1) * g.double()).abs() < 0.05
+        m = torch.where(near_zero, m + 0.25, m)
+        assert (beta1 * m.double() + (1 - beta1) * g.double()).abs().min() >= 0.05
+        ms.append(m)
+        gs.append(g)
+    return ms, gs
+
+
 @pytest.mark.parametrize("copy_dtype", [torch.float16, torch.bfloat16])
 def test_lion_step_matches_the_paper_and_writes_the_copies(copy_dtype: torch.dtype) -> None:
     lr, b1, b2, wd = 1e-3, 0.9, 0.99, 0.1
     ps = _params(torch.float32)
-    ms = [torch.randn_like(p) for p in ps]
-    gs = [torch.randn_like(p) for p in ps]
+    ms, gs = _moments(ps, b1)
     exp_p = [p.double() * (1 - lr * wd) - lr * torch.sign(b1 * m.double() + (1 - b1) * g.double())
              for p, m, g in zip(ps, ms, gs, strict=True)]
     exp_m = [b2 * m.double() + (1 - b2) * g.double() for m, g in zip(ms, gs, strict=True)]
@@ -33,8 +48,7 @@ def test_lion_step_matches_the_paper_and_writes_the_copies(copy_dtype: torch.dty
 def test_16bit_params_and_state_round_once() -> None:
     lr, b1, b2 = 1e-2, 0.9, 0.99
     ps = [p.to(torch.bfloat16) for p in _params(torch.float32)]
-    ms = [torch.randn(p.shape).to(torch.bfloat16) for p in ps]
-    gs = [torch.randn(p.shape).to(torch.bfloat16) for p in ps]
+    ms, gs = _moments(ps, b1)
     exp_p = [(p.float() - lr * torch.sign(b1 * m.float() + (1 - b1) * g.float())).to(torch.bfloat16)
              for p, m, g in zip(ps, ms, gs, strict=True)]
     lion_step(ps, gs, ms, [], lr, b1, b2, 0.0)
