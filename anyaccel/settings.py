@@ -309,6 +309,13 @@ IMPL = Text(
         "the named implementation serves (`ANYACCEL_IMPL_ADAM=triton` changes `FusedAdam` on CUDA, not "
         "`CPUAdam`). An unknown or unavailable name raises, never falls back. An optimizer's `impl=` wins",
     default="the available implementation of highest priority")
+TRITON_FAST_LAUNCH = Flag(
+    "ANYACCEL_TRITON_FAST_LAUNCH", default_on=True, read_by="anyaccel._compat.triton_launch",
+    doc="`0`: every Triton kernel of the model ops and the Triton optimizers launches through Triton's own "
+        "`kernel[grid](...)` (read once, at the first launch in the process; "
+        "`anyaccel._compat.triton_launch.set_enabled()` switches it at run time)",
+    default="on: a launch of an already-seen specialization calls Triton's compiled launcher directly "
+            "([model ops](nn_ops.md#limits))")
 OVERRIDE_POLICY = Choice(
     "ANYACCEL_OVERRIDE_POLICY", choices=("tuned", "always", "never"), read_by="anyaccel.ops.override.policy",
     doc="which eligible aten calls the override mode sends to anyaccel's kernels: `tuned` (where the device's "

@@ -9,11 +9,14 @@ by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
 anyaccel's ``rope_qk`` (one launch), two ``rope`` calls, and Liger's ``liger_rope`` (one launch). FlagGems
 runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not installed are skipped::
 
-    python benchmarks/nn_host_cost.py [--modes fwd fwd+bwd] [--profile "ours layer_norm"]
+    python benchmarks/nn_host_cost.py [--modes fwd fwd+bwd] [--launch-ab] [--profile "ours layer_norm"]
 
 ``--modes fwd+bwd`` times the forward and ``torch.autograd.grad`` of its outputs with fixed output gradients
-(the backward's kernels and autograd's engine included). Prints microseconds of host time per call, the
-best and the median loop; ``--profile NAME...`` adds a cProfile of those contenders.
+(the backward's kernels and autograd's engine included). ``--launch-ab`` adds, per anyaccel contender, a
+twin named ``... (triton launch)`` that launches its kernels through Triton's ``kernel[grid](...)`` instead
+of anyaccel's fast launcher (`anyaccel._compat.triton_launch`), taking turns with it in the same loop
+order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME...`` adds a
+cProfile of those contenders.
 Needs a CUDA GPU.
 """
 
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 from _common import backward_of, have, interleaved_times, median  # puts the repository on sys.path
 
 import anyaccel.ops.nn as ann
+from anyaccel._compat import triton_launch as fast_launch
 
 DTYPE = torch.bfloat16
 
@@ -78,6 +82,19 @@ def contenders() -> tuple[dict[str, Callable[[], Any]], dict[str, Callable[[], A
     return plain, gems, inputs
 
 
+def without_fast_launch(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with anyaccel's Triton fast launcher switched off for the call."""
+
+    def run() -> Any:
+        fast_launch.set_enabled(False)
+        try:
+            return fn()
+        finally:
+            fast_launch.set_enabled(True)
+
+    return run
+
+
 def loops(fns: dict[str, Callable[[], Any]], calls: int) -> dict[str, Callable[[], None]]:
     """Each contender as one timed unit: ``calls`` back-to-back calls, then a device synchronisation."""
 
@@ -99,6 +116,8 @@ def main() -> int:
     parser.add_argument("--profile", nargs="*", default=[], help="cProfile these contenders (names as printed)")
     parser.add_argument("--modes", nargs="*", default=["fwd"], choices=["fwd", "fwd+bwd"],
                         help="forward calls, and/or forward + torch.autograd.grad (default: fwd)")
+    parser.add_argument("--launch-ab", action="store_true",
+                        help="add a twin of each anyaccel contender launching through Triton's kernel[grid]")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("nn_host_cost benchmark: needs a CUDA GPU", file=sys.stderr)
@@ -111,6 +130,8 @@ def main() -> int:
         for name, fn in base.items():
             fn = fn if mode == "fwd" else backward_of(fn, inputs[name.split(" ", 1)[1]])
             plain[name + suffix] = fn
+            if args.launch_ab and name.startswith("ours "):
+                plain[name + suffix + " (triton launch)"] = without_fast_launch(fn)
         for name, fn in base_gems.items():
             gems[name + suffix] = fn if mode == "fwd" else backward_of(fn, inputs[name.split(" ", 1)[1]])
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel._compat.triton_launch import fast
 from anyaccel.ops.triton import multi_tensor
 from anyaccel.ops.triton.launch import device_of
 
@@ -154,7 +155,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, step
     has_copy = len(bases) == 5
     p, g, m, v = bases[:4]
     with device_of(p):
-        _adam_kernel[(table.num_chunks,)](
+        fast(_adam_kernel)[(table.num_chunks,)](
             p, g, m, v, bases[4] if has_copy else p, table.rows, table.chunks,
             1.0 - lr * weight_decay, weight_decay, beta1, beta2, 1.0 - beta1, 1.0 - beta2, eps, lr / bc1,
             1.0 / math.sqrt(bc2), ADAMW=adamw_mode, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel._compat.triton_launch import fast
 from anyaccel.ops.triton import multi_tensor
 from anyaccel.ops.triton.launch import device_of
 
@@ -146,7 +147,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lamb
     counts = table.tensor_chunks
     partials = torch.empty(table.num_chunks, 2, dtype=torch.float32, device=p.device)
     with device_of(p):
-        _lamb_update_kernel[(table.num_chunks,)](
+        fast(_lamb_update_kernel)[(table.num_chunks,)](
             p, g, m, v, table.rows, table.chunks, partials, beta1, 1.0 - beta1, beta2, 1.0 - beta2, eps,
             1.0 / grad_scale, weight_decay, EPS_INSIDE=eps_inside_sqrt, BLOCK=BLOCK, num_warps=NUM_WARPS)
         # Per-tensor sums of the chunks' partials, in float64 and a fixed order: differences of one prefix
@@ -157,7 +158,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lamb
         norms = sums.clamp_min(0).sqrt()
         ratio = (norms[:, 0] / norms[:, 1]).clamp(min_coeff, max_coeff)
         coeff = torch.where((norms[:, 0] != 0) & (norms[:, 1] != 0), ratio, torch.ones_like(ratio)).float()
-        _lamb_apply_kernel[(table.num_chunks,)](
+        fast(_lamb_apply_kernel)[(table.num_chunks,)](
             p, m, v, bases[4] if has_copy else p, table.rows, table.chunks, coeff, eps, weight_decay,
             step_size, EPS_INSIDE=eps_inside_sqrt, HAS_COPY=has_copy, BLOCK=BLOCK, num_warps=NUM_WARPS)
     lamb_coeffs.index_copy_(0, table.positions, coeff)

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from anyaccel._compat.triton_launch import fast
 from anyaccel.ops.triton import multi_tensor
 from anyaccel.ops.triton.launch import device_of
 
@@ -122,7 +123,7 @@ def _launch(bases: tuple[torch.Tensor, ...], table: multi_tensor.WorkTable, lr: 
     has_copy = len(bases) == 4
     p, g, m = bases[:3]
     with device_of(p):
-        _lion_kernel[(table.num_chunks,)](
+        fast(_lion_kernel)[(table.num_chunks,)](
             p, g, m, bases[3] if has_copy else p, table.rows, table.chunks, 1.0 - lr * weight_decay, lr,
             beta1, beta2, 1.0 - beta1, 1.0 - beta2, HAS_COPY=has_copy, ALIGNED=table.aligned, BLOCK=BLOCK,
             num_warps=NUM_WARPS,

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from anyaccel._compat import library
+from anyaccel._compat.triton_launch import fast
 
 #: Elements a program keeps in registers per tile (rows x columns) before switching to a looped walk.
 MAX_TILE = 16384
@@ -118,17 +119,13 @@ def device_of(t: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
 
 def wrap(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)``: the traceable wrapper inside a ``triton_op`` being traced, else
-    the kernel itself (launched with Triton's own ``kernel[grid](*args, **kwargs)``). Decides with torch's own
-    switch, and only calls ``wrap_triton`` (several imports per call) when it is on
-    (`anyaccel._compat.library.wrap`).
+    the kernel's eager fast launcher ([`fast`][anyaccel._compat.triton_launch.fast], launched with the same
+    ``[grid](*args, **kwargs)``). Decides with torch's own switch, and only calls ``wrap_triton`` (several
+    imports per call) when it is on (`anyaccel._compat.library.wrap`).
 
-    A faster eager launcher (the compiled kernel cached per specialization and launched directly, on Triton
-    internals) was measured end to end on a patched Llama and gave no gain beyond run-to-run noise, so every
-    eager launch is Triton's public one.
+    The fast launcher was once removed for want of an end-to-end gain and is back because one was measured:
+    on a patched Llama whose forward is bound by the host, Triton's own launch took 50-66 us of host time per
+    call inside the forward, and the step was faster with the fast launcher (``docs/nn_ops.md``, "Private
+    shortcuts on the GPU, end to end").
     """
-    return library.wrap(kernel, _as_is)
-
-
-def _as_is(kernel: Any) -> Any:
-    """The eager launcher: the kernel itself."""
-    return kernel
+    return library.wrap(kernel, fast)
