@@ -10,14 +10,23 @@ interleaved round-robin; the table gives each variant's median over the rounds a
 private``:
 
 * ``all private``: every shortcut on (the default);
-* ``no wrap switch``: ``torch.library.wrap_triton`` asked on every launch (:mod:`anyaccel._compat.library`).
+* ``no wrap switch``: ``torch.library.wrap_triton`` asked on every launch (`anyaccel._compat.library`);
+* ``no fast launch``: Triton's own ``kernel[grid](...)`` (``ANYACCEL_TRITON_FAST_LAUNCH=0``,
+  `anyaccel._compat.triton_launch`);
+* ``no combined form``: every eager model-op forward through torch's ``setup_context`` form of
+  ``autograd.Function`` (the fallback of `anyaccel._compat.functorch`).
 
-Two earlier variants, a fast Triton launcher and a fast ``autograd.Function.apply``, measured no gain beyond
-run-to-run noise here and were removed with their private internals (``docs/nn_ops.md``).
+The host's speed varies between processes by more than these shortcuts are worth on a step bound by the
+GPU, so ``--paired N`` compares the two run-time switchable ones (fast launch and the combined form; both,
+or one with ``--toggle launch|combined``, on against off) inside one process instead: N pairs of blocks of
+``--steps`` AdamW training steps (``benchmarks/llama_memory.py``'s model and step), alternating, and the
+median of the pair ratios; it also prints the forward's host time (the span until the forward returns, from
+an idle GPU) per switch setting.
 
 Usage (GPU machine, from the repository root)::
 
     python benchmarks/private_shortcuts_gpu.py --rounds 3 --steps 8
+    python benchmarks/private_shortcuts_gpu.py --paired 12 --steps 5 [--toggle both|launch|combined]
 """
 
 from __future__ import annotations
@@ -28,10 +37,14 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 _START = time.perf_counter()
 
-VARIANTS = ("all private", "no wrap switch")
+#: the query `anyaccel._compat.functorch.transforms_active` had before `_set_switches` replaced it
+_TRANSFORMS_ACTIVE: Any = None
+
+VARIANTS = ("all private", "no wrap switch", "no fast launch", "no combined form")
 
 
 def _force_fallbacks(variant: str) -> None:
@@ -40,6 +53,72 @@ def _force_fallbacks(variant: str) -> None:
         from anyaccel._compat import library
 
         library._switch = lambda: None  # type: ignore[assignment]
+    if variant == "no fast launch":
+        from anyaccel._compat import triton_launch
+
+        triton_launch.set_enabled(False)
+    if variant == "no combined form":
+        _set_switches(launch=True, combined=False)
+
+
+def _set_switches(*, launch: bool, combined: bool) -> None:
+    """Turn the run-time switchable shortcuts on or off: the Triton fast launch, and the eager Functions'
+    combined form (off: `anyaccel._compat.functorch.transforms_active` answers True, as its fallback does)."""
+    global _TRANSFORMS_ACTIVE
+    from anyaccel._compat import functorch, triton_launch
+
+    triton_launch.set_enabled(launch)
+    if _TRANSFORMS_ACTIVE is None:
+        _TRANSFORMS_ACTIVE = functorch.transforms_active
+    functorch.transforms_active = _TRANSFORMS_ACTIVE if combined else (lambda: True)
+
+
+def paired(pairs: int, steps: int, toggle: str = "both") -> dict[str, object]:
+    """In one process (see the module docstring): the shortcuts named by ``toggle`` (``"both"``, ``"launch"``
+    or ``"combined"``) on against off, the other one on throughout."""
+    import torch
+    from llama_memory import _training
+
+    settings = {"both on": (True, True), "launch only": (True, False), "combined only": (False, True),
+                "both off": (False, False)}
+    model, opt, ids, forward, step = _training("anyaccel")
+    for _ in range(3):
+        step()
+    forward_ms: dict[str, list[float]] = {name: [] for name in settings}
+    for r in range(6):
+        for name in (list(settings) if r % 2 == 0 else list(settings)[::-1]):
+            launch, combined = settings[name]
+            _set_switches(launch=launch, combined=combined)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = forward()
+            forward_ms[name].append((time.perf_counter() - t0) * 1e3)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            float(loss)
+    off = {"both": (False, False), "launch": (False, True), "combined": (True, False)}[toggle]
+    ratios: list[float] = []
+    blocks: dict[str, list[float]] = {"on": [], "off": []}
+    for r in range(pairs):
+        times = {}
+        for name in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            launch, combined = (True, True) if name == "on" else off
+            _set_switches(launch=launch, combined=combined)
+            step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+            times[name] = (time.perf_counter() - t0) / steps * 1e3
+            blocks[name].append(round(times[name], 1))
+        ratios.append(times["off"] / times["on"])
+    _set_switches(launch=True, combined=True)
+    return {"device": torch.cuda.get_device_name(), "toggled": toggle,
+            "forward_host_ms_median": {k: round(statistics.median(v), 2) for k, v in forward_ms.items()},
+            "step_ms_blocks": blocks, "median_pair_speedup_on_over_off": round(statistics.median(ratios), 3),
+            "pairs_faster_on": f"{sum(x > 1 for x in ratios)}/{len(ratios)}"}
 
 
 def child(variant: str, steps: int) -> dict[str, float]:
@@ -83,7 +162,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per process")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--paired", type=int, default=0, metavar="N",
+                        help="instead: N pairs of blocks of --steps steps in one process, fast paths on/off")
+    parser.add_argument("--toggle", default="both", choices=("both", "launch", "combined"),
+                        help="with --paired: which run-time shortcut(s) the pairs switch (default: both)")
     args = parser.parse_args()
+    if args.paired < 0 or args.steps < 1 or args.rounds < 1:
+        parser.error(f"--paired {args.paired}, --steps {args.steps}, --rounds {args.rounds}: --paired must be "
+                     ">= 0 (0: the per-process table), --steps and --rounds >= 1")
+    if args.paired:
+        print(json.dumps(paired(args.paired, args.steps, args.toggle)))
+        return 0
     if args.child is not None:
         print(json.dumps(child(args.child, args.steps)))
         return 0

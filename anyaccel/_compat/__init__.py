@@ -18,6 +18,8 @@ Modules:
 * `dynamo`: marking a function as a constant result without importing Dynamo.
 * `dispatcher`: ``torch._C`` dispatcher queries (dispatch keys, kernels, modes, schemas).
 * `library`: ``torch._library.triton``'s ``wrap_triton`` switch.
+* `triton_launch`: the eager launch of a cached ``CompiledKernel`` (Triton's launcher).
+* `functorch`: whether a functorch transform is active.
 * `foreach`: ``torch._foreach_*`` list ops.
 * `data_ptrs`: many tensors' data pointers checked in one C++ call.
 * `prims`: ``torch._prims_common``'s elementwise type promotion.

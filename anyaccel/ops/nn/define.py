@@ -22,14 +22,13 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
   ``wrap_triton``'s higher-order op outside of tracing) costs a hundred microseconds and more per call on
   the host, more than the kernel of a memory-bound op moves data in; the front ends use the fast path in
   eager mode when no dispatch mode is active, and the torch ops otherwise
-  (`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. The
-  Functions' ``apply`` is torch's own (public); a shortcut past its per-call signature bind, built on
-  functorch and forward-AD internals, was measured end to end on a patched Llama and gave no gain beyond
-  run-to-run noise, so it was dropped. That ``apply`` asks ``inspect.signature`` for the forward's
-  signature on every call (to bind default arguments, since the Functions define ``setup_context``), which
-  builds it anew from the code object each time; each forward function therefore carries its signature as
-  ``__signature__`` (`carry_signature`; Python's documented override, PEP 362), which ``inspect.signature``
-  returns as is.
+  (`anyaccel.ops.nn.implementations.ops`). Both paths run the same implementation and formulas. Each
+  eager forward is an `eager_function`: torch's ``Function.apply`` (public) on a Function in torch's
+  combined form (``forward(ctx, ...)``), which torch passes on without the per-call signature bind it does
+  for the ``setup_context`` form, and the ``setup_context`` form where a functorch transform needs it. An
+  earlier shortcut past that bind, built on functorch and forward-AD internals and copying part of torch's
+  ``apply``, was dropped; this one uses torch's ``apply`` as it is and one private query
+  (`anyaccel._compat.functorch`).
   Triton implementations run with ``wrap_triton`` passing kernels through
   (`anyaccel._compat.library.untraced`).
 """
@@ -114,35 +113,80 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
             for name, (setup, backward) in autograd(result).items():
                 defs[name].register_autograd(backward, setup_context=setup)
             for name, formula in autograd(eager).items():
-                setattr(eager, name, _eager_function(f"{namespace}_{name}_eager", plain[name], *formula).apply)
+                setattr(eager, name, eager_function(f"{namespace}_{name}_eager", plain[name], *formula))
         _DEFINED[namespace] = result
         return result
 
 
-def _eager_function(name: str, forward: Callable[..., Any], setup_context: Callable[..., None],
-                    backward: Callable[..., Any]) -> Any:
-    """A ``torch.autograd.Function`` subclass named ``name`` over ``forward`` with the family's formulas,
-    made with `carry_signature` (side effect: sets ``forward.__signature__``).
+def eager_function(name: str, forward: Callable[..., Any], setup_context: Callable[..., None],
+                   backward: Callable[..., Any]) -> Callable[..., Any]:
+    """``apply(*inputs)``: ``forward(*inputs)`` recorded for autograd with ``setup_context`` and ``backward``,
+    as a ``torch.autograd.Function`` named ``name`` with these static methods would be.
 
-    Its ``apply`` binds keyword arguments to positions first: torch 2.10 and 2.11's ``Function.apply`` binds
-    them but then hands them on to the C ``apply``, which refuses keywords.
+    Two Functions back it, both public torch forms:
+
+    - ``apply.combined``, whose ``forward(ctx, *inputs)`` runs ``forward`` then ``setup_context``: torch's
+      ``Function.apply`` passes it on without binding the arguments to a signature. That bind (``inspect``,
+      on every call of a Function with ``setup_context``, torch 2.10-2.14) was a fifth to a third of an eager
+      model-op call's host time. It serves every call that passes each input positionally while no functorch
+      transform is active (`anyaccel._compat.functorch`).
+    - ``apply.full``, the ``setup_context`` form (made with `carry_signature`), which functorch transforms
+      (``torch.func.grad``, ``vmap`` ...) require: it serves the other calls. Keyword arguments are bound to
+      positions first, since torch 2.10 and 2.11's ``Function.apply`` binds them but then hands them on to
+      the C ``apply``, which refuses keywords.
+
+    Both run the same three functions, so they record the same graph and give the same results.
+
+    Args:
+        name: the Functions' class name (what profilers and ``grad_fn`` show).
+        forward: ``forward(*inputs)``, the implementation.
+        setup_context: ``setup_context(ctx, inputs, output)``.
+        backward: ``backward(ctx, *grads)``.
+
+    Returns:
+        ``apply``, a function with the two classes as attributes ``combined`` and ``full``.
+
+    Raises:
+        At call time, what torch's ``Function.apply`` and ``forward`` raise.
+
+    Side effects: sets ``forward.__signature__`` (`carry_signature`).
     """
     import torch
 
-    signature = inspect.signature(forward)
-    klass: Any = None
+    from anyaccel._compat import functorch
 
-    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    signature = inspect.signature(forward)
+    arity = len(signature.parameters)
+    full: Any = None
+
+    def full_apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             args, kwargs = tuple(bound.args), dict(bound.kwargs)
-        return super(klass, cls).apply(*args, **kwargs)  # torch's own apply
+        return super(full, cls).apply(*args, **kwargs)  # torch's own apply
 
-    klass = type(name, (torch.autograd.Function,), {
+    full = carry_signature(type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(backward), "apply": classmethod(apply)})
-    return carry_signature(klass)
+        "backward": staticmethod(backward), "apply": classmethod(full_apply)}))
+
+    def combined_forward(ctx: Any, *args: Any) -> Any:
+        output = forward(*args)
+        setup_context(ctx, args, output)
+        return output
+
+    combined: Any = type(name, (torch.autograd.Function,), {
+        "forward": staticmethod(combined_forward), "backward": staticmethod(backward)})
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity or functorch.transforms_active():
+            return full.apply(*args, **kwargs)
+        return combined.apply(*args)
+
+    apply.combined = combined  # type: ignore[attr-defined]
+    apply.full = full  # type: ignore[attr-defined]
+    apply.__name__ = apply.__qualname__ = name
+    return apply
 
 
 _F = TypeVar("_F")

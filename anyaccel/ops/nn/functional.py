@@ -181,9 +181,9 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
     if weight.dim() != 2 or weight.shape[1] != a.shape[-1] or weight.dtype != a.dtype:
         raise OpInputError(f"swiglu_linear: weight {tuple(weight.shape)} {weight.dtype} must be [O, "
                            f"{a.shape[-1]}] of a's dtype {a.dtype}")
-    from anyaccel.ops.nn.families.swiglu.linear import SwiGLULinear
+    from anyaccel.ops.nn.families.swiglu import linear
 
-    return SwiGLULinear.apply(a, b, weight, bias, impl)
+    return linear.apply(a, b, weight, bias, impl)
 
 
 def silu(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:

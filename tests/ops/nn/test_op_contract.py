@@ -249,23 +249,26 @@ def test_eager_forward_without_a_graph_to_record_equals_the_op_and_forward_ad_st
             eager.rms_norm(dual, w.detach(), 1e-6, "llama")
 
 
-def test_eager_functions_carry_their_forward_signature() -> None:
-    """torch's ``Function.apply`` calls ``inspect.signature(forward)`` on every call of a Function that defines
-    ``setup_context``; each of anyaccel's eager Functions carries it (``__signature__``), equal to the signature
-    inspect builds from the code, so no call rebuilds it."""
-    import inspect
-
-    from anyaccel.ops.nn.families.swiglu.linear import SwiGLULinear
+def _eager_functions() -> list[Any]:
+    """Every eager forward of every family's portable implementation, and ``swiglu_linear``'s."""
+    from anyaccel.ops.nn.families.swiglu import linear
     from anyaccel.ops.nn.implementations import ops
 
-    forwards: list[Any] = [SwiGLULinear.forward]
+    found: list[Any] = [linear.apply]
     for family in ("rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"):
-        for fn in vars(ops(family, "cpu", "torch")).values():
-            cls = getattr(fn, "__self__", None)
-            if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
-                forwards.append(cls.forward)
-    assert len(forwards) >= 12
-    for forward in forwards:
+        found += [fn for fn in vars(ops(family, "cpu", "torch")).values() if hasattr(fn, "combined")]
+    assert len(found) >= 12
+    return found
+
+
+def test_eager_functions_carry_their_forward_signature() -> None:
+    """torch's ``Function.apply`` calls ``inspect.signature(forward)`` on every call of a Function that defines
+    ``setup_context``; each of anyaccel's eager Functions of that form (``apply.full``) carries it
+    (``__signature__``), equal to the signature inspect builds from the code, so no call rebuilds it."""
+    import inspect
+
+    for apply in _eager_functions():
+        forward = apply.full.forward
         carried = forward.__dict__.get("__signature__")
         assert isinstance(carried, inspect.Signature), forward
         assert inspect.signature(forward) is carried
@@ -274,3 +277,82 @@ def test_eager_functions_carry_their_forward_signature() -> None:
             assert inspect.signature(forward) == carried
         finally:
             forward.__signature__ = carried
+
+
+def _forward_samples() -> list[tuple[Any, tuple[Any, ...]]]:
+    """(eager function, one valid positional call) for every eager forward of the portable implementations."""
+    from anyaccel.ops.nn.implementations import ops
+
+    samples = _samples("cpu")
+    found = []
+    for s in NN_SPECS:
+        eager = ops(s.family, "cpu", "torch")
+        for fn in s.functions:
+            apply = getattr(eager, fn.name, None)
+            if hasattr(apply, "combined") and fn.name in samples:
+                found.append((apply, samples[fn.name]()))
+    assert len(found) >= 8
+    return found
+
+
+def _outputs_and_grads(call: Any, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    out = call(*args)
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if isinstance(o, torch.Tensor)]
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    loss = sum((o.float() * (1.0 + torch.arange(o.numel()).reshape(o.shape) % 3)).sum()
+               for o in outs if o.requires_grad)
+    return [o.detach() for o in outs] + list(torch.autograd.grad(loss, inputs, allow_unused=True,
+                                                                 materialize_grads=True))
+
+
+def test_positional_eager_calls_bind_no_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A positional call of an eager forward, with no functorch transform active, takes the combined form
+    (``apply.combined``): torch's ``apply`` binds no signature for it, so ``inspect.Signature.bind`` is never
+    called, forward or backward. A keyword call takes the ``setup_context`` form, which binds."""
+    import inspect
+
+    calls = _forward_samples()
+    bind = inspect.Signature.bind
+    seen: list[str] = []
+
+    def spy(self: inspect.Signature, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(self))
+        return bind(self, *args, **kwargs)
+
+    monkeypatch.setattr(inspect.Signature, "bind", spy)
+    for apply, args in calls:
+        _outputs_and_grads(apply, args)
+    assert seen == []
+    apply, args = calls[0]
+    names = list(inspect.signature(apply.full.forward).parameters)
+    _outputs_and_grads(lambda *a: apply(*a[:-1], **{names[len(a) - 1]: a[-1]}), args)
+    assert seen
+
+
+def test_combined_and_setup_context_forms_agree_bit_for_bit() -> None:
+    """The two Functions behind each eager forward give the same outputs and gradients."""
+    for apply, args in _forward_samples():
+        combined = _outputs_and_grads(apply.combined.apply, args)
+        full = _outputs_and_grads(apply.full.apply, args)
+        assert len(combined) == len(full)
+        for a, b in zip(combined, full, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_functorch_transforms_take_the_setup_context_form() -> None:
+    """Under ``torch.func.grad`` (a functorch transform, which refuses a combined-form Function) an eager
+    forward still works and gives autograd's gradient."""
+    from anyaccel.ops.nn.implementations import ops
+
+    eager = ops("rms_norm", "cpu", "torch")
+    x, w = torch.randn(4, 9), torch.randn(9)
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return eager.rms_norm(x, w, 1e-6, "llama")[0].square().sum()
+
+    got = torch.func.grad(loss)(x)
+    xr = x.clone().requires_grad_(True)
+    want, = torch.autograd.grad(loss(xr), xr)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda x: eager.rms_norm.combined.apply(x, w, 1e-6, "llama")[0].sum())(x)

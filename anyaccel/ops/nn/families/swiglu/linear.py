@@ -23,14 +23,13 @@ from typing import Any
 
 import torch
 
-from anyaccel.ops.nn.define import carry_signature
+from anyaccel.ops.nn.define import eager_function
 from anyaccel.ops.nn.implementations import ops, plain_ops
 
 
-@carry_signature  # torch's apply asks for the forward's signature on every call
-class SwiGLULinear(torch.autograd.Function):
-    """``apply(a, b, weight, bias, impl)``; see
-    [`anyaccel.ops.nn.functional.swiglu_linear`][anyaccel.ops.nn.functional.swiglu_linear]."""
+class SwiGLULinear:
+    """The formulas of [`anyaccel.ops.nn.functional.swiglu_linear`][anyaccel.ops.nn.functional.swiglu_linear]
+    (``forward``, ``setup_context``, ``backward`` of a ``torch.autograd.Function``); `apply` runs them."""
 
     @staticmethod
     def forward(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -67,3 +66,7 @@ class SwiGLULinear(torch.autograd.Function):
             grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
         return grad_a, grad_b, grad_w, grad_bias, None
 
+
+#: ``apply(a, b, weight, bias, impl)``: `SwiGLULinear` as an eager autograd Function
+#: (`anyaccel.ops.nn.define.eager_function`).
+apply = eager_function("SwiGLULinear", SwiGLULinear.forward, SwiGLULinear.setup_context, SwiGLULinear.backward)
