@@ -123,9 +123,8 @@ def wrap(kernel: Any) -> Any:
     ``[grid](*args, **kwargs)``). Decides with torch's own switch, and only calls ``wrap_triton`` (several
     imports per call) when it is on (`anyaccel._compat.library.wrap`).
 
-    The fast launcher was once removed for want of an end-to-end gain and is back because one was measured:
-    on a patched Llama whose forward is bound by the host, Triton's own launch took 50-66 us of host time per
-    call inside the forward, and the step was faster with the fast launcher (``docs/nn_ops.md``, "Private
-    shortcuts on the GPU, end to end").
+    The fast launcher was once removed for want of an end-to-end gain; it is back because a comparison inside
+    one process, on a patched Llama whose forward is bound by the host, showed one (``docs/nn_ops.md``,
+    "Private shortcuts on the GPU, end to end").
     """
     return library.wrap(kernel, fast)
