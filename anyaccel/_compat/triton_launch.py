@@ -41,13 +41,14 @@ change does not evict kernels this module already holds for that process.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from anyaccel import settings
+
 #: ``ANYACCEL_TRITON_FAST_LAUNCH``: "0" turns the fast path off (read once, at the first launch in the process).
-ENV = "ANYACCEL_TRITON_FAST_LAUNCH"
+ENV = settings.TRITON_FAST_LAUNCH.name
 
 #: Specializations (over all devices) kept per kernel before the oldest is dropped (each is one compiled kernel
 #: that Triton keeps anyway; this bounds only this module's table).
@@ -73,7 +74,7 @@ def enabled() -> bool:
     """Whether launches take the fast path (reads ``ANYACCEL_TRITON_FAST_LAUNCH`` once)."""
     global _enabled
     if _enabled is None:
-        _enabled = os.environ.get(ENV, "1") != "0"
+        _enabled = settings.TRITON_FAST_LAUNCH.get()
     return _enabled
 
 
@@ -111,7 +112,7 @@ class FastLaunch:
         kernel = self.kernel
         if self._triton is None:
             self._triton = _supported(kernel)
-        if self._triton is False or not (_enabled if _enabled is not None else enabled()):
+        if self._triton is False or not enabled():
             kernel[grid](*args, **kwargs)
             return
         runtime, driver = self._triton  # type: ignore[misc]
