@@ -249,14 +249,17 @@ def test_eager_forward_without_a_graph_to_record_equals_the_op_and_forward_ad_st
             eager.rms_norm(dual, w.detach(), 1e-6, "llama")
 
 
-def _eager_functions() -> list[Any]:
-    """Every eager forward of every family's portable implementation, and ``swiglu_linear``'s."""
+def _eager_forwards() -> list[tuple[str, Any]]:
+    """(name, eager forward) for every eager forward of the portable implementations (the spec functions
+    with an autograd formula) and ``swiglu_linear``'s."""
     from anyaccel.ops.nn.families.swiglu import linear
     from anyaccel.ops.nn.implementations import ops
 
-    found: list[Any] = [linear.apply]
-    for family in ("rms_norm", "layer_norm", "softmax", "swiglu", "rope", "cross_entropy"):
-        found += [fn for fn in vars(ops(family, "cpu", "torch")).values() if hasattr(fn, "combined")]
+    found: list[tuple[str, Any]] = [("swiglu_linear", linear.apply)]
+    for s in NN_SPECS:
+        eager = ops(s.family, "cpu", "torch")
+        found += [(fn.name, getattr(eager, fn.name)) for fn in s.functions
+                  if hasattr(getattr(eager, fn.name, None), "combined")]
     assert len(found) >= 12
     return found
 
@@ -267,7 +270,7 @@ def test_eager_functions_carry_their_forward_signature() -> None:
     (``__signature__``), equal to the signature inspect builds from the code, so no call rebuilds it."""
     import inspect
 
-    for apply in _eager_functions():
+    for _, apply in _eager_forwards():
         forward = apply.full.forward
         carried = forward.__dict__.get("__signature__")
         assert isinstance(carried, inspect.Signature), forward
@@ -280,18 +283,12 @@ def test_eager_functions_carry_their_forward_signature() -> None:
 
 
 def _forward_samples() -> list[tuple[Any, tuple[Any, ...]]]:
-    """(eager function, one valid positional call) for every eager forward of the portable implementations."""
-    from anyaccel.ops.nn.implementations import ops
-
-    samples = _samples("cpu")
-    found = []
-    for s in NN_SPECS:
-        eager = ops(s.family, "cpu", "torch")
-        for fn in s.functions:
-            apply = getattr(eager, fn.name, None)
-            if hasattr(apply, "combined") and fn.name in samples:
-                found.append((apply, samples[fn.name]()))
-    assert len(found) >= 8
+    """(eager forward, one valid positional call) for every eager forward of `_eager_forwards`."""
+    samples = {**_samples("cpu"), "swiglu_linear": lambda: (
+        torch.randn(3, 5, 7, requires_grad=True), torch.randn(3, 5, 7, requires_grad=True),
+        torch.randn(4, 7, requires_grad=True), None, "torch")}
+    found = [(apply, samples[name]()) for name, apply in _eager_forwards() if name in samples]
+    assert len(found) >= 9
     return found
 
 
