@@ -170,6 +170,11 @@ def main() -> int:
     if args.paired < 0 or args.steps < 1 or args.rounds < 1:
         parser.error(f"--paired {args.paired}, --steps {args.steps}, --rounds {args.rounds}: --paired must be "
                      ">= 0 (0: the per-process table), --steps and --rounds >= 1")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("private_shortcuts_gpu benchmark: needs a CUDA GPU (the patched Llama trains on it)", file=sys.stderr)
+        return 2
     if args.paired:
         print(json.dumps(paired(args.paired, args.steps, args.toggle)))
         return 0
