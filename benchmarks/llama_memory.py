@@ -1,7 +1,10 @@
 """Where a patched Llama's training memory goes: anyaccel against eager and Liger-Kernel, component by component.
 
 The model is the Llama 3.2 1B shape (16 layers, hidden 2048, intermediate 8192, vocab 128256, tied embeddings:
-1.24B parameters) in bf16, sequence 4096, batch 1, trained with ``torch.optim.AdamW``. Each variant runs in a
+1.24B parameters) in bf16, sequence 4096, batch 1, trained with ``torch.optim.AdamW``: by default as constructed
+with no options (the ``foreach`` implementation on CUDA), or with ``--optimizer fused``, ``AdamW(fused=True)``,
+the optimizer Hugging Face's ``Trainer`` uses by default with torch 2.8 and later (``TrainingArguments.optim``
+``"adamw_torch_fused"``). Each variant runs in a
 fresh process (Liger patches transformers' classes process-wide, and the caching allocator's history would
 otherwise carry over), and prints one JSON line:
 
@@ -20,7 +23,7 @@ where ``liger_kernel`` is not installed.
 Usage (GPU machine, repository root)::
 
     python benchmarks/llama_memory.py [--steps 4] [--warmup 3] [--rounds 1] [--variants eager anyaccel liger]
-    python benchmarks/llama_memory.py --paired 8 --steps 5
+    python benchmarks/llama_memory.py --paired 8 --steps 5 [--optimizer fused]
 
 ``--rounds`` repeats every variant that many times, the variants interleaved (each round starting one
 variant later), and the table gives each variant's median tokens/s and range: one run of a variant can differ
@@ -45,6 +48,8 @@ from typing import Any
 COMPONENTS = ("rms_norm", "swiglu", "rope", "loss")
 VARIANTS = ("eager", "anyaccel", *(f"anyaccel -{c}" for c in COMPONENTS), "liger",
             *(f"liger -{c}" for c in COMPONENTS))
+#: ``--optimizer`` choice -> ``torch.optim.AdamW`` keyword arguments besides the learning rate.
+OPTIMIZERS: dict[str, dict[str, Any]] = {"foreach": {}, "fused": {"fused": True}}
 
 
 def _patch(variant: str, model: Any) -> None:
@@ -101,9 +106,10 @@ def _saved_by_module(model: Any, step_forward: Any) -> dict[str, int]:
     return dict(sorted(by_module.items(), key=lambda kv: -kv[1]))
 
 
-def _training(variant: str) -> tuple[Any, Any, Any, Any, Any]:
-    """The model (patched as ``variant`` says), its optimizer, the input ids, a forward returning the loss, and
-    a training step returning the loss as a float (which waits for the GPU, as a loop that logs it does)."""
+def _training(variant: str, optimizer: str = "foreach") -> tuple[Any, Any, Any, Any, Any]:
+    """The model (patched as ``variant`` says), its optimizer (``OPTIMIZERS[optimizer]``), the input ids, a
+    forward returning the loss, and a training step returning the loss as a float (which waits for the GPU, as
+    a loop that logs it does)."""
     import torch
     import transformers
     from _common import llama_1b_config
@@ -114,7 +120,7 @@ def _training(variant: str) -> tuple[Any, Any, Any, Any, Any]:
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
     model.train()
     _patch(variant, model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **OPTIMIZERS[optimizer])
     ids = torch.randint(0, config.vocab_size, (1, 4096), device="cuda")
 
     def forward() -> Any:
@@ -130,12 +136,12 @@ def _training(variant: str) -> tuple[Any, Any, Any, Any, Any]:
     return model, opt, ids, forward, step
 
 
-def child(variant: str, steps: int, warmup: int = 3) -> dict[str, Any]:
+def child(variant: str, steps: int, warmup: int = 3, optimizer: str = "foreach") -> dict[str, Any]:
     """One variant in this process: ``warmup`` untimed training steps (at least one: the optimizer's state is
     created by the first), the memory measurements, then ``steps`` timed steps."""
     import torch
 
-    model, opt, ids, forward, step = _training(variant)
+    model, opt, ids, forward, step = _training(variant, optimizer)
     for _ in range(max(1, warmup)):
         step()
     torch.cuda.synchronize()
@@ -157,13 +163,13 @@ def child(variant: str, steps: int, warmup: int = 3) -> dict[str, Any]:
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     gib = 2**30
-    return {"variant": variant, "tokens_per_s": round(steps * ids.numel() / dt),
+    return {"variant": variant, "optimizer": optimizer, "tokens_per_s": round(steps * ids.numel() / dt),
             "peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
             "activations_gib": round(activations / gib, 3), "loss": round(last, 5),
             "saved_by_module": {k: round(v / gib, 3) for k, v in saved.items()}}
 
 
-def paired(rounds: int, steps: int) -> dict[str, Any]:
+def paired(rounds: int, steps: int, optimizer: str = "foreach") -> dict[str, Any]:
     """anyaccel against eager in one process: blocks of ``steps`` training steps of one model, alternately
     patched (`anyaccel.ops.patch`) and unpatched (`anyaccel.ops.nn.hf_patch.unpatch`), ``rounds`` pairs, each
     pair starting with the other variant than the last.
@@ -182,7 +188,7 @@ def paired(rounds: int, steps: int) -> dict[str, Any]:
     import anyaccel.ops
     from anyaccel.ops.nn.hf_patch import unpatch
 
-    model, _opt, ids, _forward, step = _training("anyaccel")
+    model, _opt, ids, _forward, step = _training("anyaccel", optimizer)
 
     def block() -> float:
         torch.cuda.synchronize()
@@ -222,12 +228,15 @@ def main() -> int:
     parser.add_argument("--paired", type=int, default=0, metavar="N",
                         help="instead: N pairs of anyaccel and eager blocks of --steps steps in one process "
                              "(see paired())")
+    parser.add_argument("--optimizer", default="foreach", choices=sorted(OPTIMIZERS),
+                        help="torch.optim.AdamW as constructed with no options (foreach, the default) or with "
+                             "fused=True (Hugging Face Trainer's default)")
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.paired < 0 or args.steps < 1:
         parser.error(f"--paired {args.paired} --steps {args.steps}: accepted --paired >= 0 and --steps >= 1")
     if args.paired:
-        result = paired(args.paired, args.steps)
+        result = paired(args.paired, args.steps, args.optimizer)
         print(json.dumps(result))
         for variant in ("anyaccel", "eager"):
             print(f"{variant}: median {statistics.median(result[variant]):.0f} tokens/s "
@@ -236,7 +245,7 @@ def main() -> int:
               f"(range {min(result['ratios'])}-{max(result['ratios'])})")
         return 0
     if args.child is not None:
-        print(json.dumps(child(args.child, args.steps, args.warmup)))
+        print(json.dumps(child(args.child, args.steps, args.warmup, args.optimizer)))
         return 0
     has_liger = importlib.util.find_spec("liger_kernel") is not None
     variants = [v for v in args.variants if has_liger or not v.startswith("liger")]
@@ -247,7 +256,7 @@ def main() -> int:
         # each round starts one variant later, so no variant always runs first (warmest or coldest machine)
         for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
             out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps),
-                                  "--warmup", str(args.warmup)],
+                                  "--warmup", str(args.warmup), "--optimizer", args.optimizer],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
                 print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)
