@@ -9,13 +9,20 @@ by 1.5x). Rope is queries and keys of 8 and 2 heads of 128 over 256 positions:
 anyaccel's ``rope_qk`` (one launch), two ``rope`` calls, and Liger's ``liger_rope`` (one launch). FlagGems
 runs its aten overrides inside ``flag_gems.use_gems()``; peers that are not installed are skipped::
 
-    python benchmarks/nn_host_cost.py [--modes fwd fwd+bwd] [--launch-ab] [--profile "ours layer_norm"]
+    python benchmarks/nn_host_cost.py [--modes fwd fwd+bwd] [--launch-ab] [--layers] [--profile "ours layer_norm"]
 
 ``--modes fwd+bwd`` times the forward and ``torch.autograd.grad`` of its outputs with fixed output gradients
 (the backward's kernels and autograd's engine included). ``--launch-ab`` adds, per anyaccel contender, a
 twin named ``... (triton launch)`` that launches its kernels through Triton's ``kernel[grid](...)`` instead
 of anyaccel's fast launcher (`anyaccel._compat.triton_launch`), taking turns with it in the same loop
-order. Prints microseconds of host time per call, the best and the median loop; ``--profile NAME...`` adds a
+order. ``--layers`` adds, per anyaccel forward, the layers under its front end, each timed on its own with the
+arguments the front end passed down (`layers`): ``[eager Function]``, the implementation's eager
+``autograd.Function`` (what the front end calls in eager mode); ``[implementation]``, the same Python
+function without autograd (checks, allocation, launches); ``[launches]``, its Triton launches alone, replayed
+through the fast launcher with the arguments they had. The differences between consecutive layers are the
+front end's routing, autograd's ``Function.apply`` and the implementation's own Python.
+
+Prints microseconds of host time per call, the best and the median loop; ``--profile NAME...`` adds a
 cProfile of those contenders.
 Needs a CUDA GPU.
 """
@@ -35,6 +42,8 @@ from _common import backward_of, have, interleaved_times, median  # puts the rep
 
 import anyaccel.ops.nn as ann
 from anyaccel._compat import triton_launch as fast_launch
+from anyaccel.ops import dispatch
+from anyaccel.ops.nn import functional as front_ends
 
 DTYPE = torch.bfloat16
 
@@ -95,6 +104,61 @@ def without_fast_launch(fn: Callable[[], Any]) -> Callable[[], Any]:
     return run
 
 
+def layers(name: str, front_end: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    """The layers under one anyaccel front-end call (see the module docstring): ``name [eager Function]``,
+    ``name [implementation]`` and ``name [launches]``, each a zero-argument call repeating what that layer did
+    in one call of ``front_end``.
+
+    Raises:
+        RuntimeError: ``front_end`` called no implementation function (not an anyaccel front end).
+    """
+    calls: list[tuple[str, str, tuple[Any, ...]]] = []
+    routed = front_ends.ops
+
+    class Recorder:
+        def __init__(self, family: str, functions: Any) -> None:
+            self.family, self.functions = family, functions
+
+        def __getattr__(self, fn_name: str) -> Callable[..., Any]:
+            fn = getattr(self.functions, fn_name)
+
+            def call(*args: Any) -> Any:
+                calls.append((self.family, fn_name, args))
+                return fn(*args)
+
+            return call
+
+    front_ends.ops = lambda family, device_type, impl=None: Recorder(family, routed(family, device_type, impl))
+    try:
+        front_end()
+    finally:
+        front_ends.ops = routed
+    if not calls:
+        raise RuntimeError(f"{name}: the call reached no implementation function")
+    family, fn_name, args = calls[0]
+    loaded = dispatch.load(family, "cuda")
+    eager, implementation = getattr(loaded.eager, fn_name), getattr(loaded.plain, fn_name)
+    launches: list[tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]] = []
+    launch = fast_launch.FastLaunch.launch
+
+    def record(self: Any, grid: Any, *a: Any, **k: Any) -> None:
+        launches.append((self, grid, a, k))
+        launch(self, grid, *a, **k)
+
+    fast_launch.FastLaunch.launch = record  # type: ignore[method-assign]
+    try:
+        implementation(*args)
+    finally:
+        fast_launch.FastLaunch.launch = launch  # type: ignore[method-assign]
+
+    def replay() -> None:
+        for launcher, grid, a, k in launches:
+            launcher.launch(grid, *a, **k)
+
+    return {f"{name} [eager Function]": lambda: eager(*args), f"{name} [implementation]": lambda: implementation(*args),
+            f"{name} [launches]": replay}
+
+
 def loops(fns: dict[str, Callable[[], Any]], calls: int) -> dict[str, Callable[[], None]]:
     """Each contender as one timed unit: ``calls`` back-to-back calls, then a device synchronisation."""
 
@@ -116,6 +180,9 @@ def main() -> int:
     parser.add_argument("--profile", nargs="*", default=[], help="cProfile these contenders (names as printed)")
     parser.add_argument("--modes", nargs="*", default=["fwd"], choices=["fwd", "fwd+bwd"],
                         help="forward calls, and/or forward + torch.autograd.grad (default: fwd)")
+    parser.add_argument("--layers", action="store_true",
+                        help="add the layers under each anyaccel forward: its eager Function, implementation and "
+                             "launches (see layers())")
     parser.add_argument("--launch-ab", action="store_true",
                         help="add a twin of each anyaccel contender launching through Triton's kernel[grid]")
     args = parser.parse_args()
@@ -132,6 +199,10 @@ def main() -> int:
             plain[name + suffix] = fn
             if args.launch_ab and name.startswith("ours "):
                 plain[name + suffix + " (triton launch)"] = without_fast_launch(fn)
+        if args.layers and mode == "fwd":
+            for name, fn in base.items():
+                if name.startswith("ours ") and name != "ours rope x2":
+                    plain.update(layers(name, fn))
         for name, fn in base_gems.items():
             gems[name + suffix] = fn if mode == "fwd" else backward_of(fn, inputs[name.split(" ", 1)[1]])
     print(f"device: {torch.cuda.get_device_name()}; torch {torch.__version__}; liger_kernel "
