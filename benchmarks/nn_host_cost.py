@@ -35,6 +35,7 @@ import pstats
 import sys
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -112,44 +113,25 @@ def layers(name: str, front_end: Callable[[], Any]) -> dict[str, Callable[[], An
     Raises:
         RuntimeError: ``front_end`` called no implementation function (not an anyaccel front end).
     """
-    calls: list[tuple[str, str, tuple[Any, ...]]] = []
+    recorders: list[tuple[str, mock.Mock]] = []
     routed = front_ends.ops
 
-    class Recorder:
-        def __init__(self, family: str, functions: Any) -> None:
-            self.family, self.functions = family, functions
+    def recorded(family: str, device_type: str, impl: str | None = None) -> mock.Mock:
+        recorders.append((family, mock.Mock(wraps=routed(family, device_type, impl))))
+        return recorders[-1][1]
 
-        def __getattr__(self, fn_name: str) -> Callable[..., Any]:
-            fn = getattr(self.functions, fn_name)
-
-            def call(*args: Any) -> Any:
-                calls.append((self.family, fn_name, args))
-                return fn(*args)
-
-            return call
-
-    front_ends.ops = lambda family, device_type, impl=None: Recorder(family, routed(family, device_type, impl))
-    try:
+    with mock.patch.object(front_ends, "ops", recorded):
         front_end()
-    finally:
-        front_ends.ops = routed
+    calls = [(family, call) for family, recorder in recorders for call in recorder.mock_calls]
     if not calls:
         raise RuntimeError(f"{name}: the call reached no implementation function")
-    family, fn_name, args = calls[0]
+    family, (fn_name, args, _) = calls[0]
     loaded = dispatch.load(family, "cuda")
     eager, implementation = getattr(loaded.eager, fn_name), getattr(loaded.plain, fn_name)
-    launches: list[tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]] = []
-    launch = fast_launch.FastLaunch.launch
-
-    def record(self: Any, grid: Any, *a: Any, **k: Any) -> None:
-        launches.append((self, grid, a, k))
-        launch(self, grid, *a, **k)
-
-    fast_launch.FastLaunch.launch = record  # type: ignore[method-assign]
-    try:
+    with mock.patch.object(fast_launch.FastLaunch, "launch", autospec=True,
+                           side_effect=fast_launch.FastLaunch.launch) as launch:
         implementation(*args)
-    finally:
-        fast_launch.FastLaunch.launch = launch  # type: ignore[method-assign]
+    launches = [(c.args[0], c.args[1], c.args[2:], c.kwargs) for c in launch.call_args_list]
 
     def replay() -> None:
         for launcher, grid, a, k in launches:
@@ -186,6 +168,8 @@ def main() -> int:
     parser.add_argument("--launch-ab", action="store_true",
                         help="add a twin of each anyaccel contender launching through Triton's kernel[grid]")
     args = parser.parse_args()
+    if args.layers and "fwd" not in args.modes:
+        parser.error(f"--layers times forward calls; add fwd to --modes (got --modes {' '.join(args.modes)})")
     if not torch.cuda.is_available():
         print("nn_host_cost benchmark: needs a CUDA GPU", file=sys.stderr)
         return 2
