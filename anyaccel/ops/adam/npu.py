@@ -12,9 +12,13 @@ as csrc/adam/fused_adam_cuda.cu; torch.optim.Adam/AdamW)::
     p <- p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - beta_i^step (1 without correction)
 
 ``npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, eps, grad, max_grad_norm,
-amsgrad, maximize, out=(var, m, v))`` multiplies the powers by beta once more before using them (its
+amsgrad, maximize, *, var, m, v)`` multiplies the powers by beta once more before using them (its
 documented reference, torch_npu's ``test_apply_adam_w``), so it is given ``beta**(step - 1)``, and 0 for no
-bias correction (then ``1 - 0 * beta = 1``).
+bias correction (then ``1 - 0 * beta = 1``). ``torch_npu.npu_apply_adam_w`` is the op packet
+``torch.ops.npu.npu_apply_adam_w``: the in-place overload is ``npu_apply_adam_w.out``, whose outputs are the
+keyword-only ``var``, ``m``, ``v`` of its schema (torch_npu 2.14.0's
+``csrc/aten/npu_native_functions_by_codegen.yaml``). torch's overload matching knows no ``out=(var, m, v)``
+tuple for it, although torch_npu's docstring shows one: such a call matches no overload and raises.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ def _ascend_step(kernel: Callable[..., Any], params: Sequence[torch.Tensor], gra
         g = g if g.dtype == p.dtype else g.to(p.dtype)
         if not adamw_mode and weight_decay != 0.0:
             g = g.add(p, alpha=weight_decay)
-        kernel(beta1_power, beta2_power, lr, decay, beta1, beta2, eps, g, None, False, False, out=(p, m, v))
+        kernel(beta1_power, beta2_power, lr, decay, beta1, beta2, eps, g, None, False, False, var=p, m=m, v=v)
 
 
 def _foreach_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], exp_avgs: Sequence[torch.Tensor],

@@ -31,10 +31,11 @@ def _torch_adam(ps, steps, lr, betas, eps, wd, adamw):
 
 
 def _fake_apply_adam_w(calls: list):
+    # the parameters of the schema of torch.ops.npu.npu_apply_adam_w.out (torch_npu 2.14.0): the outputs are
+    # keyword-only var, m, v; tests/accelerator/test_device_api.py checks the call against the real schema
     def npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, eps, grad, max_grad_norm,
-                         amsgrad, maximize, out):
+                         amsgrad, maximize, *, var, m, v):
         # torch_npu's documented reference of ApplyAdamW (its test_apply_adam_w cpu_op_exec).
-        var, m, v = out
         calls.append((beta1_power, beta2_power))
         b1p, b2p = beta1_power * beta1, beta2_power * beta2
         var.mul_(1 - lr * weight_decay)
