@@ -196,6 +196,16 @@ class MPS_Accelerator(TorchDeviceAccelerator):  # noqa: N801 (DeepSpeed's class 
         }
 
     @override
+    def set_per_process_memory_fraction(self, fraction: float, device_index: int | None = None) -> None:
+        """``torch.mps.set_per_process_memory_fraction(fraction)``: ``torch.mps``'s takes no device argument.
+
+        Raises:
+            ValueError: ``device_index`` is not None or 0.
+        """
+        self._check_index(device_index)
+        torch.mps.set_per_process_memory_fraction(fraction)
+
+    @override
     def total_memory(self, device_index: int | None = None) -> int:
         """``torch.mps.recommended_max_memory()``: the GPU's recommended working-set size."""
         return int(torch.mps.recommended_max_memory())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from unittest import mock
 
 import pytest
 import torch
@@ -172,3 +173,16 @@ def test_cpu_tensor_types_are_torch_classes_so_tensor_type_accepts_them():
     assert x.type(acc.FloatTensor).dtype == torch.float32
     assert x.type(acc.HalfTensor).dtype == torch.float16
     assert acc.LongTensor(2, 3).shape == (2, 3) and acc.FloatTensor([1.5]).tolist() == [1.5]
+
+
+def test_mps_memory_fraction_calls_torch_mps_with_its_own_signature(fake_mps):
+    """``torch.mps.set_per_process_memory_fraction`` takes the fraction only (autospec keeps the real signature);
+    the interface's ``device_index`` is checked, not passed on."""
+    acc = MPS_Accelerator()
+    fraction = random.uniform(0.1, 0.9)
+    with mock.patch.object(torch.mps, "set_per_process_memory_fraction", autospec=True) as fake:
+        acc.set_per_process_memory_fraction(fraction, 0)
+        acc.set_per_process_memory_fraction(fraction)
+        with pytest.raises(ValueError, match="index 0"):
+            acc.set_per_process_memory_fraction(fraction, 1)
+    assert fake.call_args_list == [mock.call(fraction), mock.call(fraction)]
