@@ -4,7 +4,8 @@
 # The native ops target torch's stable ABI from TORCH_TARGET_VERSION 2.10 on, so one binary serves every torch
 # from 2.10; this proves the Python around them on the oldest torch of that range and on the newest release
 # (with the Triton it pins). The main venv (.venv, the README's torch) runs the whole suite; these run the
-# op, accelerator, op-builder and compatibility tests.
+# op, accelerator, op-builder and compatibility tests, among them the device_api tests
+# (tests/accelerator/test_device_api.py: anyaccel's calls on torch.xpu and torch.mps checked against each torch).
 #
 # Usage: bash scripts/test_torch_range.sh ["torch==2.10.0 numpy<2.4" "torch==2.15.0 triton==3.9.0" ...]
 # (NumPy below 2.4 beside torch 2.10: Triton 3.6's interpreter, which the CPU tests of the Triton kernels run on,
