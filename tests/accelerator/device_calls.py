@@ -12,10 +12,11 @@ The list is derived, never written by hand, so a new call cannot escape the chec
   device.type)``) is read as each of ``DYNAMIC_DEVICES``, the devices of the ops' XPU and NPU paths.
 
 Recognised ways to reach a device module: ``torch.xpu`` / ``torch.npu`` / ``torch.mps`` / ``torch.backends.mps``
-attribute chains, ``torch.get_device_module(t)``, anyaccel's ``optional_attribute(t, name)``,
-``module_function(t, name, ...)`` and ``self._fn(name, member)``, ``importlib.import_module("torch_npu")``, and
-then ``.attr``, ``getattr(x, name[, default])``, calls, and local names bound to any of these. A member name
-that is neither a literal, a module constant nor a class attribute of the accelerator is reported in
+attribute chains, ``torch.get_device_module(t)``, ``getattr(torch, "xpu"[, default])``, anyaccel's
+``optional_attribute(t, name)``, ``module_function(t, name, ...)`` and ``self._fn(name, member)``,
+``importlib.import_module("torch_npu")``; then ``.attr``, ``getattr(x, name[, default])``, calls, local names bound
+to any of these, module functions returning them and module functions they are passed to. A member name that is
+neither a literal, a module constant nor a class attribute of the accelerator is reported in
 ``Extraction.unresolved`` (the test fails on it) rather than skipped.
 
 An access is *optional* when the code survives its absence: reached through ``optional_attribute`` or a
@@ -179,6 +180,9 @@ class _Walker:
         if func == "importlib.import_module" and args:
             known, value = self._value(args[0])
             return _Ref((value,), (), False) if known and value in PACKAGES else None
+        if func == "getattr" and len(args) >= 2 and _dotted(args[0]) == "torch":  # ``getattr(torch, "xpu", None)``
+            known, value = self._value(args[1])
+            return _Ref((MODULES[value],), (), True) if known and value in MODULES else None
         if func == "getattr" and len(args) >= 2:
             base = self.ref(args[0])
             if base is None:
