@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from anyaccel.accelerator.mps import MPS_Accelerator
 from anyaccel.accelerator.npu import NPU_Accelerator
@@ -54,6 +55,20 @@ EXPECTED_ABSENT = {
     "torch.mps._lazy_call": "MPS initialises eagerly: lazy_call runs the callback at once",
     "torch.mps.is_current_stream_capturing": "MPS has no graphs: is_current_stream_capturing() is False",
 }
+
+#: Optional members that torch's older releases lack: name -> (first torch with it, what the code does before).
+#: Versions found by reading the torch 2.10, 2.11, 2.12, 2.13 and 2.15 wheels' Python sources.
+ABSENT_BEFORE_TORCH = {
+    "torch.xpu.XPUGraph": ("2.11", "no XPU graphs: create_graph() returns None"),
+    "torch.xpu.graph": ("2.11", "no XPU graphs: capture_to_graph is a no-op context"),
+    "torch.xpu.is_current_stream_capturing": ("2.11", "no XPU graphs: is_current_stream_capturing() is False"),
+}
+
+
+def _torch_older_than(version: str) -> bool:
+    import torch
+
+    return Version(torch.__version__.split("+")[0]) < Version(version)
 
 
 def _all_accesses() -> list[Access]:
@@ -131,8 +146,11 @@ def _problems(accesses: list[Access], look: Callable[[Access], Any]) -> list[str
 
 
 def _expected_absent(access: Access) -> bool:
-    """True when the member, or the module or object holding it (``torch.xpu.nvtx``), is in EXPECTED_ABSENT."""
-    return any(".".join((access.module, *access.path[:i])) in EXPECTED_ABSENT for i in range(1, len(access.path) + 1))
+    """True when the member, or the module or object holding it (``torch.xpu.nvtx``), is in EXPECTED_ABSENT, or in
+    ABSENT_BEFORE_TORCH for a torch older than its version."""
+    names = [".".join((access.module, *access.path[:i])) for i in range(1, len(access.path) + 1)]
+    return any(name in EXPECTED_ABSENT or (name in ABSENT_BEFORE_TORCH
+                                           and _torch_older_than(ABSENT_BEFORE_TORCH[name][0])) for name in names)
 
 
 def _shown(call: Call) -> str:
@@ -176,6 +194,18 @@ def test_expected_absences_are_optional_and_absent(name: str, request: pytest.Fi
     look = _npu(request.getfixturevalue("wheel")) if reached[0].module in NPU_MODULES else _stock
     result = look(reached[0])
     assert result is not None and not result[0], f"{name} exists now: remove it from EXPECTED_ABSENT"
+
+
+@pytest.mark.parametrize("name", sorted(ABSENT_BEFORE_TORCH))
+def test_members_of_newer_torch_are_absent_only_before_their_version(name: str) -> None:
+    """Before its version the member is absent (and reached only optionally); from its version on it exists."""
+    reached = [a for a in ACCESSES if a.name == name]
+    assert reached and all(a.optional for a in reached), f"{name}: no longer reached, or required"
+    result = _stock(reached[0])
+    assert result is not None
+    version = ABSENT_BEFORE_TORCH[name][0]
+    assert result[0] != _torch_older_than(version), (
+        f"{name} {'exists' if result[0] else 'is absent'} in this torch; ABSENT_BEFORE_TORCH says torch {version}")
 
 
 def test_a_new_call_cannot_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
