@@ -132,12 +132,14 @@ class _Walker:
         return False, None
 
     def _member(self, node: ast.AST, report: bool = True) -> str | None:
+        """The member name ``node`` gives; None when the class names none (``_graph_class_name = None``) or it
+        cannot be read (then reported in ``unresolved``, unless a forwarder's parameter or ``report`` is False)."""
         known, value = self._value(node)
-        if not known:
-            if report and not (isinstance(node, ast.Name) and node.id in self.forwarded):
-                self.out.unresolved.append(f"{self.where}:{node.lineno + self.offset}: {ast.unparse(node)}")
-            return None
-        return value if isinstance(value, str) else None  # None: the class names no member (e.g. no graphs)
+        if known and (value is None or isinstance(value, str)):
+            return value
+        if report and not (isinstance(node, ast.Name) and node.id in self.forwarded):
+            self.out.unresolved.append(f"{self.where}:{node.lineno + self.offset}: {ast.unparse(node)}")
+        return None
 
     def _devices(self, node: ast.AST) -> tuple[str, ...]:
         known, value = self._value(node)

@@ -209,8 +209,8 @@ def test_members_of_newer_torch_are_absent_only_before_their_version(name: str) 
 
 
 def test_a_new_call_cannot_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An accelerator method calling a function torch.xpu lacks, or calling one with arguments it does not take,
-    is found by the extraction and fails the check."""
+    """An accelerator method calling a function torch.xpu lacks, calling one with arguments it does not take, or
+    naming one the extraction cannot read, is found and fails the check."""
     (tmp_path / "planted_accelerator.py").write_text(textwrap.dedent("""
         from anyaccel.accelerator.xpu import XPU_Accelerator
 
@@ -220,6 +220,10 @@ def test_a_new_call_cannot_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
             def misused(self, index):
                 return self._fn("synchronize", "synchronize")(index, blocking=True)
+
+            def computed(self):
+                name = "memory_" + "stats"
+                return self._fn(name, "memory_stats")()
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     planted = importlib.import_module("planted_accelerator").Planted
@@ -230,3 +234,4 @@ def test_a_new_call_cannot_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         sys.modules.pop("planted_accelerator", None)
     assert any("torch.xpu.memory_statistics does not exist (required)" in p for p in problems), problems
     assert any("torch.xpu.synchronize(_, blocking=_) does not bind" in p for p in problems), problems
+    assert any(u.endswith(": name") and "planted_accelerator.py" in u for u in found.unresolved), found.unresolved
