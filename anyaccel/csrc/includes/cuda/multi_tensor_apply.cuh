@@ -30,9 +30,19 @@
 // full argument block; here the table lives in device memory, so the launch count is always one.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#if defined(USE_ROCM) && !__has_include(<hip/hip_bf16.h>)
+// ROCm (this file hipified by torch.utils.hipify, USE_ROCM from the build) without hip/hip_bf16.h, e.g. the
+// ROCm 5.2 of Debian 12: its hip_bfloat16 (hip/hip_bfloat16.h, round-to-nearest-even like
+// __float2bfloat16_rn) stands in for __hip_bfloat16, with the two conversions the kernels use.
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 __hip_bfloat16;
+__device__ __forceinline__ float __bfloat162float(hip_bfloat16 x) { return static_cast<float>(x); }
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16_rn(float x) { return hip_bfloat16(x); }
+#else
+#include <cuda_bf16.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -115,9 +125,17 @@ union VecWords {
   T e[kVec];
 };
 
+// The streaming hints are CUDA's __ldcs/__stcs; HIP declares them only for __half/__half2 (ROCm 5.2's
+// amd_hip_fp16.h), so a ROCm build (USE_ROCM) uses plain accesses.
+#if defined(USE_ROCM)
+#define ANYACCEL_MTA_CACHE_HINTS 0
+#else
+#define ANYACCEL_MTA_CACHE_HINTS ANYACCEL_MTA_STREAMING
+#endif
+
 template <typename W>
 __device__ __forceinline__ W load_word(const W* p) {
-#if ANYACCEL_MTA_STREAMING
+#if ANYACCEL_MTA_CACHE_HINTS
   return __ldcs(p);
 #else
   return *p;
@@ -126,7 +144,7 @@ __device__ __forceinline__ W load_word(const W* p) {
 
 template <typename W>
 __device__ __forceinline__ void store_word(W* p, const W& w) {
-#if ANYACCEL_MTA_STREAMING
+#if ANYACCEL_MTA_CACHE_HINTS
   __stcs(p, w);
 #else
   *p = w;
