@@ -105,6 +105,8 @@ def test_the_cuda_sources_compile_for_amd_gpus(family, build, archs, tmp_path, m
         assert data[:4] == b"\x7fELF"
         for arch in archs:
             assert f"amdgcn-amd-amdhsa--{arch}".encode() in data, f"{obj.name} has no {arch} code object"
+        # the stream is looked up in ROCm torch's GPU library (a ROCm torch has no libtorch_cuda.so)
+        assert b"libtorch_hip.so" in data and b"libtorch_cuda.so" not in data
 
 
 @pytest.mark.slow
@@ -116,4 +118,5 @@ def test_the_same_sources_still_compile_for_cuda(family, build, tmp_path, monkey
     monkeypatch.delenv("ROCM_HOME", raising=False)
     builder = builder_class(family, build)(toolkit=cuda_flags.TOOLKITS["cuda"])
     for obj in _compile_objects(builder, tmp_path):
-        assert obj.read_bytes()[:4] == b"\x7fELF"
+        data = obj.read_bytes()
+        assert data[:4] == b"\x7fELF" and b"libtorch_cuda.so" in data and b"libtorch_hip.so" not in data

@@ -279,18 +279,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (anyaccel_err_ != cudaSuccess) ::anyaccel::mta::cuda_fail(#expr, anyaccel_err_); \
   } while (0)
 
+// torch's GPU library: a ROCm build of torch names it libtorch_hip.so (its hipified shim keeps the CUDA names).
+#if defined(USE_ROCM)
+#define ANYACCEL_TORCH_GPU_LIBRARY "libtorch_hip.so"
+#else
+#define ANYACCEL_TORCH_GPU_LIBRARY "libtorch_cuda.so"
+#endif
+
 // torch's current CUDA stream of `device_index`: aoti_torch_get_current_cuda_stream from the
-// libtorch_cuda.so torch has already loaded (RTLD_NOLOAD: never loads a second copy), found once.
+// ANYACCEL_TORCH_GPU_LIBRARY torch has already loaded (RTLD_NOLOAD: never loads a second copy), found once.
 inline cudaStream_t current_stream(int32_t device_index) {
   using Fn = AOTITorchError (*)(int32_t, void**);
   static const Fn fn = [] {
-    void* lib = dlopen("libtorch_cuda.so", RTLD_NOLOAD | RTLD_LAZY);
+    void* lib = dlopen(ANYACCEL_TORCH_GPU_LIBRARY, RTLD_NOLOAD | RTLD_LAZY);
     return lib == nullptr ? static_cast<Fn>(nullptr)
                           : reinterpret_cast<Fn>(dlsym(lib, "aoti_torch_get_current_cuda_stream"));
   }();
   STD_TORCH_CHECK(fn != nullptr,
-                  "anyaccel: torch's CUDA library (libtorch_cuda.so) is not loaded or lacks "
-                  "aoti_torch_get_current_cuda_stream; a CUDA op needs a CUDA build of torch");
+                  "anyaccel: torch's GPU library (" ANYACCEL_TORCH_GPU_LIBRARY ") is not loaded or lacks "
+                  "aoti_torch_get_current_cuda_stream; a GPU op needs a CUDA or ROCm build of torch");
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(fn(device_index, &stream));
   return static_cast<cudaStream_t>(stream);
