@@ -195,7 +195,8 @@ class CUDAOpBuilder(OpBuilder):
             if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
                 return True, ""
             if self._device_compiler() is None:
-                return False, f"{tk.compiler} was not found (set CUDA_HOME to the toolkit) and no prebuilt artifact"
+                return False, (f"{tk.compiler} was not found (set {tk.home_var} to the toolkit) and no prebuilt "
+                               "artifact")
             if find_cxx() is None:
                 return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
         except OpBuilderError as exc:  # a bad arch list, a CXX naming nothing
@@ -208,7 +209,8 @@ class CUDAOpBuilder(OpBuilder):
         is needed on a machine without a GPU); torch may be a CPU build (the op is built, not loaded)."""
         ok, reason = super().buildability()
         if ok and self._device_compiler() is None:
-            return False, "nvcc was not found (set CUDA_HOME to the toolkit)"
+            tk = self._toolkit_or_cuda()
+            return False, f"{tk.compiler} was not found (set {tk.home_var} to the toolkit)"
         return ok, reason
 
     # ----- building ----------------------------------------------------------------------------------------

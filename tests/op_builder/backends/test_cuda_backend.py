@@ -223,9 +223,11 @@ def test_a_rocm_build_names_hipcc_when_it_is_missing(cuda_env, monkeypatch, tmp_
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CXX", REAL_CXX if os.path.isabs(REAL_CXX) else shutil.which(REAL_CXX))
     monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx90a")
+    builder = FusedAdamBuilder(toolkit=cuda_flags.TOOLKITS["rocm"])
     with pytest.raises(OpBuilderError, match="hipcc was not found: set ROCM_HOME") as err:
-        FusedAdamBuilder(toolkit=cuda_flags.TOOLKITS["rocm"]).preflight()
+        builder.preflight()
     assert err.value.code == "compiler_missing"
+    assert builder.buildability() == (False, "hipcc was not found (set ROCM_HOME to the toolkit)")
 
 
 def test_the_build_goes_through_ninja_with_gencode_namespace_and_abi_target(cuda_env, monkeypatch):
