@@ -48,12 +48,21 @@ struct LambConsts {
 
 constexpr int kThreads = mta::kThreads;
 
+// `v` of the lane `off` above this one. HIP has no __shfl_down_sync before ROCm 6.2, and from then on its mask is
+// 64 bits wide: a ROCm build (USE_ROCM) takes HIP's whole-wavefront __shfl_down. The sums below stay right on a
+// 64-lane wavefront: each 32-thread group's tree reads only lanes of its own group into its lane 0.
+#if defined(USE_ROCM)
+#define ANYACCEL_SHFL_DOWN(v, off) __shfl_down((v), (off))
+#else
+#define ANYACCEL_SHFL_DOWN(v, off) __shfl_down_sync(0xffffffffu, (v), (off))
+#endif
+
 // Sums `a` and `b` over the block; the result is valid in thread 0. Fixed reduction order.
 __device__ __forceinline__ void block_sum2(float& a, float& b) {
   __shared__ float sa[kThreads / 32], sb[kThreads / 32];
   for (int off = 16; off > 0; off >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, off);
-    b += __shfl_down_sync(0xffffffffu, b, off);
+    a += ANYACCEL_SHFL_DOWN(a, off);
+    b += ANYACCEL_SHFL_DOWN(b, off);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) {
@@ -65,8 +74,8 @@ __device__ __forceinline__ void block_sum2(float& a, float& b) {
     a = lane < kThreads / 32 ? sa[lane] : 0.f;
     b = lane < kThreads / 32 ? sb[lane] : 0.f;
     for (int off = 16; off > 0; off >>= 1) {
-      a += __shfl_down_sync(0xffffffffu, a, off);
-      b += __shfl_down_sync(0xffffffffu, b, off);
+      a += ANYACCEL_SHFL_DOWN(a, off);
+      b += ANYACCEL_SHFL_DOWN(b, off);
     }
   }
   __syncthreads();

@@ -9,18 +9,23 @@ publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through it
   build-host field) join the cache key: a build for another arch list or toolkit is another entry, never a
   silent reuse. torch's own version is not an input: the sources use only the
   stable ABI;
-- `preflight`: finds nvcc, runs ``nvcc --version`` once and applies the toolkit/torch major-version
-  policy of `anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build
+- `preflight`: finds the device compiler, runs its ``--version`` once and, for CUDA, applies the toolkit/torch
+  major-version policy of `anyaccel.op_builder.toolchains.cuda.check_cuda_versions` when torch is a CUDA build
   (``ANYACCEL_SKIP_CUDA_CHECK=1`` skips it); with a CPU-only torch the build still runs, for another
   machine (a GPU wheel built on a CPU host), and the toolkit's own major version is recorded;
 - `compile_steps` / `link_command`: ``.cu`` files go to nvcc with explicit ``-gencode`` flags,
   ``.cpp`` files to the host compiler; the link takes only ``libtorch_cpu`` (the stable shim) and
   ``libcudart`` (torch's CUDA library is found at run time among the libraries torch has loaded).
 
+ROCm is the same path with the other toolkit record (`anyaccel.op_builder.toolchains.cuda_flags.TOOLKITS`): the
+sources are translated by torch's hipify into the build directory
+(`anyaccel.op_builder.toolchains.cuda_hipify`) and compiled by hipcc with torch's ROCm extension flags and
+``--offload-arch`` per ``PYTORCH_ROCM_ARCH`` entry; the link takes ``libamdhip64``. The toolkit is the running
+torch's, or the one given to the constructor (a ROCm build from a host whose torch is not a ROCm build).
+
 Nothing here touches a device at import. `arch_list` asks the driver for the visible devices'
-compute capabilities only when ``TORCH_CUDA_ARCH_LIST`` is unset (load/build time, not import). ROCm:
-the flags and the arch list are generated (``toolchains/cuda_flags.py``) but the stable-ABI sources have
-not been hipified or run on ROCm.
+compute capabilities only when ``TORCH_CUDA_ARCH_LIST`` (``PYTORCH_ROCM_ARCH``) is unset (load/build time, not
+import).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from anyaccel.op_builder.core.builder import OpBuilder
 from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
-from anyaccel.op_builder.toolchains import cuda_flags
+from anyaccel.op_builder.toolchains import cuda_flags, cuda_hipify
 from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx, probe_version
 
@@ -68,16 +73,25 @@ class CUDAOpBuilder(OpBuilder):
     HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = OpBuilder.HEADER_SUFFIXES + (".cuh",)
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
 
-    def __init__(self) -> None:
+    def __init__(self, toolkit: cuda_flags.GPUToolkit | None = None) -> None:
+        """Args:
+            toolkit: the toolkit to build for (``cuda_flags.TOOLKITS["rocm"]`` builds for ROCm whatever torch
+                runs here); None (the default) takes the running torch's, see
+                [`toolkit`][anyaccel.op_builder.backends.cuda.CUDAOpBuilder.toolkit].
+        """
         super().__init__()
         self._arch: list[str] | None = None
+        self._toolkit = toolkit
 
     # ----- data --------------------------------------------------------------------------------------------
     def toolkit(self) -> cuda_flags.GPUToolkit | None:
-        """The toolkit flavour of the running torch: ``TOOLKITS["cuda"]``, ``TOOLKITS["rocm"]`` or None (CPU torch).
+        """The toolkit given to the constructor, else the running torch's: ``TOOLKITS["cuda"]``, ``TOOLKITS["rocm"]``
+        or None (CPU torch).
 
         Side effects: imports torch (no device initialisation).
         """
+        if self._toolkit is not None:
+            return self._toolkit
         import torch
 
         return cuda_flags.toolkit_for(getattr(torch.version, "hip", None), torch.version.cuda)
@@ -126,9 +140,12 @@ class CUDAOpBuilder(OpBuilder):
 
     def cuda_major(self) -> int | None:
         """The CUDA major version the binary's runtime is: torch's CUDA when torch is a CUDA build (the
-        preflight makes nvcc agree), else the toolkit's (read from its header; no process)."""
+        preflight makes nvcc agree), else the toolkit's (read from its header; no process); None for a ROCm
+        build."""
         import torch
 
+        if self._toolkit_or_cuda().name != "cuda":
+            return None
         if torch.version.cuda:
             return int(torch.version.cuda.split(".")[0])
         home = cuda_toolchain.find_cuda_home()
@@ -178,7 +195,8 @@ class CUDAOpBuilder(OpBuilder):
             if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
                 return True, ""
             if self._device_compiler() is None:
-                return False, f"{tk.compiler} was not found (set CUDA_HOME to the toolkit) and no prebuilt artifact"
+                return False, (f"{tk.compiler} was not found (set {tk.home_var} to the toolkit) and no prebuilt "
+                               "artifact")
             if find_cxx() is None:
                 return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
         except OpBuilderError as exc:  # a bad arch list, a CXX naming nothing
@@ -191,7 +209,8 @@ class CUDAOpBuilder(OpBuilder):
         is needed on a machine without a GPU); torch may be a CPU build (the op is built, not loaded)."""
         ok, reason = super().buildability()
         if ok and self._device_compiler() is None:
-            return False, "nvcc was not found (set CUDA_HOME to the toolkit)"
+            tk = self._toolkit_or_cuda()
+            return False, f"{tk.compiler} was not found (set {tk.home_var} to the toolkit)"
         return ok, reason
 
     # ----- building ----------------------------------------------------------------------------------------
@@ -201,70 +220,92 @@ class CUDAOpBuilder(OpBuilder):
         device toolkit and its policy.
 
         Returns:
-            The core's variables plus ``NVCC`` (the device compiler), ``CUDA_HOME`` (its toolkit) and
-            ``PATH`` with nvcc's directory first; the core sets them only while compiling.
+            The core's variables plus the device compiler (``NVCC`` / ``HIPCC``), its toolkit root
+            (``CUDA_HOME`` / ``ROCM_HOME``), ``PATH`` with the compiler's directory first and the toolkit's
+            ``compiler_env`` (ROCm: ``HIP_PLATFORM=amd``); the core sets them only while compiling.
 
         Raises:
             ToolchainError: ``compiler_missing``/``ninja_missing`` (host tools), ``compiler_missing`` when
-                nvcc is not found, ``version_probe_failed`` when ``nvcc --version`` fails (the message has
-                its command, status and output), ``cuda_mismatch`` when nvcc's and a CUDA
-                torch's major versions differ (unless ``ANYACCEL_SKIP_CUDA_CHECK=1``), or when torch is a
-                ROCm build (the stable-ABI CUDA sources are not hipified yet).
+                the device compiler is not found, ``version_probe_failed`` when its ``--version`` fails or
+                names no version (the message has its command, status and output), ``cuda_mismatch`` when
+                nvcc's and a CUDA torch's major versions differ (unless ``ANYACCEL_SKIP_CUDA_CHECK=1``).
 
-        Side effects: runs ``nvcc --version`` once.
+        Side effects: runs ``<device compiler> --version`` once.
         """
+        import re
+
         import torch
 
         env = super().preflight()
         tk = self._toolkit_or_cuda()
-        if tk.name != "cuda":
-            raise ToolchainError("cuda_mismatch", f"op {self.NAME}: building CUDA ops for ROCm (torch "
-                                 f"{torch.__version__}) is not supported yet; use the Triton implementation")
         compiler = self._device_compiler()
         if compiler is None:
-            raise ToolchainError("compiler_missing", "nvcc was not found: set CUDA_HOME to the toolkit directory, "
-                                 "or put nvcc on PATH")
-        probe = probe_version(compiler, timeout_s=60)
-        try:
-            major, minor = cuda_toolchain.parse_nvcc_version(probe.output if probe.ok else "")
-        except ValueError:
+            raise ToolchainError("compiler_missing", f"{tk.compiler} was not found: set {tk.home_var} to the toolkit "
+                                 f"directory, or put {tk.compiler} on PATH")
+        tool_env = dict(tk.compiler_env)
+        probe = probe_version(compiler, timeout_s=60, env={**os.environ, **tool_env})
+        found = re.search(tk.version_pattern, probe.output) if probe.ok else None
+        if found is None:
             raise ToolchainError("version_probe_failed", f"could not read the version of {compiler}: "
-                                 f"{probe.describe()}") from None
-        if torch.version.cuda:
+                                 f"{probe.describe()}")
+        major, minor = int(found.group(1)), int(found.group(2))
+        if tk.name == "cuda" and torch.version.cuda:
             cuda_toolchain.check_cuda_versions(f"{major}.{minor}", torch.version.cuda)
-        else:
-            logger.info("torch %s is a CPU-only build: building op %s for CUDA %d.%d without loading it",
-                        torch.__version__, self.NAME, major, minor)
-        env["NVCC"] = str(compiler)
-        env["CUDA_HOME"] = str(cuda_toolchain.find_cuda_home() or compiler.parent.parent)
+        elif tk.name == "cuda" or not getattr(torch.version, "hip", None):
+            logger.info("torch %s is not a %s build: building op %s with %s %d.%d without loading it",
+                        torch.__version__, tk.name, self.NAME, tk.compiler, major, minor)
+        env[tk.compiler_var] = str(compiler)
+        env[tk.home_var] = str(_TOOLKIT_HOMES[tk.name]() or compiler.parent.parent)
         env["PATH"] = f"{compiler.parent}{os.pathsep}{env.get('PATH') or os.environ.get('PATH', os.defpath)}"
+        env.update(tool_env)
         return env
 
     @override
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """``.cu`` sources through nvcc (host side by ``CXX``), ``.cpp`` through the host compiler."""
+        """``.cu`` sources through the device compiler (nvcc's host side by ``CXX``), ``.cpp`` through the host
+        compiler. For a toolkit that hipifies (ROCm), the sources and their include directories are first
+        translated by torch's hipify into ``build_dir/hip`` and the translated files are compiled, with the include
+        directories of the translated copy.
+
+        Raises:
+            OpBuilderError: a source is neither ``.cu`` nor ``.cpp``.
+        """
+        tk = self._toolkit_or_cuda()
         root = self.source_root()
+        for src in self.sources():
+            if Path(src).suffix not in (".cu", ".cpp"):
+                raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {Path(src).suffix!r}; the CUDA backend "
+                                     "compiles .cu and .cpp files")
+        common = self.common_flags(namespace, gen_dir)
+        compiled = {src: root / src for src in self.sources()}
+        host_only = [flag for flag in self.host_only_flags() if flag != "-std=c++17"]
+        if tk.hipify:
+            tree = cuda_hipify.hipify_tree(root, self.sources(), self.include_paths(), build_dir / "hip")
+            compiled = tree.sources
+            copied = {f"-I{root / p}": f"-I{d}" for p, d in zip(self.include_paths(), tree.include_dirs, strict=True)}
+            common = [copied.get(flag, flag) for flag in common]
+            host_only.append(f"-fmacro-prefix-map={tree.root}/={root.name}/")
+        prefix = (tk.host_flag_prefix,) if tk.host_flag_prefix else ()
+        host_flags = [f for flag in host_only for f in (*prefix, flag)]
+        host_compiler = (tk.host_compiler_flag, str(env["CXX"])) if tk.host_compiler_flag else ()
+        device = (str(env[tk.compiler_var]), *host_compiler, "-std=c++17", *host_flags, *self.nvcc_args(), *common)
         host = tuple(self.host_compile_command(env, namespace, gen_dir))
-        host_flags = [f for flag in self.host_only_flags() if flag != "-std=c++17" for f in ("-Xcompiler", flag)]
-        device = (str(env["NVCC"]), "-ccbin", str(env["CXX"]), "-std=c++17", *host_flags, *self.nvcc_args(),
-                  *self.common_flags(namespace, gen_dir))
         steps = []
         for i, src in enumerate(self.sources()):
-            path = root / src
-            command = {".cu": device, ".cpp": host + tuple(self.source_cxx_args(src))}.get(path.suffix)
-            if command is None:
-                raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the CUDA backend "
-                                     "compiles .cu and .cpp files")
-            steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o", command))
+            path = compiled[src]
+            command = device if Path(src).suffix == ".cu" else host + tuple(self.source_cxx_args(src))
+            steps.append(nj.CompileStep(path, build_dir / f"{i}_{Path(src).stem}.o", command))
         return steps
 
     @override
     def link_command(self, env: dict[str, str | None]) -> list[str]:
-        """The core's link plus the CUDA runtime (``libcudart``, the toolkit's; same soname as torch's)."""
-        home = Path(str(env["CUDA_HOME"]))
+        """The core's link plus the GPU runtime (``libcudart``, the toolkit's, with torch's soname; ROCm:
+        ``libamdhip64``)."""
+        tk = self._toolkit_or_cuda()
+        home = Path(str(env[tk.home_var]))
         lib = home / "lib64" if (home / "lib64").is_dir() else home / "lib"
-        return [*super().link_command(env), f"-L{lib}", "-lcudart"]
+        return [*super().link_command(env), f"-L{lib}", f"-l{tk.runtime_library}"]
 
 
 def _cuda_arch_list() -> list[str]:
@@ -295,6 +336,16 @@ def _find_hipcc() -> Path | None:
     return Path(found) if found else None
 
 
+def _rocm_home() -> Path | None:
+    """The ROCm root: ``ROCM_HOME``, else ``ROCM_PATH``, else the root of the hipcc found (``/usr`` for Debian's)."""
+    for var in ("ROCM_HOME", "ROCM_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    hipcc = _find_hipcc()
+    return hipcc.parent.parent if hipcc else None
+
+
 #: Toolkit flavour -> how its arch list and device compiler are found. Backend differences as data.
 _ARCH_RESOLVERS = {"cuda": _cuda_arch_list, "rocm": _rocm_arch_list}
 _COMPILER_FINDERS = {"cuda": cuda_toolchain.find_nvcc, "rocm": _find_hipcc}
+_TOOLKIT_HOMES = {"cuda": cuda_toolchain.find_cuda_home, "rocm": _rocm_home}

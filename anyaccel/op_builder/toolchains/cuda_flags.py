@@ -1,4 +1,4 @@
-"""Compiler flags for GPU op builders: ``-gencode`` per arch, the ROCm/hipify decision, common nvcc flags.
+"""Compiler flags for GPU op builders: ``-gencode`` per arch, the ROCm/hipify decision, each toolkit's flags.
 
 Pure functions and data tables, no device access and no process: ``CUDAOpBuilder``
 (`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a GPU.
@@ -33,6 +33,16 @@ class GPUToolkit:
             ``torch.utils.cpp_extension`` runs itself for ROCm builds of torch).
         base_flags: device-compiler flags every op gets. No ``-std=``: torch.utils.cpp_extension passes the
             standard torch's headers require (C++20 for torch 2.13), and forcing an older one breaks them.
+        compiler_var: the build-environment variable naming the device compiler (``NVCC`` / ``HIPCC``).
+        home_var: the variable naming the toolkit root (``CUDA_HOME`` / ``ROCM_HOME``).
+        version_pattern: a regular expression whose two groups are the major and minor version in the
+            compiler's ``--version`` output.
+        host_compiler_flag: the flag naming the host compiler (nvcc's ``-ccbin``), or None when the device
+            compiler is itself the host compiler (hipcc is clang).
+        host_flag_prefix: the flag that forwards one host-compiler flag (nvcc's ``-Xcompiler``), or None when
+            host flags are passed as they are.
+        compiler_env: variables set while the device compiler runs.
+        runtime_library: the GPU runtime linked into the op (``-l<name>``).
     """
 
     name: str
@@ -40,6 +50,13 @@ class GPUToolkit:
     arch_env: str
     hipify: bool
     base_flags: tuple[str, ...]
+    compiler_var: str = "NVCC"
+    home_var: str = "CUDA_HOME"
+    version_pattern: str = r"release (\d+)\.(\d+)"
+    host_compiler_flag: str | None = "-ccbin"
+    host_flag_prefix: str | None = "-Xcompiler"
+    compiler_env: tuple[tuple[str, str], ...] = ()
+    runtime_library: str = "cudart"
 
 
 #: The toolkit flavours, keyed by name. Backend differences as data.
@@ -51,12 +68,26 @@ TOOLKITS: dict[str, GPUToolkit] = {
         hipify=False,
         base_flags=("-O3", "--expt-relaxed-constexpr", "-lineinfo"),
     ),
+    # torch.utils.cpp_extension's flags for a ROCm CUDAExtension: COMMON_HIP_FLAGS (the HIP platform, USE_ROCM, the
+    # hipBLAS v2 API) and COMMON_HIPCC_FLAGS (fp16 without HIP's implicit half operators and conversions, the
+    # *_sync warp builtins of ROCm 6.2+), and -fno-gpu-rdc (whole-program device code: no device link step), which
+    # it adds unless the user asks for -fgpu-rdc. HIP_PLATFORM=amd: hipcc otherwise picks its platform from the
+    # machine, and with nvcc on PATH and no AMD GPU (a build host, CI) Debian's hipcc 5.2 chooses nvidia.
     "rocm": GPUToolkit(
         name="rocm",
         compiler="hipcc",
         arch_env="PYTORCH_ROCM_ARCH",
         hipify=True,
-        base_flags=("-O3",),
+        base_flags=("-O3", "-fno-gpu-rdc", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
+                    "-DCUDA_HAS_FP16=1", "-D__HIP_NO_HALF_OPERATORS__=1", "-D__HIP_NO_HALF_CONVERSIONS__=1",
+                    "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1"),
+        compiler_var="HIPCC",
+        home_var="ROCM_HOME",
+        version_pattern=r"HIP version: (\d+)\.(\d+)",
+        host_compiler_flag=None,
+        host_flag_prefix=None,
+        compiler_env=(("HIP_PLATFORM", "amd"),),
+        runtime_library="amdhip64",
     ),
 }
 

@@ -178,12 +178,56 @@ def test_skip_cuda_check_and_preflight_environment(cuda_env, monkeypatch, tmp_pa
     assert "NVCC" not in os.environ
 
 
-def test_a_rocm_torch_is_refused_at_preflight(cuda_env, monkeypatch):
+def _fake_rocm(root: Path, version: str) -> Path:
+    """A ROCM_HOME whose bin/hipcc prints ``HIP version: <version>`` like the real one."""
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    (root / "lib").mkdir(exist_ok=True)
+    make_wrapper(root / "bin", f"echo 'HIP version: {version}'\n", name="hipcc")
+    return root
+
+
+def test_a_rocm_torch_builds_through_hipify_and_hipcc_with_torchs_rocm_flags(cuda_env, monkeypatch, tmp_path):
+    """A ROCm torch: the same builder hipifies the sources into the build directory and hands them to hipcc with
+    torch.utils.cpp_extension's ROCm flags; HIP_PLATFORM=amd is set while compiling (hipcc would otherwise pick
+    nvidia on a host with nvcc and no AMD GPU). tests/csrc/test_hip_compile.py runs the real hipcc."""
+    rocm = _fake_rocm(tmp_path / "rocm", "6.2.41133-dd7f95766")
+    monkeypatch.setenv("ROCM_HOME", str(rocm))
     monkeypatch.setattr(torch.version, "hip", "6.2.41133")
-    monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx942")
-    with pytest.raises(OpBuilderError, match="ROCm .* not supported yet") as err:
-        FusedAdamBuilder().preflight()
-    assert err.value.code == "cuda_mismatch"
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx942;gfx90a")
+    b = FusedAdamBuilder()
+    assert b.toolkit() is cuda_flags.TOOLKITS["rocm"] and b.cuda_major() is None
+    env = b.preflight()
+    assert env["HIPCC"] == str(rocm / "bin" / "hipcc") and env["ROCM_HOME"] == str(rocm)
+    assert env["HIP_PLATFORM"] == "amd" and "NVCC" not in env
+    text, seen = _ninja_file_of_a_failed_build(b, monkeypatch)
+    compile_cmd = shlex.split(next(line for line in text.splitlines() if "command = " in line and " -c " in line)
+                              .split("command = ", 1)[1].replace("$$", "$"))
+    assert compile_cmd[0] == str(rocm / "bin" / "hipcc") and "-ccbin" not in compile_cmd
+    assert "-Xcompiler" not in compile_cmd and "-fPIC" in compile_cmd and "-std=c++17" in compile_cmd
+    for flag in ("--offload-arch=gfx90a", "--offload-arch=gfx942", "-fno-gpu-rdc", "-D__HIP_PLATFORM_AMD__=1",
+                 "-DUSE_ROCM=1", "-DHIPBLAS_V2", torch_abi.target_macro((2, 10))):
+        assert flag in compile_cmd
+    source = Path(compile_cmd[compile_cmd.index("-c") + 1])
+    assert source.name == "fused_adam_hip.hip" and source.parts[-4:-2] == ("hip", "csrc")
+    includes = [f for f in compile_cmd if f.startswith("-I") and f.endswith("csrc/includes")]
+    assert includes and all("/hip/csrc/includes" in f for f in includes)  # the translated copy's headers
+    link = shlex.split(next(line for line in text.splitlines() if "command = " in line and "-shared" in line)
+                       .split("command = ", 1)[1].replace("$$", "$"))
+    assert "-lamdhip64" in link and "-lcudart" not in link and f"-L{rocm / 'lib'}" in link
+    assert seen["env"]["HIP_PLATFORM"] == "amd"
+
+
+def test_a_rocm_build_names_hipcc_when_it_is_missing(cuda_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROCM_HOME", str(tmp_path / "no-rocm"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CXX", REAL_CXX if os.path.isabs(REAL_CXX) else shutil.which(REAL_CXX))
+    monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx90a")
+    builder = FusedAdamBuilder(toolkit=cuda_flags.TOOLKITS["rocm"])
+    with pytest.raises(OpBuilderError, match="hipcc was not found: set ROCM_HOME") as err:
+        builder.preflight()
+    assert err.value.code == "compiler_missing"
+    assert builder.buildability() == (False, "hipcc was not found (set ROCM_HOME to the toolkit)")
 
 
 def test_the_build_goes_through_ninja_with_gencode_namespace_and_abi_target(cuda_env, monkeypatch):

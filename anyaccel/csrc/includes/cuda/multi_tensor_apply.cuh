@@ -30,9 +30,19 @@
 // full argument block; here the table lives in device memory, so the launch count is always one.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#if defined(USE_ROCM) && !__has_include(<hip/hip_bf16.h>)
+// ROCm (this file hipified by torch.utils.hipify, USE_ROCM from the build) without hip/hip_bf16.h, e.g. the
+// ROCm 5.2 of Debian 12: its hip_bfloat16 (hip/hip_bfloat16.h, round-to-nearest-even like
+// __float2bfloat16_rn) stands in for __hip_bfloat16, with the two conversions the kernels use.
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 __hip_bfloat16;
+__device__ __forceinline__ float __bfloat162float(hip_bfloat16 x) { return static_cast<float>(x); }
+__device__ __forceinline__ hip_bfloat16 __float2bfloat16_rn(float x) { return hip_bfloat16(x); }
+#else
+#include <cuda_bf16.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -115,9 +125,17 @@ union VecWords {
   T e[kVec];
 };
 
+// The streaming hints are CUDA's __ldcs/__stcs; HIP declares them only for __half/__half2 (ROCm 5.2's
+// amd_hip_fp16.h), so a ROCm build (USE_ROCM) uses plain accesses.
+#if defined(USE_ROCM)
+#define ANYACCEL_MTA_CACHE_HINTS 0
+#else
+#define ANYACCEL_MTA_CACHE_HINTS ANYACCEL_MTA_STREAMING
+#endif
+
 template <typename W>
 __device__ __forceinline__ W load_word(const W* p) {
-#if ANYACCEL_MTA_STREAMING
+#if ANYACCEL_MTA_CACHE_HINTS
   return __ldcs(p);
 #else
   return *p;
@@ -126,7 +144,7 @@ __device__ __forceinline__ W load_word(const W* p) {
 
 template <typename W>
 __device__ __forceinline__ void store_word(W* p, const W& w) {
-#if ANYACCEL_MTA_STREAMING
+#if ANYACCEL_MTA_CACHE_HINTS
   __stcs(p, w);
 #else
   *p = w;
@@ -261,18 +279,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (anyaccel_err_ != cudaSuccess) ::anyaccel::mta::cuda_fail(#expr, anyaccel_err_); \
   } while (0)
 
+// torch's GPU library: a ROCm build of torch names it libtorch_hip.so (its hipified shim keeps the CUDA names).
+#if defined(USE_ROCM)
+#define ANYACCEL_TORCH_GPU_LIBRARY "libtorch_hip.so"
+#else
+#define ANYACCEL_TORCH_GPU_LIBRARY "libtorch_cuda.so"
+#endif
+
 // torch's current CUDA stream of `device_index`: aoti_torch_get_current_cuda_stream from the
-// libtorch_cuda.so torch has already loaded (RTLD_NOLOAD: never loads a second copy), found once.
+// ANYACCEL_TORCH_GPU_LIBRARY torch has already loaded (RTLD_NOLOAD: never loads a second copy), found once.
 inline cudaStream_t current_stream(int32_t device_index) {
   using Fn = AOTITorchError (*)(int32_t, void**);
   static const Fn fn = [] {
-    void* lib = dlopen("libtorch_cuda.so", RTLD_NOLOAD | RTLD_LAZY);
+    void* lib = dlopen(ANYACCEL_TORCH_GPU_LIBRARY, RTLD_NOLOAD | RTLD_LAZY);
     return lib == nullptr ? static_cast<Fn>(nullptr)
                           : reinterpret_cast<Fn>(dlsym(lib, "aoti_torch_get_current_cuda_stream"));
   }();
   STD_TORCH_CHECK(fn != nullptr,
-                  "anyaccel: torch's CUDA library (libtorch_cuda.so) is not loaded or lacks "
-                  "aoti_torch_get_current_cuda_stream; a CUDA op needs a CUDA build of torch");
+                  "anyaccel: torch's GPU library (" ANYACCEL_TORCH_GPU_LIBRARY ") is not loaded or lacks "
+                  "aoti_torch_get_current_cuda_stream; a GPU op needs a CUDA or ROCm build of torch");
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(fn(device_index, &stream));
   return static_cast<cudaStream_t>(stream);
