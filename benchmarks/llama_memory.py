@@ -9,6 +9,9 @@ fresh process (Liger patches transformers' classes process-wide, and the caching
 otherwise carry over), and prints one JSON line:
 
 * ``tokens_per_s`` over the timed steps and ``peak_gib`` (``torch.cuda.max_memory_allocated`` over them);
+  ``reserved_gib`` (``torch.cuda.max_memory_reserved`` over them): a CUDA graph's private memory pool is
+  allocated at capture, in the warm-up, so its replays add nothing to ``peak_gib``; the pools stay reserved,
+  so the reserved figure includes them;
 * ``activations_gib``: memory allocated by one forward (what the backward keeps, by whatever means);
 * ``saved_by_module``: bytes of the tensors saved for backward through autograd (``save_for_backward`` and
   autograd's own saves; ``torch.autograd.graph.saved_tensors_hooks``), by the class of the innermost module
@@ -22,7 +25,8 @@ Variants: ``eager``, ``anyaccel`` (every patch), ``anyaccel -X`` (every patch bu
 mode="compile")``, then ``torch.compile(model)``) and ``cudagraph anyaccel`` (the same patch, the model compiled
 with ``mode="reduce-overhead"``, so Inductor's CUDA graph trees capture its forward and backward, and
 ``AdamW(capturable=True)``, whose step is compiled with ``mode="reduce-overhead"`` too: the whole step in CUDA
-graphs, with ``torch.compiler.cudagraph_mark_step_begin()`` before each). The compiled variants compile during
+graphs, with ``torch.compiler.cudagraph_mark_step_begin()`` before each); ``cudagraph eager`` is the same
+unpatched. The compiled variants compile during
 the warm-up steps (not timed); their ``activations_gib`` and ``saved_by_module`` are not measured (module hooks
 and saved-tensor hooks would change what is compiled). Liger variants report "not installed" where
 ``liger_kernel`` is not installed. The default variants are the table of issue 37: ``eager``, ``anyaccel``,
@@ -56,17 +60,18 @@ from typing import Any
 
 COMPONENTS = ("rms_norm", "swiglu", "rope", "loss")
 #: variant -> how the model is compiled: ``torch.compile``'s ``mode`` (None: not compiled)
-COMPILED = {"compiled eager": "default", "compiled anyaccel": "default", "cudagraph anyaccel": "reduce-overhead"}
+COMPILED = {"compiled eager": "default", "compiled anyaccel": "default", "cudagraph anyaccel": "reduce-overhead",
+            "cudagraph eager": "reduce-overhead"}
 VARIANTS = ("eager", "anyaccel", *(f"anyaccel -{c}" for c in COMPONENTS), "liger",
             *(f"liger -{c}" for c in COMPONENTS), *COMPILED)
 #: the variants run when ``--variants`` is not given: eager, patched, Liger, compiled and in CUDA graphs
-DEFAULT_VARIANTS = ("eager", "anyaccel", "liger", *COMPILED)
+DEFAULT_VARIANTS = ("eager", "anyaccel", "liger", "compiled eager", "compiled anyaccel", "cudagraph anyaccel")
 #: ``--optimizer`` choice -> ``torch.optim.AdamW`` keyword arguments besides the learning rate.
 OPTIMIZERS: dict[str, dict[str, Any]] = {"foreach": {}, "fused": {"fused": True}}
 
 
 def _patch(variant: str, model: Any) -> None:
-    if variant in ("eager", "compiled eager"):
+    if variant in ("eager", "compiled eager", "cudagraph eager"):
         return
     if variant in COMPILED:
         import anyaccel.ops
@@ -202,6 +207,7 @@ def child(variant: str, steps: int, warmup: int = 3, optimizer: str = "foreach",
     return {"variant": variant, "optimizer": optimizer, "layers": model.config.num_hidden_layers,
             "tokens_per_s": round(steps * ids.numel() / dt), "warmup_s": round(warmup_s, 1),
             "peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
+            "reserved_gib": round(torch.cuda.max_memory_reserved() / gib, 3),
             "activations_gib": None if activations is None else round(activations / gib, 3), "loss": round(last, 5),
             "saved_by_module": {k: round(v / gib, 3) for k, v in saved.items()}}
 
@@ -319,12 +325,12 @@ def table(rows: dict[str, list[dict[str, Any]]], missing: list[str] | None = Non
     in ``missing`` get a "not installed" row; a variant whose every run failed, a "failed" row."""
     eager = rows.get("eager", [])
     lines = ["\nvariant | rounds | tokens/s median | min-max | x eager (medians) | x eager (median of rounds) | "
-             "peak GiB | activations GiB | loss"]
+             "peak GiB | reserved GiB | activations GiB | loss"]
     for variant in missing or ():
-        lines.append(f"{variant} | not installed (liger_kernel) | - | - | - | - | - | - | -")
+        lines.append(f"{variant} | not installed (liger_kernel) | - | - | - | - | - | - | - | -")
     for variant, runs in rows.items():
         if not runs:
-            lines.append(f"{variant} | failed (see stderr) | - | - | - | - | - | - | -")
+            lines.append(f"{variant} | failed (see stderr) | - | - | - | - | - | - | - | -")
             continue
         tps = [r["tokens_per_s"] for r in runs]
         med = statistics.median(tps)
@@ -333,7 +339,8 @@ def table(rows: dict[str, list[dict[str, Any]]], missing: list[str] | None = Non
         paired = [r["tokens_per_s"] / eager_by_round[r["round"]] for r in runs if r["round"] in eager_by_round]
         per_round = f"{statistics.median(paired):.3f}" if paired else "-"
         lines.append(f"{variant} | {len(runs)} | {med:.0f} | {min(tps)}-{max(tps)} | {ratio} | {per_round} | "
-                     f"{max(r['peak_gib'] for r in runs)} | {runs[0]['activations_gib']} | "
+                     f"{max(r['peak_gib'] for r in runs)} | {max(r.get('reserved_gib', 0) for r in runs)} | "
+                     f"{runs[0]['activations_gib']} | "
                      f"{runs[0]['loss']}")
     return "\n".join(lines)
 
