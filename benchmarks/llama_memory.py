@@ -29,7 +29,7 @@ graphs, with ``torch.compiler.cudagraph_mark_step_begin()`` before each); ``cuda
 unpatched. The compiled variants compile during
 the warm-up steps (not timed); their ``activations_gib`` and ``saved_by_module`` are not measured (module hooks
 and saved-tensor hooks would change what is compiled). Liger variants report "not installed" where
-``liger_kernel`` is not installed. The default variants are the table of issue 37: ``eager``, ``anyaccel``,
+``liger_kernel`` is not installed. The default variants compare eager, patched and compiled training: ``eager``, ``anyaccel``,
 ``liger``, ``compiled eager``, ``compiled anyaccel``, ``cudagraph anyaccel``.
 
 Usage (GPU machine, repository root)::

@@ -108,6 +108,16 @@ def test_a_torch_compile_wrapper_is_detected_and_its_module_patched_in_compile_m
         hf_patch.unpatch(model)
 
 
+def test_a_module_compiled_in_place_is_patched_in_compile_mode() -> None:
+    model = _llama()
+    model.compile()  # nothing is compiled before the first call
+    try:
+        report = anyaccel.ops.patch(model)
+        assert report.mode == "compile" and report.rms_norm == 0 and report.loss
+    finally:
+        hf_patch.unpatch(model)
+
+
 def test_a_patched_tiny_llama_compiles_with_no_more_graph_breaks_and_the_eager_loss_and_gradients() -> None:
     unpatched = _llama()
     want, want_grads = _step(unpatched, unpatched)  # unpatched, eager
