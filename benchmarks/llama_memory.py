@@ -26,11 +26,11 @@ mode="compile")``, then ``torch.compile(model)``) and ``cudagraph anyaccel`` (th
 with ``mode="reduce-overhead"``, so Inductor's CUDA graph trees capture its forward and backward, and
 ``AdamW(capturable=True)``, whose step is compiled with ``mode="reduce-overhead"`` too: the whole step in CUDA
 graphs, with ``torch.compiler.cudagraph_mark_step_begin()`` before each); ``cudagraph eager`` is the same
-unpatched. The compiled variants compile during
-the warm-up steps (not timed); their ``activations_gib`` and ``saved_by_module`` are not measured (module hooks
-and saved-tensor hooks would change what is compiled). Liger variants report "not installed" where
-``liger_kernel`` is not installed. The default variants compare eager, patched and compiled training: ``eager``, ``anyaccel``,
-``liger``, ``compiled eager``, ``compiled anyaccel``, ``cudagraph anyaccel``.
+unpatched. The compiled variants compile during the warm-up steps (not timed); their ``activations_gib`` and
+``saved_by_module`` are not measured (module hooks and saved-tensor hooks would change what is compiled).
+Liger variants report "not installed" where ``liger_kernel`` is not installed. The default variants compare
+eager, patched and compiled training: ``eager``, ``anyaccel``, ``liger``, ``compiled eager``,
+``compiled anyaccel``, ``cudagraph anyaccel``.
 
 Usage (GPU machine, repository root)::
 
