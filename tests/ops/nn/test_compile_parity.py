@@ -15,7 +15,7 @@ import torch
 
 import anyaccel.ops
 import anyaccel.ops.nn as nn
-from anyaccel.ops.nn import hf_patch
+from anyaccel.ops.nn import functional, hf_patch
 from anyaccel.testing.nn_impls import HAS_CUDA, HAS_TRITON
 
 _gpu = [pytest.mark.gpu, pytest.mark.skipif(not (HAS_CUDA and HAS_TRITON), reason="needs a CUDA GPU and triton")]
@@ -48,6 +48,8 @@ def _ops(device: str, impl: str) -> dict[str, tuple[Loss, tuple[tuple[int, ...],
         "layer_norm": (lambda x, w, b: nn.layer_norm(x, 7, w, b, impl=impl), ((3, 7), (7,), (7,))),
         "softmax_masked": (lambda x: _mask_softmax(x, impl) + nn.log_softmax(x, 0, impl=impl), ((5, 7),)),
         "swiglu": (lambda a, b: nn.swiglu(a, b, impl=impl), ((3, 1, 7), (5, 7))),
+        # the compiled form (linear.compiled) with the forced implementation's torch ops, against the eager form
+        "swiglu_linear": (lambda a, b, w: functional.swiglu_linear(a, b, w, impl=impl), ((3, 7), (3, 7), (5, 7))),
         "rope_qk": (lambda q, k: _pair(*nn.rope_qk(q, k, _table(device).cos(), _table(device).sin(), impl=impl)),
                     ((2, 3, 5, 8), (2, 1, 5, 8))),
         "cross_entropy_smoothing_ignore": (
