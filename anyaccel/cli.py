@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "build": ("anyaccel.build_command", "build ops into the cache ahead of time"),
     "cache": ("anyaccel.op_builder.cli.cache", "list or clean the op cache"),
     "migrate": ("anyaccel.migrate.cli", "rewrite torch.cuda-only code to the accelerator API"),
-    "tune": ("anyaccel.ops.tune", "measure the aten-override mode's per-shape policy on this device"),
+    "tune": ("anyaccel.tune_command", "measure the aten-override mode's per-shape policy on this device"),
 }
 
 #: Warnings that torch emits at import and that a user of this command cannot act on, as (message regex,

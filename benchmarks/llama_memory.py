@@ -9,6 +9,9 @@ fresh process (Liger patches transformers' classes process-wide, and the caching
 otherwise carry over), and prints one JSON line:
 
 * ``tokens_per_s`` over the timed steps and ``peak_gib`` (``torch.cuda.max_memory_allocated`` over them);
+  ``reserved_gib`` (``torch.cuda.max_memory_reserved`` over them): a CUDA graph's private memory pool is
+  allocated at capture, in the warm-up, so its replays add nothing to ``peak_gib``; the pools stay reserved,
+  so the reserved figure includes them;
 * ``activations_gib``: memory allocated by one forward (what the backward keeps, by whatever means);
 * ``saved_by_module``: bytes of the tensors saved for backward through autograd (``save_for_backward`` and
   autograd's own saves; ``torch.autograd.graph.saved_tensors_hooks``), by the class of the innermost module
@@ -17,12 +20,22 @@ otherwise carry over), and prints one JSON line:
 
 Variants: ``eager``, ``anyaccel`` (every patch), ``anyaccel -X`` (every patch but X: ``rms_norm``, ``swiglu``,
 ``rope``, ``loss``), ``liger`` (``apply_liger_kernel_to_llama`` defaults) and ``liger -X`` likewise
-(``rms_norm``, ``swiglu``, ``rope``, ``loss`` = its fused linear cross-entropy). Liger variants are skipped
-where ``liger_kernel`` is not installed.
+(``rms_norm``, ``swiglu``, ``rope``, ``loss`` = its fused linear cross-entropy); and under ``torch.compile``:
+``compiled eager`` (``torch.compile(model)``), ``compiled anyaccel`` (``anyaccel.ops.patch(model,
+mode="compile")``, then ``torch.compile(model)``) and ``cudagraph anyaccel`` (the same patch, the model compiled
+with ``mode="reduce-overhead"``, so Inductor's CUDA graph trees capture its forward and backward, and
+``AdamW(capturable=True)``, whose step is compiled with ``mode="reduce-overhead"`` too: the whole step in CUDA
+graphs, with ``torch.compiler.cudagraph_mark_step_begin()`` before each); ``cudagraph eager`` is the same
+unpatched. The compiled variants compile during the warm-up steps (not timed); their ``activations_gib`` and
+``saved_by_module`` are not measured (module hooks and saved-tensor hooks would change what is compiled).
+Liger variants report "not installed" where ``liger_kernel`` is not installed. The default variants compare
+eager, patched and compiled training: ``eager``, ``anyaccel``, ``liger``, ``compiled eager``,
+``compiled anyaccel``, ``cudagraph anyaccel``.
 
 Usage (GPU machine, repository root)::
 
     python benchmarks/llama_memory.py [--steps 4] [--warmup 3] [--rounds 1] [--variants eager anyaccel liger]
+    python benchmarks/llama_memory.py --layers 4 --steps 3 --variants "compiled anyaccel"   # a quicker look
     python benchmarks/llama_memory.py --paired 8 --steps 5 [--optimizer fused]
 
 ``--rounds`` repeats every variant that many times, the variants interleaved (each round starting one
@@ -46,14 +59,24 @@ import time
 from typing import Any
 
 COMPONENTS = ("rms_norm", "swiglu", "rope", "loss")
+#: variant -> how the model is compiled: ``torch.compile``'s ``mode`` (None: not compiled)
+COMPILED = {"compiled eager": "default", "compiled anyaccel": "default", "cudagraph anyaccel": "reduce-overhead",
+            "cudagraph eager": "reduce-overhead"}
 VARIANTS = ("eager", "anyaccel", *(f"anyaccel -{c}" for c in COMPONENTS), "liger",
-            *(f"liger -{c}" for c in COMPONENTS))
+            *(f"liger -{c}" for c in COMPONENTS), *COMPILED)
+#: the variants run when ``--variants`` is not given: eager, patched, Liger, compiled and in CUDA graphs
+DEFAULT_VARIANTS = ("eager", "anyaccel", "liger", "compiled eager", "compiled anyaccel", "cudagraph anyaccel")
 #: ``--optimizer`` choice -> ``torch.optim.AdamW`` keyword arguments besides the learning rate.
 OPTIMIZERS: dict[str, dict[str, Any]] = {"foreach": {}, "fused": {"fused": True}}
 
 
 def _patch(variant: str, model: Any) -> None:
-    if variant == "eager":
+    if variant in ("eager", "compiled eager", "cudagraph eager"):
+        return
+    if variant in COMPILED:
+        import anyaccel.ops
+
+        anyaccel.ops.patch(model, mode="compile")
         return
     base, _, minus = variant.partition(" -")
     flags = {c: c != minus for c in COMPONENTS}
@@ -106,54 +129,72 @@ def _saved_by_module(model: Any, step_forward: Any) -> dict[str, int]:
     return dict(sorted(by_module.items(), key=lambda kv: -kv[1]))
 
 
-def _training(variant: str, optimizer: str = "foreach") -> tuple[Any, Any, Any, Any, Any]:
-    """The model (patched as ``variant`` says), its optimizer (``OPTIMIZERS[optimizer]``), the input ids, a
-    forward returning the loss, and a training step returning the loss as a float (which waits for the GPU, as
-    a loop that logs it does)."""
+def _training(variant: str, optimizer: str = "foreach", layers: int | None = None
+              ) -> tuple[Any, Any, Any, Any, Any]:
+    """The model (patched as ``variant`` says, with ``layers`` decoder layers when given), its optimizer
+    (``OPTIMIZERS[optimizer]``; capturable for the CUDA-graph variant), the input ids, a forward returning the
+    loss, and a training step returning the loss as a float (which waits for the GPU, as a loop that logs it
+    does)."""
     import torch
     import transformers
     from _common import llama_1b_config
 
     config = llama_1b_config()
+    if layers is not None:
+        config.num_hidden_layers = layers
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
     model.train()
     _patch(variant, model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **OPTIMIZERS[optimizer])
+    compile_mode = COMPILED.get(variant)
+    graphs = compile_mode == "reduce-overhead"
+    options = {**OPTIMIZERS[optimizer], **({"capturable": True} if graphs else {})}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, **options)
+    run = model if compile_mode is None else torch.compile(model, mode=compile_mode)
+    opt_step = torch.compile(opt.step, mode="reduce-overhead") if graphs else opt.step
     ids = torch.randint(0, config.vocab_size, (1, 4096), device="cuda")
 
     def forward() -> Any:
-        return model(input_ids=ids, labels=ids).loss
+        return run(input_ids=ids, labels=ids).loss
 
     def step() -> float:
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         loss = forward()
         loss.backward()
-        opt.step()
+        opt_step()
         opt.zero_grad(set_to_none=True)
         return float(loss)
 
     return model, opt, ids, forward, step
 
 
-def child(variant: str, steps: int, warmup: int = 3, optimizer: str = "foreach") -> dict[str, Any]:
+def child(variant: str, steps: int, warmup: int = 3, optimizer: str = "foreach", layers: int | None = None
+          ) -> dict[str, Any]:
     """One variant in this process: ``warmup`` untimed training steps (at least one: the optimizer's state is
-    created by the first), the memory measurements, then ``steps`` timed steps."""
+    created by the first; compiled variants compile there), the memory measurements (eager variants), then
+    ``steps`` timed steps."""
     import torch
 
-    model, opt, ids, forward, step = _training(variant, optimizer)
+    model, opt, ids, forward, step = _training(variant, optimizer, layers)
+    t0 = time.perf_counter()
     for _ in range(max(1, warmup)):
         step()
     torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    loss = forward()
-    torch.cuda.synchronize()
-    activations = torch.cuda.memory_allocated() - before
-    loss.backward()
-    opt.zero_grad(set_to_none=True)
-    del loss
-    saved = _saved_by_module(model, forward)
-    opt.zero_grad(set_to_none=True)
+    warmup_s = time.perf_counter() - t0
+    activations: int | None = None
+    saved: dict[str, int] = {}
+    if variant not in COMPILED:
+        before = torch.cuda.memory_allocated()
+        loss = forward()
+        torch.cuda.synchronize()
+        activations = torch.cuda.memory_allocated() - before
+        loss.backward()
+        opt.zero_grad(set_to_none=True)
+        del loss
+        saved = _saved_by_module(model, forward)
+        opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -163,9 +204,11 @@ def child(variant: str, steps: int, warmup: int = 3, optimizer: str = "foreach")
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     gib = 2**30
-    return {"variant": variant, "optimizer": optimizer, "tokens_per_s": round(steps * ids.numel() / dt),
+    return {"variant": variant, "optimizer": optimizer, "layers": model.config.num_hidden_layers,
+            "tokens_per_s": round(steps * ids.numel() / dt), "warmup_s": round(warmup_s, 1),
             "peak_gib": round(torch.cuda.max_memory_allocated() / gib, 3),
-            "activations_gib": round(activations / gib, 3), "loss": round(last, 5),
+            "reserved_gib": round(torch.cuda.max_memory_reserved() / gib, 3),
+            "activations_gib": None if activations is None else round(activations / gib, 3), "loss": round(last, 5),
             "saved_by_module": {k: round(v / gib, 3) for k, v in saved.items()}}
 
 
@@ -222,7 +265,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per variant (default 4)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed training steps before the measurements (default 3; at least 1)")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS), choices=VARIANTS,
+                        help=f"default: {', '.join(DEFAULT_VARIANTS)}")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="decoder layers (default: the Llama 3.2 1B shape's 16); fewer for a quicker look")
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs of every variant, interleaved (default 1); the table gives medians")
     parser.add_argument("--paired", type=int, default=0, metavar="N",
@@ -233,8 +279,9 @@ def main() -> int:
                              "fused=True (Hugging Face Trainer's default)")
     parser.add_argument("--child", default=None, choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.paired < 0 or args.steps < 1:
-        parser.error(f"--paired {args.paired} --steps {args.steps}: accepted --paired >= 0 and --steps >= 1")
+    if args.paired < 0 or args.steps < 1 or (args.layers is not None and args.layers < 1):
+        parser.error(f"--paired {args.paired} --steps {args.steps} --layers {args.layers}: accepted --paired >= 0, "
+                     "--steps >= 1 and --layers >= 1")
     if args.paired:
         result = paired(args.paired, args.steps, args.optimizer)
         print(json.dumps(result))
@@ -245,18 +292,20 @@ def main() -> int:
               f"(range {min(result['ratios'])}-{max(result['ratios'])})")
         return 0
     if args.child is not None:
-        print(json.dumps(child(args.child, args.steps, args.warmup, args.optimizer)))
+        print(json.dumps(child(args.child, args.steps, args.warmup, args.optimizer, args.layers)))
         return 0
     has_liger = importlib.util.find_spec("liger_kernel") is not None
     variants = [v for v in args.variants if has_liger or not v.startswith("liger")]
-    for v in sorted(set(args.variants) - set(variants)):
-        print(f"{v}: skipped (liger_kernel not installed)")
+    missing = [v for v in args.variants if v not in variants]
+    for v in missing:
+        print(f"{v}: not installed (liger_kernel)")
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for r in range(args.rounds):
         # each round starts one variant later, so no variant always runs first (warmest or coldest machine)
         for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
             out = subprocess.run([sys.executable, __file__, "--child", variant, "--steps", str(args.steps),
-                                  "--warmup", str(args.warmup), "--optimizer", args.optimizer],
+                                  "--warmup", str(args.warmup), "--optimizer", args.optimizer,
+                                  *(["--layers", str(args.layers)] if args.layers is not None else [])],
                                  capture_output=True, text=True, timeout=900)
             if out.returncode != 0:
                 print(f"{variant}: failed\n{out.stderr[-3000:]}", file=sys.stderr)
@@ -265,19 +314,23 @@ def main() -> int:
             row["round"] = r
             rows[variant].append(row)
             print(json.dumps(row), flush=True)
-    print(table(rows))
+    print(table(rows, missing))
     return 0
 
 
-def table(rows: dict[str, list[dict[str, Any]]]) -> str:
+def table(rows: dict[str, list[dict[str, Any]]], missing: list[str] | None = None) -> str:
     """The summary table: per variant, the median tokens/s over its rounds and their range, the ratio of that
     median to eager's, the median of the per-round ratios to eager (rounds where both ran), and the largest
-    peak and activation memory (the same every round: the step is deterministic in its allocations)."""
+    peak and activation memory (the same every round: the step is deterministic in its allocations). Variants
+    in ``missing`` get a "not installed" row; a variant whose every run failed, a "failed" row."""
     eager = rows.get("eager", [])
     lines = ["\nvariant | rounds | tokens/s median | min-max | x eager (medians) | x eager (median of rounds) | "
-             "peak GiB | activations GiB | loss"]
+             "peak GiB | reserved GiB | activations GiB | loss"]
+    for variant in missing or ():
+        lines.append(f"{variant} | not installed (liger_kernel) | - | - | - | - | - | - | - | -")
     for variant, runs in rows.items():
         if not runs:
+            lines.append(f"{variant} | failed (see stderr) | - | - | - | - | - | - | - | -")
             continue
         tps = [r["tokens_per_s"] for r in runs]
         med = statistics.median(tps)
@@ -286,7 +339,8 @@ def table(rows: dict[str, list[dict[str, Any]]]) -> str:
         paired = [r["tokens_per_s"] / eager_by_round[r["round"]] for r in runs if r["round"] in eager_by_round]
         per_round = f"{statistics.median(paired):.3f}" if paired else "-"
         lines.append(f"{variant} | {len(runs)} | {med:.0f} | {min(tps)}-{max(tps)} | {ratio} | {per_round} | "
-                     f"{max(r['peak_gib'] for r in runs)} | {max(r['activations_gib'] for r in runs)} | "
+                     f"{max(r['peak_gib'] for r in runs)} | {max(r.get('reserved_gib', 0) for r in runs)} | "
+                     f"{runs[0]['activations_gib']} | "
                      f"{runs[0]['loss']}")
     return "\n".join(lines)
 

@@ -162,7 +162,7 @@ def run_ops(args: argparse.Namespace, ceiling: float) -> None:
     if not args.no_override:
         t0 = time.perf_counter()
         shapes = sorted({s for c in cases if c["name"] not in ("rope", "cross_entropy") for s in c["shapes"]})
-        tune.tune(None, shapes, ["bfloat16"], reps=10)
+        tune.tune(None, shapes, ["bfloat16"], reps=10, accelerator=anyaccel.get_accelerator())
         replaced = anyaccel.ops.enable()
         anyaccel.ops.disable()
         # an op the tuned policy leaves to aten makes its "override x" column aten against aten: the noise floor
@@ -355,7 +355,7 @@ def emit_default_policy(path: str, quick: bool) -> None:
 
     shapes = sorted({*LARGE, *SMALL, *CE_SHAPES[:3]})
     tune.tune(None, shapes, ["bfloat16", "float16"], reps=5 if quick else 10, save=False,
-              emit_default=Path(path))
+              emit_default=Path(path), accelerator=anyaccel.get_accelerator())
     print(f"default-policy entry for {torch.cuda.get_device_name()} "
           f"(capability {'.'.join(map(str, torch.cuda.get_device_capability()))}) written to {path}")
 
@@ -394,7 +394,7 @@ def device_us(make_call: Callable[[], Callable[[], Any]], footprint: int, quick:
     from anyaccel.ops.tune import graph_times
 
     times = graph_times((contextlib.nullcontext,), lambda: (make_call(), footprint), 3 if quick else 7,
-                        l2_multiple=4, max_input_sets=64)
+                        anyaccel.get_accelerator(), l2_multiple=4, max_input_sets=64)
     if times is None:
         print("  (CUDA graph capture failed: anyaccel.ops.tune logs why at INFO level)")
         return None

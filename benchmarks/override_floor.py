@@ -63,7 +63,7 @@ def main() -> int:
         return 2
     if not args.no_tune:
         t0 = time.perf_counter()
-        tune.tune(None, SHAPES, ["bfloat16"], reps=10)
+        tune.tune(None, SHAPES, ["bfloat16"], reps=10, accelerator=anyaccel.get_accelerator())
         print(f"(policy tuned on {len(SHAPES)} shapes in {time.perf_counter() - t0:.0f} s)")
     replaced = anyaccel.ops.enable()
     anyaccel.ops.disable()

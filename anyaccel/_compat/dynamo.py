@@ -1,4 +1,4 @@
-"""Dynamo's constant-result mark, set without importing Dynamo.
+"""Dynamo's constant-result mark, set without importing Dynamo; whether a module was compiled.
 
 Private name used (tested on torch 2.10.0, 2.13.0 and 2.15.0): the function attribute
 ``_dynamo_marked_constant``, which ``torch.compiler.assume_constant_result`` sets
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["MARK", "mark_constant_result"]
+__all__ = ["MARK", "compiled_module", "mark_constant_result"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,3 +41,21 @@ def mark_constant_result(fn: F) -> F:
         return torch.compiler.assume_constant_result(fn)
     setattr(fn, MARK, True)
     return fn
+
+
+def compiled_module(model: Any) -> tuple[Any, bool]:
+    """``(module, compiled)``: the module ``torch.compile(module)`` wrapped and True, for its wrapper; ``model``
+    and whether ``model.compile()`` compiled it in place; ``(model, False)`` otherwise.
+
+    Private names used (torch 2.10-2.15): the wrapper class ``torch._dynamo.eval_frame.OptimizedModule`` and its
+    ``_orig_mod``, and the ``_compiled_call_impl`` attribute ``torch.nn.Module.compile`` sets. Neither exists
+    before Dynamo is imported, so this never imports it. Where a torch renames them the public fallback is
+    "not compiled" (the caller then needs its mode said explicitly).
+    """
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    wrapper = getattr(eval_frame, "OptimizedModule", None)
+    if wrapper is not None and isinstance(model, wrapper):
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            return inner, True
+    return model, getattr(model, "_compiled_call_impl", None) is not None

@@ -1,4 +1,4 @@
-"""``python -m anyaccel.ops.tune`` / ``anyaccel tune``: measure the override mode's per-shape policy.
+"""``anyaccel tune`` (`anyaccel.tune_command`): measure the override mode's per-shape policy.
 
 For each replaced aten op, dtype and shape (``rows x row length``), the op is timed as a user calls it
 (``torch.ops.aten.<op>``) with the override mode off (aten's kernel), on with ``policy="always"``
@@ -165,7 +165,7 @@ def _footprint(args: Sequence[Any]) -> int:
 
 def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
                 make_call: Callable[[], tuple[Callable[[], Any], int]], reps: int,
-                accelerator: Any = None, l2_multiple: int = L2_MULTIPLE,
+                accelerator: Any, l2_multiple: int = L2_MULTIPLE,
                 max_input_sets: int = MAX_INPUT_SETS) -> list[list[float]] | None:
     """Device seconds per call under each of ``variants``, from graph replays; None where the accelerator has
     no graphs or a capture fails.
@@ -184,7 +184,9 @@ def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManage
         variants: context factories (the mode off, on, ...), entered for the warm-up and the capture only.
         make_call: ``() -> (call, footprint bytes)``.
         reps: timed rounds.
-        accelerator: the accelerator (default: ``anyaccel.get_accelerator()``).
+        accelerator: the accelerator whose graphs, streams and events time the calls (DeepSpeed's interface:
+            ``create_graph``, ``capture_to_graph``, ``replay_graph``, ``Stream``, ``Event``...), passed in by the
+            caller (``anyaccel.get_accelerator()`` above this layer).
         l2_multiple: how many L2 caches the distinct input sets cover together (default `L2_MULTIPLE`).
         max_input_sets: the most input sets (default `MAX_INPUT_SETS`).
 
@@ -194,10 +196,6 @@ def graph_times(variants: Sequence[Callable[[], contextlib.AbstractContextManage
 
     Side effects: allocates ``k`` input sets and each graph's outputs on the device, synchronises it.
     """
-    if accelerator is None:
-        import anyaccel
-
-        accelerator = anyaccel.get_accelerator()
     if accelerator.create_graph() is None:
         return None
     first, footprint = make_call()
@@ -257,8 +255,8 @@ def _caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
 
 def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
          dtypes: Sequence[str] = ("bfloat16",), reps: int = 20, save: bool = True,
-         emit_default: Path | None = None) -> dict[str, float]:
-    """Measure the speed-ups and store them in the device's policy table.
+         emit_default: Path | None = None, *, accelerator: Any) -> dict[str, float]:
+    """Measure the speed-ups and store them in ``accelerator``'s policy table.
 
     Args:
         ops: aten op or family names (all the mode replaces when None).
@@ -284,7 +282,7 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
     from anyaccel.ops.override import aten_ops, mode
     from anyaccel.ops.override.policy import Policy
 
-    device_type = mode._device_type()
+    device_type = str(accelerator.device_type)
     dev = torch.get_device_module(device_type) if device_type != "cpu" else None
 
     def sync() -> None:
@@ -309,19 +307,21 @@ def tune(ops: Sequence[str] | None = None, shapes: Sequence[tuple[int, int]] = D
                 k = entry.describe(args)
                 if k is None:
                     continue
-                with mode.use_ops(include=[entry.name], policy="always") as replaced:
+                with mode.use_ops(include=[entry.name], policy="always", device=device_type) as replaced:
                     if entry.name not in replaced:
                         break
                 variants = (contextlib.nullcontext,
-                            functools.partial(mode.use_ops, include=[entry.name], policy="always"),
-                            functools.partial(mode.use_ops, include=[entry.name], policy="never"))
+                            functools.partial(mode.use_ops, include=[entry.name], policy="always",
+                                              device=device_type),
+                            functools.partial(mode.use_ops, include=[entry.name], policy="never",
+                                              device=device_type))
 
                 def make_call(entry: Any = entry, rows: int = rows, cols: int = cols,
                               dtype: Any = dtype, aten_op: Any = aten_op) -> tuple[Callable[[], Any], int]:
                     fresh = make_args(entry.name, rows, cols, dtype, device_type)
                     return _caller(aten_op, fresh), _footprint(fresh)
 
-                on_device = graph_times(variants, make_call, reps)
+                on_device = graph_times(variants, make_call, reps, accelerator)
                 basis = "device"
                 if on_device is None:
                     on_device = round_robin_times(variants, _caller(aten_op, args), sync, reps)
@@ -361,8 +361,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(the format of anyaccel/ops/override/default_policy.json; other entries kept)")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the measurement; returns the exit status."""
+def run(args: argparse.Namespace, accelerator: Any) -> int:
+    """Run the measurement on ``accelerator`` with `add_arguments`' options; returns the exit status."""
     shapes = DEFAULT_SHAPES
     if args.shapes:
         try:
@@ -370,17 +370,5 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             logger.error("tune: --shapes takes ROWSxCOLS values such as 8192x4096, got %s", args.shapes)
             return 2
-    tune(args.ops, shapes, args.dtypes, args.reps, emit_default=args.emit_default_policy)
+    tune(args.ops, shapes, args.dtypes, args.reps, emit_default=args.emit_default_policy, accelerator=accelerator)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m anyaccel.ops.tune``."""
-    parser = argparse.ArgumentParser(prog="python -m anyaccel.ops.tune", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="anyaccel: %(message)s")
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -12,7 +12,7 @@ import torch
 
 from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.errors import OpInputError, UnsupportedOpError
-from anyaccel.ops.nn.implementations import ops
+from anyaccel.ops.nn.implementations import check_mode, ops, tracing
 
 __all__ = [
     "cross_entropy", "fused_add_rms_norm", "fused_linear_cross_entropy", "layer_norm", "log_softmax", "rms_norm",
@@ -21,7 +21,7 @@ __all__ = [
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *, casting: str = "torch",
-             impl: str | None = None) -> torch.Tensor:
+             impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """RMSNorm over the last dimension (Zhang & Sennrich 2019), computed in fp32.
 
     Args:
@@ -32,6 +32,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
             ``"llama"`` (as Hugging Face ``LlamaRMSNorm``: rounds the normalised value to x's dtype before
             the weight; result in ``promote(x, weight)``).
         impl: force an implementation (``"triton"``, ``"torch"``, ``"triton_interpreter"``).
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         ``y``, x's shape, contiguous.
@@ -39,12 +41,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     Raises:
         OpInputError: bad dtype, device, shape, eps or casting (the message names the fix).
     """
-    return ops("rms_norm", x.device.type, impl).rms_norm(x, weight, float(eps), casting)[0]
+    return ops("rms_norm", x.device.type, impl, mode).rms_norm(x, weight, float(eps), casting)[0]
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
-                       eps: float = 1e-6, *, casting: str = "torch", impl: str | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       eps: float = 1e-6, *, casting: str = "torch", impl: str | None = None,
+                       mode: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``h = x + residual`` (rounded to x's dtype) and ``rms_norm(h)``, in one pass over memory.
 
     The functional form of vLLM's/FlagGems's in-place ``fused_add_rms_norm``: it returns new tensors, so
@@ -57,6 +59,8 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
         eps: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
         casting: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
         impl: as for [`rms_norm`][anyaccel.ops.nn.functional.rms_norm].
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         ``(y, h)``: the normalised output and the new residual stream.
@@ -64,13 +68,13 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     Raises:
         OpInputError: as [`rms_norm`][anyaccel.ops.nn.functional.rms_norm], or residual of another shape or dtype.
     """
-    y, h, _ = ops("rms_norm", x.device.type, impl).fused_add_rms_norm(x, residual, weight, float(eps), casting)
+    y, h, _ = ops("rms_norm", x.device.type, impl, mode).fused_add_rms_norm(x, residual, weight, float(eps), casting)
     return y, h
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, ...],
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5, *,
-               impl: str | None = None) -> torch.Tensor:
+               impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """LayerNorm over the trailing ``normalized_shape`` dimensions (as ``torch.nn.functional.layer_norm``).
 
     Args:
@@ -80,6 +84,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, .
         bias: ``normalized_shape``-shaped, or None.
         eps: added to the variance, ``>= 0``.
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         ``y``, x's shape and dtype, contiguous.
@@ -88,7 +94,7 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, .
         OpInputError: x's trailing dimensions are not ``normalized_shape``, or a bad dtype/device/eps.
     """
     if type(normalized_shape) is int and x.dim() and x.shape[-1] == normalized_shape:  # the usual call, first
-        return ops("layer_norm", x.device.type, impl).layer_norm(x, weight, bias, float(eps))[0]
+        return ops("layer_norm", x.device.type, impl, mode).layer_norm(x, weight, bias, float(eps))[0]
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(shape)
     if k == 0 or tuple(x.shape[x.dim() - k:]) != shape or x.dim() < k:
@@ -100,12 +106,12 @@ def layer_norm(x: torch.Tensor, normalized_shape: int | list[int] | tuple[int, .
     xr = x.reshape(*x.shape[:x.dim() - k], n) if k > 1 else x
     w = weight.reshape(n) if weight is not None and k > 1 else weight
     b = bias.reshape(n) if bias is not None and k > 1 else bias
-    y = ops("layer_norm", x.device.type, impl).layer_norm(xr, w, b, float(eps))[0]
+    y = ops("layer_norm", x.device.type, impl, mode).layer_norm(xr, w, b, float(eps))[0]
     return y.view(x.shape) if k > 1 else y
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
-            impl: str | None = None) -> torch.Tensor:
+            impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """Softmax along ``dim`` (as ``torch.softmax``), computed in fp32.
 
     Args:
@@ -113,6 +119,8 @@ def softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
         dim: the reduced dimension.
         dtype: cast x to this dtype first (torch's ``dtype=``).
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         x's shape and dtype (or ``dtype``), contiguous.
@@ -122,25 +130,27 @@ def softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
     """
     if dtype is not None:
         x = x.to(dtype)
-    return ops("softmax", x.device.type, impl).softmax(x, dim)
+    return ops("softmax", x.device.type, impl, mode).softmax(x, dim)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, *, dtype: torch.dtype | None = None,
-                impl: str | None = None) -> torch.Tensor:
+                impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """Log-softmax along ``dim`` (as ``torch.log_softmax``); arguments as
-    [`softmax`][anyaccel.ops.nn.functional.softmax]."""
+    [`softmax`][anyaccel.ops.nn.functional.softmax] (``mode`` included)."""
     if dtype is not None:
         x = x.to(dtype)
-    return ops("softmax", x.device.type, impl).log_softmax(x, dim)
+    return ops("softmax", x.device.type, impl, mode).log_softmax(x, dim)
 
 
-def swiglu(a: torch.Tensor, b: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
+def swiglu(a: torch.Tensor, b: torch.Tensor, *, impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """``silu(a) * b`` (Shazeer 2020), broadcasting, computed in fp32 and rounded once.
 
     Args:
         a: the gate (``gate_proj(x)`` in Llama's MLP). b: the up projection. Float dtypes, any strides,
             broadcastable shapes.
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         The broadcast shape in ``torch.result_type(a, b)``.
@@ -148,11 +158,11 @@ def swiglu(a: torch.Tensor, b: torch.Tensor, *, impl: str | None = None) -> torc
     Raises:
         OpInputError: bad dtype/device or shapes that do not broadcast.
     """
-    return ops("swiglu", a.device.type, impl).swiglu(a, b)
+    return ops("swiglu", a.device.type, impl, mode).swiglu(a, b)
 
 
 def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-                  impl: str | None = None) -> torch.Tensor:
+                  impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """``torch.nn.functional.linear(swiglu(a, b), weight, bias)`` (a Llama MLP's ``down_proj(act(gate) * up)``),
     keeping ``a`` and ``b`` for the backward and recomputing ``swiglu(a, b)`` there instead of keeping it.
 
@@ -167,6 +177,8 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
         weight: ``[O, I]``, ``a``'s dtype.
         bias: ``[O]`` or None.
         impl: force the SwiGLU implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         ``[..., O]`` in ``a``'s dtype.
@@ -183,16 +195,20 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
                            f"{a.shape[-1]}] of a's dtype {a.dtype}")
     from anyaccel.ops.nn.families.swiglu import linear
 
+    check_mode(mode)
+    if mode == "compile" or (mode is None and tracing()):
+        return linear.compiled(a, b, weight, bias, impl)
     return linear.apply(a, b, weight, bias, impl)
 
 
-def silu(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``), computed in fp32."""
-    return ops("swiglu", x.device.type, impl).silu(x)
+def silu(x: torch.Tensor, *, impl: str | None = None, mode: str | None = None) -> torch.Tensor:
+    """``x * sigmoid(x)`` (``torch.nn.functional.silu``), computed in fp32; ``impl`` and ``mode`` as for
+    [`swiglu`][anyaccel.ops.nn.functional.swiglu]."""
+    return ops("swiglu", x.device.type, impl, mode).silu(x)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
-         impl: str | None = None) -> torch.Tensor:
+         impl: str | None = None, mode: str | None = None) -> torch.Tensor:
     """Rotary position embedding of ``x`` (Su et al. 2021).
 
     Args:
@@ -204,6 +220,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
         interleaved: pairs ``(x[2j], x[2j+1])`` (GPT-J/RoFormer) instead of ``(x[j], x[j + D/2])``
             (Llama/``rotate_half``).
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         x rotated, x's shape, dtype and layout. No gradient flows into ``cos`` and ``sin``.
@@ -212,11 +230,11 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: 
         OpInputError: odd D, or cos/sin of another size or not broadcastable.
     """
     cos, sin = _pair_tables(x, cos, sin, interleaved)
-    return ops("rope", x.device.type, impl).rope(x, cos, sin, bool(interleaved))
+    return ops("rope", x.device.type, impl, mode).rope(x, cos, sin, bool(interleaved))
 
 
 def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, interleaved: bool = False,
-            impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+            impl: str | None = None, mode: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary position embedding of the queries and keys of one attention layer, in one kernel launch.
 
     ``rope(q, cos, sin), rope(k, cos, sin)`` with one op's host cost: Hugging Face's
@@ -233,6 +251,8 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
         sin: like ``cos``.
         interleaved: as for [`rope`][anyaccel.ops.nn.functional.rope].
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         ``(q_rotated, k_rotated)``, each with its input's shape, dtype and layout. No gradient flows into
@@ -244,7 +264,7 @@ def rope_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
             devices.
     """
     cos, sin = _pair_tables(q, cos, sin, interleaved)
-    return ops("rope", q.device.type, impl).rope_qk(q, k, cos, sin, bool(interleaved))
+    return ops("rope", q.device.type, impl, mode).rope_qk(q, k, cos, sin, bool(interleaved))
 
 
 def _pair_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool
@@ -262,7 +282,8 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
-                  label_smoothing: float = 0.0, reduction: str = "mean", impl: str | None = None) -> torch.Tensor:
+                  label_smoothing: float = 0.0, reduction: str = "mean", impl: str | None = None,
+                  mode: str | None = None) -> torch.Tensor:
     """Cross-entropy of ``logits [..., V]`` against class indices ``target [...]``, for large vocabularies.
 
     As ``torch.nn.functional.cross_entropy`` with the class dimension last (the language-model layout),
@@ -276,6 +297,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
         label_smoothing: in ``[0, 1]`` (torch's definition).
         reduction: ``"mean"`` (over non-ignored rows), ``"sum"`` or ``"none"``.
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         The loss in logits' dtype: 0-dim, or ``target``'s shape for ``"none"``.
@@ -291,7 +314,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     vocab = logits.shape[-1]
     z = logits.reshape(-1, vocab) if logits.dim() != 2 else logits
     t = target.reshape(-1)
-    loss, _ = ops("cross_entropy", logits.device.type, impl).cross_entropy(z, t, int(ignore_index),
+    loss, _ = ops("cross_entropy", logits.device.type, impl, mode).cross_entropy(z, t, int(ignore_index),
                                                                             float(label_smoothing))
     if reduction == "none":
         return loss.view(target.shape).to(logits.dtype)
@@ -304,7 +327,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
                                bias: torch.Tensor | None = None, *, ignore_index: int = -100,
                                label_smoothing: float = 0.0, reduction: str = "mean",
-                               accum_dtype: torch.dtype = torch.float32, impl: str | None = None) -> torch.Tensor:
+                               accum_dtype: torch.dtype = torch.float32, impl: str | None = None,
+                               mode: str | None = None) -> torch.Tensor:
     """``cross_entropy(hidden @ weight.T + bias, target)`` without materialising the logits.
 
     The rows are processed in chunks whose logits take about as much memory as ``hidden``; the gradients of
@@ -326,6 +350,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
             weight, twice the weight's memory while the forward runs). The weight's dtype (Liger-Kernel's
             default): the gradient accumulates in place, no extra memory, one rounding per chunk.
         impl: force an implementation.
+        mode: the callable form, picked by the caller once: ``"eager"`` or ``"compile"`` (for
+            ``torch.compile``); None asks per call whether ``torch.compile`` traces (`anyaccel.ops.nn.implementations`).
 
     Returns:
         The loss, fp32, 0-dim.
@@ -348,6 +374,6 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     t = target.reshape(-1)
     needs = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad or
                                          (bias is not None and bias.requires_grad))
-    loss = ops("cross_entropy", hidden.device.type, impl).fused_linear_cross_entropy(
+    loss = ops("cross_entropy", hidden.device.type, impl, mode).fused_linear_cross_entropy(
         h2, weight, t, bias, int(ignore_index), float(label_smoothing), reduction, bool(needs), accum_dtype)[0]
     return loss

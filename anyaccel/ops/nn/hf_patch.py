@@ -26,6 +26,16 @@ What is replaced (each optional), in any model whose classes carry the markers (
   label shift, ``ignore_index=-100`` and ``num_items_in_batch`` are kept. Without labels the original
   forward runs.
 
+**One callable form per mode, chosen once** (``mode=``, as Hugging Face kernels' ``kernelize(model,
+mode=...)``): ``"eager"`` replaces all of the above with the eager forms (`anyaccel.ops.nn.implementations`);
+``"compile"`` (for ``torch.compile``, CUDA graphs included) replaces only what Inductor cannot do itself: the
+loss (the fused linear cross-entropy, as torch ops Inductor traces) and the MLP's recomputation of its
+product (`anyaccel.ops.nn.families.swiglu.linear.compiled`, whose element-wise math Inductor fuses); the
+norms, SiLU and rotary embedding are left to Inductor, which fuses them with their neighbours (a custom op
+would stop those fusions). Without ``mode`` it is detected once, here: ``"compile"`` for a
+``torch.compile(model)`` wrapper (its module is patched) or a module compiled in place (``model.compile()``),
+else ``"eager"``. Patch before compiling with ``mode="compile"``.
+
 A marked layer anyaccel has no op for, or whose math differs from anyaccel's, is left as it is and named in
 the report with the reason; nothing is an error. The model's parameters, state dict and module tree are
 unchanged; [`unpatch`][anyaccel.ops.nn.hf_patch.unpatch] restores the forwards and functions.
@@ -46,9 +56,10 @@ from typing import Any
 
 import torch
 
-from anyaccel._compat import modules
+from anyaccel._compat import dynamo, modules
 from anyaccel.ops.nn import functional as F
 from anyaccel.ops.nn.hf import equivalence, markers
+from anyaccel.ops.nn.implementations import check_mode
 
 #: marked layer names replaced by anyaccel's RMSNorm (their math is checked by the probe)
 NORM_LAYERS = frozenset({"RMSNorm", "RMSNormZeroCentered"})
@@ -60,6 +71,8 @@ _LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
 _ROPE_LOCK = threading.Lock()
 _ROPE_SWAPS: dict[tuple[str, str], tuple[Any, int]] = {}  # (module, global) -> (original, patched models)
 _LOGGED: set[str] = set()
+#: why a layer is not replaced under ``mode="compile"``
+_LEFT_TO_INDUCTOR = "left to Inductor (mode='compile': it fuses this op with its neighbours)"
 logger = logging.getLogger(__name__)
 
 
@@ -69,6 +82,7 @@ class PatchReport:
 
     Attributes:
         model_type: ``config.model_type`` (the class name when there is none).
+        mode: the callable form chosen, ``"eager"`` or ``"compile"``.
         rms_norm: RMSNorm-like modules whose forward was replaced.
         mlp: SwiGLU MLP modules whose forward was replaced.
         silu: SiLU activation modules whose forward was replaced.
@@ -79,6 +93,7 @@ class PatchReport:
     """
 
     model_type: str
+    mode: str = "eager"
     rms_norm: int = 0
     mlp: int = 0
     silu: int = 0
@@ -91,7 +106,7 @@ class PatchReport:
         """One line: what was replaced and what was not (and why)."""
         done = ", ".join(f"{k} x{n}" for k, n in self.replaced.items()) or "nothing"
         left = "; ".join(self.skipped) or "nothing"
-        return f"anyaccel.ops.patch({self.model_type}): replaced {done}; not replaced: {left}"
+        return f"anyaccel.ops.patch({self.model_type}, mode={self.mode!r}): replaced {done}; not replaced: {left}"
 
 
 def _set_forward(module: torch.nn.Module, forward: Any) -> None:
@@ -107,7 +122,7 @@ def _skip(report: PatchReport, line: str) -> None:
 
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True, rope: bool = True,
           loss: bool = True, silu: bool = True, loss_accum_dtype: torch.dtype = torch.float32,
-          impl: str | None = None) -> PatchReport:
+          impl: str | None = None, mode: str | None = None) -> PatchReport:
     """Replace the marked layers, the SwiGLU MLPs, the rotary embedding and the loss of a Hugging Face model.
 
     Args:
@@ -126,6 +141,9 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             at sequence 4096; ``docs/nn_ops.md``).
         impl: force an implementation for every op (``"triton"``, ``"torch"``, ``"triton_interpreter"``);
             else each family's choice for the inputs' device.
+        mode: ``"eager"``, ``"compile"`` or None (detected: see the module docstring). Under ``"compile"`` the
+            norms, SiLU and rotary embedding are not replaced (reported in ``skipped``). A module patched
+            already keeps its form: `unpatch` first to change the mode.
 
     Returns:
         A [`PatchReport`][anyaccel.ops.nn.hf_patch.PatchReport]; its
@@ -133,14 +151,19 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         ``anyaccel.ops.nn.hf_patch``) once per distinct line.
 
     Raises:
-        Nothing for an unknown model: what cannot be replaced is reported in ``skipped``.
+        OpInputError: ``mode`` is not ``"eager"``, ``"compile"`` or None. Nothing for an unknown model: what
+            cannot be replaced is reported in ``skipped``.
 
     Side effects: sets instance ``forward`` attributes on the model's modules; swaps modeling modules'
     ``apply_rotary_pos_emb`` (process-wide, see the module docstring); runs the equivalence probes (small
     CPU or device computations on copies of one module per class). Patching twice is harmless.
     """
+    check_mode(mode)
+    model, compiled = dynamo.compiled_module(model)
+    mode = mode or ("compile" if compiled else "eager")
     config = getattr(model, "config", None)
-    report = PatchReport(str(getattr(config, "model_type", None) or type(model).__name__))
+    report = PatchReport(str(getattr(config, "model_type", None) or type(model).__name__), mode)
+    eager = mode == "eager"
     norm_recipes: dict[tuple[type, bool], tuple[equivalence.NormRecipe | None, str]] = {}
     silu_checks: dict[type, str] = {}
     functions: dict[tuple[str, str], markers.KernelizedFunction] = {}
@@ -148,13 +171,15 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
     for m in model.modules():
         cls = type(m)
         layer = markers.layer_name(cls)
-        if layer in NORM_LAYERS and rms_norm and not hasattr(m, _ORIG):
+        if layer in NORM_LAYERS | {"SiLU"} and not eager and not hasattr(m, _ORIG):
+            _skip(report, f"{cls.__name__} ({layer}): {_LEFT_TO_INDUCTOR}")
+        elif layer in NORM_LAYERS and rms_norm and not hasattr(m, _ORIG):
             key = (cls, isinstance(getattr(m, "weight", None), torch.Tensor))
             if key not in norm_recipes:
                 norm_recipes[key] = equivalence.probe_rms_norm(m)
             recipe, why = norm_recipes[key]
             if recipe is not None:
-                _set_forward(m, _rms_norm_forward(recipe, impl))
+                _set_forward(m, _rms_norm_forward(recipe, impl, mode))
                 report.rms_norm += 1
                 counts[f"{cls.__name__} ({layer})"] += 1
             else:
@@ -163,7 +188,7 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             if cls not in silu_checks:
                 silu_checks[cls] = equivalence.probe_silu(m)
             if not silu_checks[cls]:
-                _set_forward(m, _silu_forward(impl))
+                _set_forward(m, _silu_forward(impl, mode))
                 report.silu += 1
                 counts[f"{cls.__name__} ({layer})"] += 1
             else:
@@ -171,19 +196,22 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         elif layer is not None and layer not in NORM_LAYERS and layer != "SiLU":
             _skip(report, f"{cls.__name__} ({layer}): anyaccel has no op for this layer")
         if swiglu and not hasattr(m, _ORIG) and _is_llama_mlp(m):
-            _set_forward(m, _mlp_forward(impl))
+            _set_forward(m, _mlp_forward(impl, mode))
             report.mlp += 1
             counts[f"{cls.__name__} (SwiGLU MLP)"] += 1
         for fn in markers.kernelized_functions(m):
             functions.setdefault((fn.module, fn.name), fn)
-    if rope:
+    if rope and not eager:
+        for fn in functions.values():
+            _skip(report, f"{fn.module.rsplit('.', 1)[-1]}.{fn.name} ({fn.layer}): {_LEFT_TO_INDUCTOR}")
+    elif rope:
         _patch_functions(model, functions.values(), report, counts, impl)
     report.rope = bool(getattr(model, _ROPE_ATTR, ()))
     if loss:
         why = _loss_applies(model)
         if not why:
             if not hasattr(model, _ORIG):
-                _set_forward(model, _causal_lm_forward(impl, loss_accum_dtype))
+                _set_forward(model, _causal_lm_forward(impl, loss_accum_dtype, mode))
             report.loss = True
             counts[f"{type(model).__name__} (ForCausalLMLoss)"] += 1
         else:
@@ -263,29 +291,31 @@ def _llama() -> Any:
         return None
 
 
-def _rms_norm_forward(recipe: equivalence.NormRecipe, impl: str | None) -> Any:
+def _rms_norm_forward(recipe: equivalence.NormRecipe, impl: str | None, mode: str) -> Any:
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        return recipe(self, hidden_states, impl)
+        return recipe(self, hidden_states, impl, mode)
 
     return forward
 
 
-def _silu_forward(impl: str | None) -> Any:
+def _silu_forward(impl: str | None, mode: str) -> Any:
     def forward(self: Any, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (transformers' parameter name)
-        return F.silu(input, impl=impl)
+        return F.silu(input, impl=impl, mode=mode)
 
     return forward
 
 
-def _mlp_forward(impl: str | None) -> Any:
+def _mlp_forward(impl: str | None, mode: str) -> Any:
     def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
         gate, up, down = self.gate_proj(x), self.up_proj(x), self.down_proj
         if type(down) is torch.nn.Linear and not modules.has_forward_hooks(down) \
                 and gate.shape == up.shape and gate.dtype == up.dtype == down.weight.dtype:
             # the product silu(gate) * up is recomputed in the backward, not kept (a third of the MLP's
             # activations); a down_proj that is not a plain Linear (LoRA, quantised, hooked) runs as is
-            return F.swiglu_linear(gate, up, down.weight, down.bias, impl=impl)
-        return down(F.swiglu(gate, up, impl=impl))
+            return F.swiglu_linear(gate, up, down.weight, down.bias, impl=impl, mode=mode)
+        if mode == "compile":  # left to Inductor
+            return down(self.act_fn(gate) * up)
+        return down(F.swiglu(gate, up, impl=impl, mode=mode))
 
     return forward
 
@@ -321,7 +351,7 @@ def _restore_rope(module_name: str, name: str) -> None:
             _ROPE_SWAPS[module_name, name] = (original, count - 1)
 
 
-def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
+def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype, mode: str) -> Any:
     def forward(self: Any, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, past_key_values: Any = None,
                 inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
@@ -348,7 +378,8 @@ def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype) -> Any:
         head = self.lm_head
         loss = F.fused_linear_cross_entropy(hidden, head.weight, shift, getattr(head, "bias", None),
                                             ignore_index=ignore_index, reduction="sum" if items is not None
-                                            else "mean", accum_dtype=accum_dtype, impl=impl)
+                                            else "mean", accum_dtype=accum_dtype, impl=impl,
+                                            mode=mode)
         if items is not None:
             loss = loss / (items.to(loss.device) if isinstance(items, torch.Tensor) else items)
         result: Any = CausalLMOutputWithPast

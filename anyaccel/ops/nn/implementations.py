@@ -13,6 +13,13 @@ importing Dynamo (and with it Triton), which importing the front ends must not
 
 Consequence: a compiled function keeps the implementation chosen when it was traced; changing
 ``ANYACCEL_IMPL_<FAMILY>`` afterwards needs ``torch._dynamo.reset()``.
+
+**One callable form per mode.** A caller that knows how its calls will run picks the form once (`MODES`):
+``"eager"``, the implementation's eager ``autograd.Function`` s (no custom-op dispatch on the host), or
+``"compile"``, the torch ops (what Dynamo, AOTAutograd and Inductor trace; a Triton implementation's
+``triton_op`` is decomposed into its kernels there). [`anyaccel.ops.patch`][anyaccel.ops.nn.hf_patch.patch]
+decides once per model, as Hugging Face kernels' ``kernelize(model, mode=...)`` does. Only a front end called
+with ``mode=None`` (a direct call that did not say) still asks, per call, whether it is being traced.
 """
 
 from __future__ import annotations
@@ -54,16 +61,48 @@ def tracing() -> bool:
     return torch.compiler.is_compiling() or dispatcher.dispatch_mode_active()
 
 
-def ops(family: str, device_type: str, impl: str | None = None) -> Any:
-    """The chosen implementation's functions: ``torch.ops.<namespace>`` while ``torch.compile`` traces or a
-    torch dispatch mode is active (fake tensors, functionalisation, ``opcheck``, user modes); in plain eager
-    mode the same implementation's eager fast path (``autograd.Function`` s over the Python functions, see
-    `anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead.
+#: The callable forms a caller can pick once (see the module docstring).
+MODES = ("eager", "compile")
+
+
+def check_mode(mode: str | None) -> None:
+    """Raise unless ``mode`` is one of `MODES` or None.
+
+    Raises:
+        OpInputError: another value (the message lists `MODES`).
+    """
+    if mode is not None and mode not in MODES:
+        from anyaccel.ops.nn.errors import OpInputError
+
+        raise OpInputError(f"mode={mode!r} is not a model-op mode; accepted: {', '.join(map(repr, MODES))} or None "
+                           "(detect); use 'compile' for a model run under torch.compile or CUDA graphs")
+
+
+def ops(family: str, device_type: str, impl: str | None = None, mode: str | None = None) -> Any:
+    """The chosen implementation's functions in the form of ``mode``.
+
+    Args:
+        family: the op family.
+        device_type: the inputs' device type.
+        impl: force this implementation by name.
+        mode: ``"compile"``: ``torch.ops.<namespace>`` (the torch ops, for tracing); ``"eager"``: the
+            implementation's eager fast path (``autograd.Function`` s over the Python functions, see
+            `anyaccel.ops.nn.define`), which skips the custom-op dispatch overhead; None: the torch ops while
+            ``torch.compile`` traces or a torch dispatch mode is active (fake tensors, functionalisation,
+            ``opcheck``, user modes), else the eager fast path, asked on every call.
 
     Raises:
         anyaccel.ops.registry.ImplementationError: as `namespace` (``impl`` unknown or unavailable).
+        OpInputError: ``mode`` not in `MODES` (nor None).
     """
-    return _functions(family, device_type, impl, "eager")
+    if mode is None:
+        return _functions(family, device_type, impl, "eager")
+    if mode == "compile":
+        return getattr(torch.ops, namespace(family, device_type, impl))
+    check_mode(mode)
+    from anyaccel.ops import dispatch
+
+    return dispatch.load(family, device_type, impl).eager
 
 
 def plain_ops(family: str, device_type: str, impl: str | None = None) -> Any:

@@ -1,7 +1,9 @@
 """``enable()``, ``disable()`` and ``use_ops()``: switch the aten-override mode on and off.
 
 Each switch-on creates one registration layer: a ``torch.library.Library("aten", "IMPL")`` holding one
-kernel per replaced op (`anyaccel.ops.override.aten_ops`) on the current accelerator's dispatch key
+kernel per replaced op (`anyaccel.ops.override.aten_ops`) on the device type's dispatch key (``device=``, by
+default ``torch.accelerator.current_accelerator()``, else the CPU: this layer does not reach up to
+``anyaccel.get_accelerator()``; a caller above it passes ``device=get_accelerator().device_type``)
 (``torch._C._dispatch_key_for_device``: ``CUDA``, ``XPU``, ``PrivateUse1``, ... ; ``CPU`` when the
 accelerator is the CPU). Destroying a layer removes exactly its kernels; torch's dispatcher keeps every
 registration of an op and key in a list and runs the newest, so removing a layer restores what was there
@@ -49,10 +51,18 @@ _ORIGINALS: dict[tuple[str, str], Any] = {}
 _TLS = threading.local()
 
 
-def _device_type() -> str:
-    import anyaccel
+def device_type_of(device: str | torch.device | None = None) -> str:
+    """The device type the mode works on: ``device``'s type (``"cuda"``, ``"cuda:1"`` and ``torch.device``
+    alike), else torch's current accelerator's (``torch.accelerator``), else ``"cpu"``.
 
-    return str(anyaccel.get_accelerator().device_type)
+    Raises:
+        RuntimeError: ``device`` is a string torch does not parse as a device (torch's message names it).
+    """
+    if device is not None:
+        return torch.device(device).type
+    accelerator = getattr(torch, "accelerator", None)
+    current = accelerator.current_accelerator() if accelerator is not None else None
+    return current.type if current is not None else "cpu"
 
 
 def _dispatch_key(device_type: str) -> str:
@@ -80,10 +90,10 @@ def _capability(device_type: str) -> tuple[int, int] | None:
     return (int(cap[0]), int(cap[1]))
 
 
-def load_policy(mode: str | None = None, table: bool = True) -> Policy:
-    """The policy of the current accelerator (`Policy.load` with its name and compute capability; without
+def load_policy(mode: str | None = None, table: bool = True, device: str | torch.device | None = None) -> Policy:
+    """The policy of ``device`` (`device_type_of`; `Policy.load` with its name and compute capability; without
     its tuning table when ``table`` is False: the shipped default policy alone)."""
-    device_type = _device_type()
+    device_type = device_type_of(device)
     return Policy.load(_device_name(device_type), mode, capability=_capability(device_type), table=table)
 
 
@@ -127,10 +137,11 @@ def _kernel(entry: aten_ops.AtenOverride, ns: Any, original: Any, policy: Policy
     return kernel
 
 
-def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy: str | Policy | None) -> Any:
+def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy: str | Policy | None,
+           device: str | torch.device | None) -> Any:
     from anyaccel.ops import dispatch
 
-    device_type = _device_type()
+    device_type = device_type_of(device)
     dkey = _dispatch_key(device_type)
     pol = policy if isinstance(policy, Policy) else \
         Policy.load(_device_name(device_type), policy, capability=_capability(device_type))
@@ -143,7 +154,7 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
             if not pol.registrable(entry.name):
-                logger.info("override: aten::%s not replaced (%s; python -m anyaccel.ops.tune measures it)",
+                logger.info("override: aten::%s not replaced (%s; anyaccel tune measures it)",
                             entry.name, pol.why(entry.name))
                 continue
             impl = dispatch.choose(entry.family, device_type)
@@ -194,8 +205,8 @@ def _drop(lib: Any) -> None:
 
 
 def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-           policy: str | Policy | None = None) -> list[str]:
-    """Replace aten ops on the current accelerator by anyaccel's, per the per-shape policy, until
+           policy: str | Policy | None = None, device: str | torch.device | None = None) -> list[str]:
+    """Replace aten ops on ``device``'s type by anyaccel's, per the per-shape policy, until
     [`disable`][anyaccel.ops.override.mode.disable].
 
     Args:
@@ -207,6 +218,8 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
             measured it faster, and elsewhere as the packaged default policy's entry for the device, or its
             size rule for unknown devices, says: `anyaccel.ops.override.policy`), ``"always"``,
             ``"never"``, or a `Policy`.
+        device: the device (type) whose dispatch key is replaced (`device_type_of`: default torch's current
+            accelerator, else the CPU).
 
     Returns:
         The aten ops replaced (ops without a kernel on this device, or served by the portable
@@ -220,7 +233,7 @@ def enable(include: Sequence[str] | None = None, exclude: Sequence[str] | None =
     """
     with _LOCK:
         disable()
-        lib = _layer(include, exclude, policy)
+        lib = _layer(include, exclude, policy, device)
         _ENABLED.append(lib)
         return list(_REPLACED[id(lib)])
 
@@ -236,15 +249,16 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def use_ops(include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
-            policy: str | Policy | None = None) -> Iterator[list[str]]:
+            policy: str | Policy | None = None, device: str | torch.device | None = None) -> Iterator[list[str]]:
     """Within the block, replace aten ops as [`enable`][anyaccel.ops.override.mode.enable] does; restore exactly what
     was there on exit
-    (nested blocks and an enclosing ``enable()`` included).
+    (nested blocks and an enclosing ``enable()`` included). Arguments as for
+    [`enable`][anyaccel.ops.override.mode.enable].
 
     Yields:
         The aten ops replaced by this block.
     """
-    lib = _layer(include, exclude, policy)
+    lib = _layer(include, exclude, policy, device)
     try:
         yield list(_REPLACED[id(lib)])
     finally:

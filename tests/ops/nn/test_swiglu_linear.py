@@ -207,3 +207,37 @@ def test_eager_forward_calls_the_product_without_an_inner_autograd_function(monk
 def test_bad_inputs_name_the_fix(shape_b: tuple[int, ...], w_shape: tuple[int, ...], dtype_b: torch.dtype) -> None:
     with pytest.raises(OpInputError, match="swiglu_linear"):
         F.swiglu_linear(torch.randn(4, 6), torch.randn(shape_b, dtype=dtype_b), torch.randn(w_shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("lead", "i", "o", "bias"), [((3, 5), 7, 9, False), ((13,), 33, 17, True)])
+def test_the_compiled_form_gives_the_portable_eager_forms_results_bit_for_bit(
+        dtype: torch.dtype, lead: tuple[int, ...], i: int, o: int, bias: bool) -> None:
+    """``mode="compile"`` without a forced implementation runs the portable fp32 expressions as plain torch code
+    (for Inductor to fuse); run eagerly, its output and gradients equal the portable eager form's exactly, and
+    it saves the same tensors (a, b and the weight)."""
+    results = []
+    for mode, impl in (("eager", "torch"), ("compile", None)):
+        xs = _inputs("cpu", dtype, lead, i, o, bias)
+        saved: list[tuple[int, ...]] = []
+
+        def pack(t: torch.Tensor) -> Any:
+            saved.append(tuple(t.shape))  # noqa: B023 (used within the iteration)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = F.swiglu_linear(*xs, impl=impl, mode=mode)  # type: ignore[misc]
+        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+        grads = torch.autograd.grad(y, [t for t in xs if t is not None], gy)
+        results.append((y.detach(), grads, sorted(saved)))
+    (y0, g0, s0), (y1, g1, s1) = results
+    torch.testing.assert_close(y1, y0, rtol=0, atol=0)
+    for got, want in zip(g1, g0, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert s1 == s0 == sorted([(*lead, i), (*lead, i), (o, i)])
+
+
+def test_an_unknown_mode_is_an_input_error() -> None:
+    xs = _inputs("cpu", torch.float32, (3,), 4, 5, False)
+    with pytest.raises(OpInputError, match="mode='fast'.*'eager', 'compile'"):
+        F.swiglu_linear(*xs, mode="fast")  # type: ignore[misc]

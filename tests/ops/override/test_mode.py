@@ -202,8 +202,35 @@ def test_tune_writes_a_table_the_policy_reads(interpreter_impls: None, tmp_path:
     from anyaccel.ops import tune
 
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path))
-    measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1)
+    measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1, accelerator=anyaccel.get_accelerator())
     k = key("_softmax", torch.float32, 4, 8)
     assert set(measured) == {k} and measured[k] > 0
     table = Policy.load("cpu")
     assert table.speedups[k] == pytest.approx(measured[k]) and table.fallbacks[k] > 0
+
+
+def test_the_mode_and_the_tuner_take_the_device_from_their_caller(interpreter_impls: None, tmp_path: object,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op layer does not reach up to ``anyaccel.get_accelerator()`` (the accelerator layer, above it): the
+    mode takes ``device=`` (else torch's current accelerator, else the CPU) and the tuner the accelerator its
+    caller passes."""
+    import anyaccel
+    from anyaccel.ops import tune
+    from anyaccel.ops.override import mode
+
+    accelerator = anyaccel.get_accelerator()
+
+    def refuse() -> None:
+        raise AssertionError("the op layer asked anyaccel.get_accelerator()")
+
+    monkeypatch.setattr(anyaccel, "get_accelerator", refuse)
+    monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path))
+    assert mode.device_type_of("cpu") == mode.device_type_of(torch.device("cpu")) == "cpu"
+    assert mode.device_type_of("cuda:1") == "cuda"
+    current = torch.accelerator.current_accelerator()
+    assert mode.device_type_of() == (current.type if current is not None else "cpu")
+    with anyaccel.ops.use_ops(include=["_softmax"], policy="always", device="cpu"):
+        pass
+    assert mode.load_policy("always", device="cpu").mode == "always"
+    measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1, accelerator=accelerator)
+    assert len(measured) == 1

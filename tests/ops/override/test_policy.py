@@ -157,10 +157,10 @@ def test_emit_writes_the_shipped_format_and_keeps_other_entries(tmp_path: Path) 
 
 
 def test_tune_emits_a_default_policy_entry(interpreter_impls: None, fresh_cache: Path) -> None:
-    from anyaccel.ops import tune
+    from anyaccel import tune_command
 
     out = fresh_cache / "emitted.json"
-    assert tune.main(["--ops", "_softmax", "nll_loss_forward", "nll_loss_backward", "--shapes", "4x8",
+    assert tune_command.main(["--ops", "_softmax", "nll_loss_forward", "nll_loss_backward", "--shapes", "4x8",
                       "--dtypes", "float16", "--reps", "1", "--emit-default-policy", str(out)]) == 0
     data = policy.validate_default(json.loads(out.read_text()))
     entry = data["devices"]["cpu"]

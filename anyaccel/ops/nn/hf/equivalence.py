@@ -69,12 +69,15 @@ class NormRecipe:
     offset: bool
     eps_attribute: str
 
-    def __call__(self, module: torch.nn.Module, x: torch.Tensor, impl: str | None) -> torch.Tensor:
-        """anyaccel's RMSNorm of ``x`` with ``module``'s weight and epsilon (see the class docstring)."""
+    def __call__(self, module: torch.nn.Module, x: torch.Tensor, impl: str | None, mode: str | None = None
+                 ) -> torch.Tensor:
+        """anyaccel's RMSNorm of ``x`` with ``module``'s weight and epsilon (see the class docstring), in the
+        callable form ``mode`` (`anyaccel.ops.nn.functional.rms_norm`)."""
         weight = getattr(module, "weight", None)
         if self.offset and isinstance(weight, torch.Tensor):
             weight = 1.0 + weight.float()
-        return F.rms_norm(x, weight, float(getattr(module, self.eps_attribute)), casting=self.casting, impl=impl)
+        return F.rms_norm(x, weight, float(getattr(module, self.eps_attribute)), casting=self.casting, impl=impl,
+                          mode=mode)
 
 
 def _recipes(module: torch.nn.Module) -> list[NormRecipe]:

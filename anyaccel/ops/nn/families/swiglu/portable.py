@@ -10,13 +10,13 @@ import torch
 from anyaccel.ops.nn.families.swiglu import fakes
 
 
-def _swiglu_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def swiglu_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` in fp32 (broadcast shape), before the one rounding: shared by `swiglu` and
     `swiglu_backward_recompute`, so both round the same values."""
     return torch.nn.functional.silu(a.float()) * b.float()
 
 
-def _grads_fp32(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def grads_fp32(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(da, db)`` in fp32 (broadcast shape), before the one rounding: shared by `swiglu_backward` and
     `swiglu_backward_recompute`."""
     af, g = a.float(), grad_y.float()
@@ -27,14 +27,14 @@ def _grads_fp32(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` with broadcasting, rounded once to ``promote(a, b)``."""
     out = fakes.swiglu(a, b)
-    out.copy_(_swiglu_fp32(a, b))
+    out.copy_(swiglu_fp32(a, b))
     return out
 
 
 def swiglu_backward(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Grads of a and b, in the broadcast shape (the autograd formula sums them to the inputs' shapes)."""
     da, db = fakes.swiglu_backward(grad_y, a, b)
-    da32, db32 = _grads_fp32(grad_y, a, b)
+    da32, db32 = grads_fp32(grad_y, a, b)
     da.copy_(da32)
     db.copy_(db32)
     return da, db
@@ -45,10 +45,10 @@ def swiglu_backward_recompute(grad_y: torch.Tensor, a: torch.Tensor, b: torch.Te
     """`swiglu_backward`'s grads of a and b and `swiglu`'s ``silu(a) * b``, the same values bit for bit (the
     same fp32 expressions, rounded once); all three in the broadcast shape of the three inputs."""
     da, db, y = fakes.swiglu_backward_recompute(grad_y, a, b)
-    da32, db32 = _grads_fp32(grad_y, a, b)
+    da32, db32 = grads_fp32(grad_y, a, b)
     da.copy_(da32)
     db.copy_(db32)
-    y.copy_(_swiglu_fp32(a, b))
+    y.copy_(swiglu_fp32(a, b))
     return da, db, y
 
 
