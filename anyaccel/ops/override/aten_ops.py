@@ -16,7 +16,10 @@ log-probabilities) and ``nll_loss2d_forward`` / ``nll_loss2d_backward`` (``[N, C
 class-first inputs with spatial dimensions), with or without class weights, sum in fp32 whatever the input's
 dtype; a target
 outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
-(CUDA): checking would cost a device synchronisation per call.
+(CUDA): checking would cost a device synchronisation per call. ``cross_entropy_loss`` (registered on the
+autograd key: it is a composite op) takes only float16/bfloat16 calls with label smoothing or probability
+targets, the ones aten's composite sums in 16 bits; its other calls run aten's composite, whose
+``_log_softmax`` and ``nll_loss_forward`` are replaced on their own.
 """
 
 from __future__ import annotations
