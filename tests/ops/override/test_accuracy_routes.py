@@ -136,19 +136,20 @@ def test_16_bit_nll_sums_take_the_fp32_path_in_every_policy_entry(
         monkeypatch.setattr(mode, "_device_name", lambda _dt: entry[0])
         monkeypatch.setattr(mode, "_capability", lambda _dt: entry[1])
         pol = mode.load_policy("tuned")
+    calls = _spy_nll(monkeypatch)
     rows = 20000
     logp = _overflowing_logits(rows, 7, torch.float64, reduction=reduction).log_softmax(1).to(dtype)
     t = torch.randint(0, 7, (rows,))
     with anyaccel.ops.use_ops(include=["cross_entropy"], policy=pol) as replaced:
         out = F.nll_loss(logp, t, reduction=reduction)
     assert "nll_loss_forward" in replaced
+    assert calls == [f"{dtype}/{1 if reduction == 'mean' else 2}"], "the call did not take anyaccel's fp32 path"
     assert torch.isfinite(out)
     assert_close(out, F.nll_loss(logp.double(), t, reduction=reduction), rows)
 
 
-def test_float32_and_unreduced_calls_stay_with_aten_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The portable implementation serves the accuracy routes only: float32 losses and 16-bit ``none``
-    reductions are aten's, even with ``policy="always"``."""
+def _spy_nll(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record ``"<dtype>/<reduction>"`` of every call the mode's ``nll_loss_forward`` sends to anyaccel's op."""
     calls: list[str] = []
 
     def spy(run: Any) -> Any:
@@ -159,6 +160,13 @@ def test_float32_and_unreduced_calls_stay_with_aten_on_the_cpu(monkeypatch: pyte
 
     monkeypatch.setattr(aten_ops, "OVERRIDES", tuple(
         dataclasses.replace(o, run=spy(o.run)) if o.name == "nll_loss_forward" else o for o in aten_ops.OVERRIDES))
+    return calls
+
+
+def test_float32_and_unreduced_calls_stay_with_aten_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portable implementation serves the accuracy routes only: float32 losses and 16-bit ``none``
+    reductions are aten's, even with ``policy="always"``."""
+    calls = _spy_nll(monkeypatch)
     logp = torch.randn(6, 5).log_softmax(-1)
     t = torch.randint(0, 5, (6,))
     with anyaccel.ops.use_ops(policy="always"):
