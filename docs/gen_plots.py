@@ -46,7 +46,8 @@ its gradient and two moments, and writes the parameter and the moments), so the 
 against the bandwidth the same machine reaches copying memory (measured in the same run), says how close it
 is to the best possible. Every figure here is copied from the page and table named
 under its suite; `docs/benchmarks/data.json` holds them and `docs/gen_plots.py` draws this page from it
-(do not edit this page by hand).
+(do not edit this page by hand). After the charts, tables hold figures that are not bandwidths: the model
+ops' training throughput and memory, and their kernels' share of the copy ceiling.
 """
 
 SCHEMA = """\
@@ -60,6 +61,7 @@ The file is one JSON object:
 |---|---|
 | `schema` | `1` |
 | `suites` | list of suites (below), drawn in this order |
+| `tables` | list of tables (below): figures that are not bandwidths, printed, not drawn |
 | `unpublished` | list of `{"source", "why"}`: benchmarks whose page has no figures yet |
 
 A suite:
@@ -75,6 +77,10 @@ A suite:
 | `modes` | `{name: description}` of the storage modes the rows use |
 | `notes` | list of sentences printed under the table |
 | `rows` | one entry per (case, contender), below |
+
+A table: `id` (`[a-z0-9_]+`), `title`, `source`, `command`, `environment` (as a suite's), `columns` (the
+header cells), `rows` (lists of cells, strings or numbers, as many as the columns, copied as published) and
+optionally `notes`.
 
 A row: `shape` (the case, e.g. `"1e9 in 400"`), `mode`, `contender`, `bytes_per_element` (bytes the step
 moves per element in this mode for this contender), and at least one of `pct` (% of the ceiling, as
@@ -113,7 +119,27 @@ def load(path: Path = DATA) -> dict[str, Any]:
                 raise ValueError(f"{path}: suite {sid} row {i}: needs 'pct' or 'bandwidth'")
             if row["contender"] not in suite["contenders"] or row["mode"] not in suite["modes"]:
                 raise ValueError(f"{path}: suite {sid} row {i}: contender and mode must be declared in the suite")
+    for tab in data.get("tables", []):
+        tid = tab.get("id", "?")
+        for key in ("id", "title", "source", "command", "environment", "columns", "rows"):
+            if key not in tab:
+                raise ValueError(f"{path}: table {tid}: missing {key!r}")
+        for i, row in enumerate(tab["rows"]):
+            if len(row) != len(tab["columns"]):
+                raise ValueError(f"{path}: table {tid} row {i}: {len(row)} cells for {len(tab['columns'])} columns")
     return data
+
+
+def plain_table(tab: dict[str, Any]) -> str:
+    """A Markdown section for a table of the data file: its headings and its rows as published."""
+    out = [f"## {tab['title']}\n", f"- Source: {tab['source']}.", f"- Measured with `{tab['command']}`.",
+           f"- Machine and software: {tab['environment']}.\n",
+           "| " + " | ".join(tab["columns"]) + " |", "|" + "---|" * len(tab["columns"])]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in tab["rows"]]
+    out.append("")
+    out += [f"- {note}" for note in tab.get("notes", [])]
+    out.append("")
+    return "\n".join(out)
 
 
 def suite_hash(suite: dict[str, Any]) -> str:
@@ -190,6 +216,7 @@ def page(data: dict[str, Any]) -> str:
         if _roofline_rows(suite):
             out.append(f"![{suite['title']}: time per step against bytes moved, with the ceiling]"
                        f"(img/{suite['id']}_roofline.png)\n")
+    out += [plain_table(tab) for tab in data.get("tables", [])]
     if data.get("unpublished"):
         out.append("## Not yet published\n")
         for item in data["unpublished"]:

@@ -85,6 +85,9 @@ def make_args(op: str, rows: int, cols: int, dtype: Any, device: str) -> tuple[A
             return (logp, target, None, 1, -100)
         _, total = forward(logp, target, None, 1, -100)
         return (torch.ones((), dtype=dtype, device=device), logp, target, None, 1, -100, total)
+    if op == "cross_entropy_loss":
+        # the call its accuracy route takes: class targets with label smoothing, mean
+        return (x, torch.randint(0, cols, (rows,), device=device), None, 1, -100, 0.1)
     raise ValueError(f"tune: no sample call for aten::{op}")
 
 

@@ -16,7 +16,10 @@ log-probabilities) and ``nll_loss2d_forward`` / ``nll_loss2d_backward`` (``[N, C
 class-first inputs with spatial dimensions), with or without class weights, sum in fp32 whatever the input's
 dtype; a target
 outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
-(CUDA): checking would cost a device synchronisation per call.
+(CUDA): checking would cost a device synchronisation per call. ``cross_entropy_loss`` (registered on the
+autograd key: it is a composite op) takes only float16/bfloat16 calls with label smoothing or probability
+targets, the ones aten's composite sums in 16 bits; its other calls run aten's composite, whose
+``_log_softmax`` and ``nll_loss_forward`` are replaced on their own.
 """
 
 from __future__ import annotations
@@ -39,12 +42,20 @@ class AtenOverride:
         family: the anyaccel op family implementing it.
         describe: args -> policy key, or None when the call must go to aten.
         run: (family ops, args) -> aten's return value.
+        accurate: args -> whether the call needs anyaccel's fp32 accumulation (a 16-bit sum or mean that aten
+            accumulates in 16 bits); such calls go to anyaccel in every policy but ``"never"``, whatever the
+            speed tables say, and with the portable implementation too. None: the op has no accuracy route.
+        key_prefix: prefixed to the device's dispatch key to name the key the kernel is registered on:
+            ``"Autograd"`` for composite ops (``cross_entropy_loss`` has no backend kernel: its autograd comes
+            from the ops it calls, so the replacement runs above autograd, as FlagGems registers it).
     """
 
     name: str
     family: str
     describe: Callable[[tuple[Any, ...]], str | None]
     run: Callable[[Any, tuple[Any, ...]], Any]
+    accurate: Callable[[tuple[Any, ...]], bool] | None = None
+    key_prefix: str = ""
 
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -232,6 +243,53 @@ def _nll_bwd_describe(op: str, dims: tuple[int, ...]) -> Callable[[tuple[Any, ..
     return describe
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _nll_accurate(args: tuple[Any, ...]) -> bool:
+    """A 16-bit ``nll_loss`` mean (1) or sum (2): aten's CPU kernel accumulates it in 16 bits."""
+    return bool(args[0].dtype in _HALF and int(args[3]) in (1, 2))
+
+
+#: ``cross_entropy_loss``'s defaults after ``self`` and ``target`` (weight, reduction mean, ignore_index,
+#: label_smoothing): the dispatcher leaves trailing arguments that equal their defaults out of the call.
+_CE_DEFAULTS = (None, 1, -100, 0.0)
+
+
+def _ce_loss_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*args, *_CE_DEFAULTS[len(args) - 2:])
+
+
+def _ce_loss_describe(args: tuple[Any, ...]) -> str | None:
+    """A 16-bit ``cross_entropy_loss`` with label smoothing or probability targets (the calls aten's composite
+    sums in 16 bits); None for the rest, which aten's composite runs through ``_log_softmax`` and
+    ``nll_loss_forward`` (replaced on their own)."""
+    x, target, weight, _reduction, _ignore, smoothing = _ce_loss_args(args)
+    if x.dtype not in _HALF or x.numel() == 0 or (weight is not None and weight.dtype != x.dtype):
+        return None
+    probabilities = target.is_floating_point()
+    if (probabilities and target.dtype != x.dtype) or not (probabilities or float(smoothing) > 0):
+        return None
+    classes = int(x.shape[1] if x.dim() >= 2 else x.shape[0])
+    return key("cross_entropy_loss", x.dtype, x.numel() // max(classes, 1), classes)
+
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _ce_loss_run(_ns: Any, args: tuple[Any, ...]) -> Any:
+    """torch's own ``cross_entropy`` on fp32 copies of the logits, weights and probability targets, rounded once
+    to the input's dtype: torch's semantics (class dimension 1, ``ignore_index``, weights, label smoothing,
+    probability targets), summed in fp32; autograd records the casts, so the gradient reaches the 16-bit
+    input. Costs an fp32 copy of the logits (and of probability targets) per call."""
+    x, target, weight, reduction, ignore_index, smoothing = _ce_loss_args(args)
+    out = torch.nn.functional.cross_entropy(
+        x.float(), target.float() if target.is_floating_point() else target,
+        None if weight is None else weight.float(), ignore_index=int(ignore_index),
+        reduction=_REDUCTIONS[int(reduction)], label_smoothing=float(smoothing))
+    return out.to(x.dtype)
+
+
 def _nll_run(ns: Any, a: tuple[Any, ...]) -> Any:
     return ns.nll_loss(a[0], a[1], a[2], int(a[3]), int(a[4]))
 
@@ -254,11 +312,15 @@ OVERRIDES: tuple[AtenOverride, ...] = (
     AtenOverride("_fused_rms_norm_backward", "rms_norm", _rms_bwd_describe, _rms_bwd_run),
     AtenOverride("silu", "swiglu", _silu_describe, lambda ns, a: ns.silu(a[0])),
     AtenOverride("silu_backward", "swiglu", _silu_bwd_describe, lambda ns, a: ns.silu_backward(a[0], a[1])),
-    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe("nll_loss_forward", (1, 2)), _nll_run),
+    AtenOverride("nll_loss_forward", "cross_entropy", _nll_describe("nll_loss_forward", (1, 2)), _nll_run,
+                 accurate=_nll_accurate),
     AtenOverride("nll_loss_backward", "cross_entropy", _nll_bwd_describe("nll_loss_backward", (1, 2)), _nll_bwd_run),
-    AtenOverride("nll_loss2d_forward", "cross_entropy", _nll_describe("nll_loss2d_forward", (4,)), _nll_run),
+    AtenOverride("nll_loss2d_forward", "cross_entropy", _nll_describe("nll_loss2d_forward", (4,)), _nll_run,
+                 accurate=_nll_accurate),
     AtenOverride("nll_loss2d_backward", "cross_entropy", _nll_bwd_describe("nll_loss2d_backward", (4,)),
                  _nll_bwd_run),
+    AtenOverride("cross_entropy_loss", "cross_entropy", _ce_loss_describe, _ce_loss_run,
+                 accurate=lambda _args: True, key_prefix="Autograd"),
 )
 
 

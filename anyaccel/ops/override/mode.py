@@ -20,10 +20,19 @@ What is not thread-safe, and cannot be with ``torch.library``: the registration 
 per thread. ``with use_ops():`` in one thread switches the mode on for every thread until it exits, and a
 call running in another thread while a layer is added or removed may see either kernel. Only eager
 execution is affected: ``torch.compile`` traces with fake tensors (Meta) and Inductor generates its own
-kernels, so compiled graphs never call the replaced kernels.
+kernels, so compiled graphs never call the replaced backend kernels.
 
-Families whose chosen implementation is the portable one (e.g. the CPU without Triton's interpreter)
-are not registered: their torch ops would call the very aten ops they replace.
+Accuracy routes are not speed routes: calls whose sum aten accumulates in 16 bits (a float16/bfloat16
+``nll_loss`` mean or sum; a 16-bit ``cross_entropy_loss`` with label smoothing or probability targets) go to
+anyaccel's fp32-accumulating op in every policy but ``"never"``, whatever the speed tables say
+(`anyaccel.ops.override.aten_ops.AtenOverride.accurate`). Where a family's chosen implementation is the portable
+one (the CPU without Triton's interpreter) its op is registered for those accuracy routes only: for speed its
+torch ops would call the very aten ops they replace.
+
+``cross_entropy_loss`` is a composite op (no backend kernel; autograd comes from the ops it calls), so its
+replacement is registered on the device's autograd key (``AutogradCPU``, ``AutogradCUDA``, ...), as FlagGems
+registers it, and records its own autograd graph; that kernel also runs while ``torch.compile`` traces (it
+decomposes into fp32 aten ops there).
 """
 
 from __future__ import annotations
@@ -120,12 +129,18 @@ def _original(op: str, dispatch_key: str) -> Any:
     return _ORIGINALS[k]
 
 
-def _kernel(entry: aten_ops.AtenOverride, ns: Any, original: Any, policy: Policy) -> Callable[..., Any]:
+def _kernel(entry: aten_ops.AtenOverride, ns: Any, original: Any, policy: Policy, speed: bool
+            ) -> Callable[..., Any]:
+    """The registered kernel: anyaccel's op where the policy routes the call for speed (only when ``speed``: a
+    kernel of its own, not the portable one) or the call needs anyaccel's fp32 accumulation (accuracy routes
+    are not speed routes: no table sends those to aten), else aten's original kernel."""
+    accurate = entry.accurate if policy.accuracy_routes else None
+
     def kernel(keyset: Any, *args: Any) -> Any:
         if getattr(_TLS, "active", False):
             return original.call_boxed(keyset, *args)
         k = entry.describe(args)
-        if k is None or not policy.use_ours(k):
+        if k is None or not ((speed and policy.use_ours(k)) or (accurate is not None and accurate(args))):
             return original.call_boxed(keyset, *args)
         _TLS.active = True
         try:
@@ -150,43 +165,56 @@ def _layer(include: Sequence[str] | None, exclude: Sequence[str] | None, policy:
         plan = []
         for entry in selected:
             qual = f"aten::{entry.name}"
-            if not dispatcher.has_kernel(qual, dkey):
+            key = entry.key_prefix + dkey
+            if not (dispatcher.has_kernel(qual, dkey) or entry.key_prefix
+                    and dispatcher.has_kernel(qual, "CompositeImplicitAutograd")):
                 logger.info("override: aten::%s has no %s kernel here; not replaced", entry.name, dkey)
                 continue
-            if not pol.registrable(entry.name):
+            accuracy = entry.accurate is not None and pol.accuracy_routes
+            if not (accuracy or pol.registrable(entry.name)):
                 logger.info("override: aten::%s not replaced (%s; anyaccel tune measures it)",
                             entry.name, pol.why(entry.name))
                 continue
-            impl = dispatch.choose(entry.family, device_type)
-            if impl.name == "torch":
+            # the portable implementation calls aten's own ops: it serves the accuracy routes only
+            speed = pol.registrable(entry.name) and dispatch.choose(entry.family, device_type).name != "torch"
+            if not (speed or accuracy):
                 logger.info("override: %s runs the portable torch implementation on %s (it would call aten "
                             "itself); aten::%s not replaced", entry.family, device_type, entry.name)
                 continue
             # the implementation's plain functions: the kernel runs below autograd (aten's autograd formula
             # wraps it), and a second trip through the dispatcher would cost more than small ops take
-            plan.append((entry, dispatch.load(entry.family, device_type).plain, _original(entry.name, dkey)))
+            plan.append((entry, key, speed, dispatch.load(entry.family, device_type).plain,
+                         _original(entry.name, key)))
         # nothing to replace: no torch library either, so switching the mode on leaves the dispatcher as it was
         lib: Any = _EmptyLayer()
         if plan:
             lib = torch.library.Library("aten", "IMPL")
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"(?s).*previously registered kernel")
-                for entry, ns, original in plan:
+                for entry, key, speed, ns, original in plan:
                     # a nested layer overrides the enclosing one's kernel: explicit, as torch 2.10's default
                     # is to refuse (2.11 and later allow it by default)
-                    lib.impl(entry.name, _kernel(entry, ns, original, pol), dkey, with_keyset=True,
+                    lib.impl(entry.name, _kernel(entry, ns, original, pol, speed), key, with_keyset=True,
                              allow_override=True)
-        _REPLACED[id(lib)] = [e.name for e, _, _ in plan]
+        _REPLACED[id(lib)] = [p[0].name for p in plan]
         _LAYERS.append(lib)
         logger.info("override: %d aten ops replaced on %s (policy %s): %s", len(plan), dkey, pol.mode,
-                    ", ".join(e.name for e, _, _ in plan))
+                    ", ".join(p[0].name for p in plan))
         if pol.mode == "tuned":
-            why = "; ".join(f"{e.name}: {pol.why(e.name)}" for e, _, _ in plan)
+            why = "; ".join(f"{p[0].name}: {_why(p[0], pol, p[2])}" for p in plan)
             _log_once(logging.INFO if plan else logging.WARNING,
                       f"override on {_device_name(device_type)}: policy from {pol.source}; "
                       + (f"replaced {why}" if plan else "nothing replaced (every call goes to aten); run "
                          "`anyaccel tune` to measure this device"))
         return lib
+
+
+def _why(entry: aten_ops.AtenOverride, pol: Policy, speed: bool) -> str:
+    """Why ``entry`` is replaced, for the log: its speed routes (`Policy.why`) and its accuracy route."""
+    parts = [pol.why(entry.name)] if speed else []
+    if entry.accurate is not None:
+        parts.append("16-bit sums and means in fp32 (accuracy route)")
+    return ", ".join(parts)
 
 
 class _EmptyLayer:

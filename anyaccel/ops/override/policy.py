@@ -28,6 +28,11 @@ route it (anyaccel's kernel where it wins, else aten through the mode's fallback
 tuning) keeps at least `FLOOR` of aten's speed; an op with no measured key is registered when the size rule
 names it.
 
+Accuracy routes are not speed routes: the tables only decide speed. Calls that need anyaccel's fp32
+accumulation (16-bit ``nll_loss`` means and sums, 16-bit cross-entropy with label smoothing or probability
+targets: `anyaccel.ops.override.aten_ops.AtenOverride.accurate`) go to anyaccel in every mode but ``"never"``
+and in every entry, measured ones included (`Policy.accuracy_routes`).
+
 ``mode="always"`` skips the tables (every eligible call goes to anyaccel: for tests and for measuring);
 ``mode="never"`` sends every call to aten (the registrations stay: for measuring the override's own
 overhead).
@@ -205,6 +210,12 @@ class Policy:
         self.rule = dict(rule or {})
         self.source = source
         self._lock = threading.Lock()
+
+    @property
+    def accuracy_routes(self) -> bool:
+        """Whether calls that need anyaccel's fp32 accumulation go to anyaccel whatever the speed tables say (every
+        mode but ``"never"``, which measures aten through the mode)."""
+        return self.mode != "never"
 
     def _measured(self, op: str) -> list[str]:
         return [k for k in self.speedups if k.split("|", 1)[0] == op]

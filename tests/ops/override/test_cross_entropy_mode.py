@@ -90,7 +90,8 @@ def test_nll_loss_default_policy_routes_16_bit_only(interpreter_impls: None, tmp
 
     monkeypatch.setattr(pol, "use_ours", spy)
     with anyaccel.ops.use_ops(include=["cross_entropy"], policy=pol) as replaced:
-        assert replaced == ["nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward"]
+        assert replaced == ["nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
+                            "cross_entropy_loss"]
         for dtype in (torch.float32, torch.float16):
             F.nll_loss(torch.randn(6, 5).log_softmax(-1).to(dtype), torch.randint(0, 5, (6,)))
     assert [k.split("|")[:2] for k in routed] == [["nll_loss_forward", "float16"]]
