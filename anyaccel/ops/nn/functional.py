@@ -282,6 +282,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 
     Raises:
         OpInputError: bad shapes, dtypes, label_smoothing or reduction.
+        TargetIndexError: (an `IndexError`, as torch raises) a target outside ``[0, V)`` other than
+            ``ignore_index``; checked by both implementations, at the cost of one device-to-host read per call
+            (`anyaccel.ops.nn.families.cross_entropy.targets`).
     """
     v.check_choice("cross_entropy", "reduction", reduction, _REDUCTIONS)
     if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):
@@ -332,6 +335,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
 
     Raises:
         OpInputError: bad shapes, dtypes or arguments; ``accum_dtype`` neither float32 nor the weight's dtype.
+        TargetIndexError: as [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy], with ``V`` the
+            weight's rows.
         UnsupportedOpError: ``reduction="none"`` (per-row weights cannot be applied to a weight gradient
             accumulated in the forward; use [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy] on the logits);
             from the backward, a second
