@@ -172,8 +172,10 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
         ``[..., O]`` in ``a``'s dtype.
 
     Raises:
-        OpInputError: ``a`` and ``b`` differ in shape or dtype, or ``weight`` is not ``[O, I]`` of their
-            dtype (the unfused [`swiglu`][anyaccel.ops.nn.functional.swiglu] broadcasts; this does not).
+        OpInputError: ``a`` and ``b`` differ in shape or dtype, ``weight`` is not ``[O, I]`` of their
+            dtype (the unfused [`swiglu`][anyaccel.ops.nn.functional.swiglu] broadcasts; this does not),
+            ``bias`` is not ``[O]``, or the tensors are not on one device (a meta weight, such as one
+            accelerate has offloaded, included).
     """
     if a.shape != b.shape or a.dtype != b.dtype:
         raise OpInputError(f"swiglu_linear: a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} must "
@@ -181,6 +183,11 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
     if weight.dim() != 2 or weight.shape[1] != a.shape[-1] or weight.dtype != a.dtype:
         raise OpInputError(f"swiglu_linear: weight {tuple(weight.shape)} {weight.dtype} must be [O, "
                            f"{a.shape[-1]}] of a's dtype {a.dtype}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise OpInputError(f"swiglu_linear: bias has shape {list(bias.shape)} and weight {list(weight.shape)}; "
+                           f"accepted: bias of shape [{weight.shape[0]}] (one value per output, weight's rows) or "
+                           "None")
+    v.check_same_device("swiglu_linear", {"a": a, "b": b, "weight": weight, "bias": bias})
     from anyaccel.ops.nn.families.swiglu import linear
 
     return linear.apply(a, b, weight, bias, impl)
