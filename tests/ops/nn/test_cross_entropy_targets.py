@@ -76,3 +76,19 @@ def test_valid_targets_and_custom_ignore_index_still_match_torch(device_impl: tu
 
 def test_target_index_error_is_an_op_input_error() -> None:
     assert issubclass(TargetIndexError, IndexError) and issubclass(TargetIndexError, OpInputError)
+
+
+def test_compiled_fullgraph_raises_too() -> None:
+    """The check runs inside the ops (the validating fakes see no data), so a compiled graph raises as eager
+    does, without a graph break."""
+    ce = torch.compile(lambda z, t: nn.cross_entropy(z, t, impl="torch"), fullgraph=True)
+    flce = torch.compile(lambda h, w, t: nn.fused_linear_cross_entropy(h, w, t, impl="torch"), fullgraph=True)
+    z, h = torch.randn(4, 10), torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(10, 8, requires_grad=True)
+    good, bad = torch.tensor([1, 2, -100, 9]), torch.tensor([1, 2, 10, 9])
+    torch.testing.assert_close(ce(z, good), F.cross_entropy(z, good))
+    torch.testing.assert_close(flce(h, w, good), F.cross_entropy(h @ w.T, good))
+    with pytest.raises(TargetIndexError, match="target holds 10 at flat position 2"):
+        ce(z, bad)
+    with pytest.raises(TargetIndexError, match="target holds 10 at flat position 2"):
+        flce(h, w, bad)
