@@ -28,6 +28,7 @@ _EXPORTS = {
     "disable": "anyaccel.ops.override.mode:disable",
     "use_ops": "anyaccel.ops.override.mode:use_ops",
     "patch": "anyaccel.ops.nn.hf_patch:patch",
+    "unpatch": "anyaccel.ops.nn.hf_patch:unpatch",
 }
 
 __all__ = sorted(_EXPORTS)

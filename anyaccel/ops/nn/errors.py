@@ -15,3 +15,8 @@ class OpInputError(ValueError):
 class UnsupportedOpError(NotImplementedError):
     """A valid request that this op does not implement (e.g. ``reduction="none"`` for the fused linear
     cross-entropy); the message says what to use instead."""
+
+
+class TargetIndexError(OpInputError, IndexError):
+    """A class index outside ``[0, V)`` that is not ``ignore_index``: an `IndexError`, as torch's
+    ``cross_entropy`` raises, and an [`OpInputError`][anyaccel.ops.nn.errors.OpInputError]."""

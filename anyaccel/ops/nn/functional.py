@@ -184,8 +184,10 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
         ``[..., O]`` in ``a``'s dtype.
 
     Raises:
-        OpInputError: ``a`` and ``b`` differ in shape or dtype, or ``weight`` is not ``[O, I]`` of their
-            dtype (the unfused [`swiglu`][anyaccel.ops.nn.functional.swiglu] broadcasts; this does not).
+        OpInputError: ``a`` and ``b`` differ in shape or dtype, ``weight`` is not ``[O, I]`` of their
+            dtype (the unfused [`swiglu`][anyaccel.ops.nn.functional.swiglu] broadcasts; this does not),
+            ``bias`` is not ``[O]``, or the tensors are not on one device (a meta weight, such as one
+            accelerate has offloaded, included).
     """
     if a.shape != b.shape or a.dtype != b.dtype:
         raise OpInputError(f"swiglu_linear: a {tuple(a.shape)} {a.dtype} and b {tuple(b.shape)} {b.dtype} must "
@@ -193,6 +195,11 @@ def swiglu_linear(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: 
     if weight.dim() != 2 or weight.shape[1] != a.shape[-1] or weight.dtype != a.dtype:
         raise OpInputError(f"swiglu_linear: weight {tuple(weight.shape)} {weight.dtype} must be [O, "
                            f"{a.shape[-1]}] of a's dtype {a.dtype}")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise OpInputError(f"swiglu_linear: bias has shape {list(bias.shape)} and weight {list(weight.shape)}; "
+                           f"accepted: bias of shape [{weight.shape[0]}] (one value per output, weight's rows) or "
+                           "None")
+    v.check_same_device("swiglu_linear", {"a": a, "b": b, "weight": weight, "bias": bias})
     from anyaccel.ops.nn.families.swiglu import linear
 
     check_mode(mode)
@@ -305,6 +312,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 
     Raises:
         OpInputError: bad shapes, dtypes, label_smoothing or reduction.
+        TargetIndexError: (an `IndexError`, as torch raises) a target outside ``[0, V)`` other than
+            ``ignore_index``; checked by both implementations, at the cost of one device-to-host read per call
+            (`anyaccel.ops.nn.families.cross_entropy.targets`).
     """
     v.check_choice("cross_entropy", "reduction", reduction, _REDUCTIONS)
     if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):
@@ -358,6 +368,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
 
     Raises:
         OpInputError: bad shapes, dtypes or arguments; ``accum_dtype`` neither float32 nor the weight's dtype.
+        TargetIndexError: as [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy], with ``V`` the
+            weight's rows.
         UnsupportedOpError: ``reduction="none"`` (per-row weights cannot be applied to a weight gradient
             accumulated in the forward; use [`cross_entropy`][anyaccel.ops.nn.functional.cross_entropy] on the logits);
             from the backward, a second

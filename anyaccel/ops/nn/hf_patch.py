@@ -19,12 +19,30 @@ What is replaced (each optional), in any model whose classes carry the markers (
   table of a layout the probe did not accept (a partial rotary one, narrower than the head) run the
   original function;
 - the ``*ForCausalLM`` model's forward, when it is Llama's (compared as code: a family that scales, caps or
-  adds to the logits or the loss keeps its own) and called with ``labels``, by one computing the loss with
+  adds to the logits or the loss keeps its own) and called with ``labels`` in training mode, by one computing
+  the loss with
   [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy] from the last hidden states,
   never
   materialising the logits (the output's ``logits`` is then None, as with Liger's patch); Hugging Face's
-  label shift, ``ignore_index=-100`` and ``num_items_in_batch`` are kept. Without labels the original
-  forward runs.
+  label shift, ``ignore_index=-100``, ``num_items_in_batch`` and ``return_dict=False`` are kept, and a label
+  outside the vocabulary raises `IndexError` as the model's own loss does. Without labels, in evaluation
+  (``Trainer.evaluate`` with ``compute_metrics`` needs the logits) or with an ``lm_head`` hooked or wrapped
+  after the patch, the original forward runs.
+
+The model's behaviour is kept where a replacement would change it, each checked at patch time (and reported
+in ``skipped``) and again at each call (for what was added later):
+
+- **dtypes**: a patched forward given a dtype anyaccel's ops do not take (float64) runs the original one;
+  so does the swapped rotary function, which other, unpatched models of the modeling module call too;
+- **hooks and subclasses**: the fused loss reads ``lm_head.weight`` without calling ``lm_head``, so it is
+  left out when ``lm_head`` has forward hooks or pre-hooks, is a subclass of ``nn.Linear``, or is wrapped; an
+  MLP whose ``act_fn`` has hooks keeps its forward; a hooked or non-``Linear`` ``down_proj`` is called as is;
+- **accelerate's hooks** (``cpu_offload``, ``disk_offload``, ``dispatch_model``/``device_map``): accelerate
+  wraps a module's ``forward`` to load its offloaded weights (meta tensors outside the call) and calls the
+  module's own forward from ``_old_forward``; patch replaces ``_old_forward``, so the wrapper still runs around
+  anyaccel's forward, and [`unpatch`][anyaccel.ops.nn.hf_patch.unpatch] puts the wrapper's target back. A
+  weight read without its module's call (``down_proj`` in the fused MLP, ``lm_head`` in the fused loss) is
+  not read for a wrapped module: that module is called, or the loss left as it is (reported).
 
 **One callable form per mode, chosen once** (``mode=``, as Hugging Face kernels' ``kernelize(model,
 mode=...)``): ``"eager"`` replaces all of the above with the eager forms (`anyaccel.ops.nn.implementations`);
@@ -58,6 +76,7 @@ import torch
 
 from anyaccel._compat import dynamo, modules
 from anyaccel.ops.nn import functional as F
+from anyaccel.ops.nn import validation as v
 from anyaccel.ops.nn.hf import equivalence, markers
 from anyaccel.ops.nn.implementations import check_mode
 
@@ -66,6 +85,13 @@ NORM_LAYERS = frozenset({"RMSNorm", "RMSNormZeroCentered"})
 #: the marked function name replaced by anyaccel's rope_qk
 ROPE_LAYER = "rotary_pos_emb"
 _ORIG = "_anyaccel_original_forward"
+#: ``(attribute, was an instance attribute)``: where the patched forward sits, and whether `unpatch` puts the
+#: original back (an instance attribute such as accelerate's wrapper) or deletes it (the class's shows again)
+_SLOT = "_anyaccel_forward_slot"
+#: accelerate's ``add_hook_to_module`` sets ``module.forward`` to a wrapper that runs the hook's
+#: ``pre_forward`` (loading offloaded weights, moving inputs), then ``module._old_forward``, then
+#: ``post_forward`` (offloading again); patching ``_old_forward`` keeps that wrapper around anyaccel's forward
+_ACCELERATE_HOOK, _ACCELERATE_INNER = "_hf_hook", "_old_forward"
 _ROPE_ATTR = "_anyaccel_rope"
 _LOSS_KWARGS = ("num_items_in_batch", "shift_labels", "ignore_index")
 _ROPE_LOCK = threading.Lock()
@@ -109,10 +135,53 @@ class PatchReport:
         return f"anyaccel.ops.patch({self.model_type}, mode={self.mode!r}): replaced {done}; not replaced: {left}"
 
 
+def _forward_slot(module: torch.nn.Module) -> str:
+    """The attribute holding the forward that the module's call runs: accelerate's inner forward where
+    accelerate's hooks wrap the module, else ``forward``."""
+    if hasattr(module, _ACCELERATE_HOOK) and _ACCELERATE_INNER in vars(module):
+        return _ACCELERATE_INNER
+    return "forward"
+
+
 def _set_forward(module: torch.nn.Module, forward: Any) -> None:
+    slot = getattr(module, _SLOT, (_forward_slot(module), False))[0]
     if not hasattr(module, _ORIG):
-        setattr(module, _ORIG, module.forward)
-    setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 (an instance attribute)
+        setattr(module, _ORIG, getattr(module, slot))
+        setattr(module, _SLOT, (slot, slot in vars(module)))
+    setattr(module, slot, types.MethodType(forward, module))
+
+
+def _restore_forward(module: torch.nn.Module) -> None:
+    """Undo `_set_forward`: the instance attribute it replaced is put back (accelerate's wrapper, a user's),
+    else the instance attribute is deleted."""
+    slot, was_instance = getattr(module, _SLOT, ("forward", False))
+    if was_instance:
+        setattr(module, slot, getattr(module, _ORIG))
+    elif slot in vars(module):
+        delattr(module, slot)
+    delattr(module, _ORIG)
+    if hasattr(module, _SLOT):
+        delattr(module, _SLOT)
+
+
+def _calls_through(module: torch.nn.Module) -> str:
+    """Why ``module`` must be called rather than its weight read ("" when its weight may be read): a subclass
+    or wrapper may change what it computes, a hook must run, and accelerate's offload hooks load the weight
+    only during the call (it is a meta tensor outside it)."""
+    if type(module) is not torch.nn.Linear:
+        return f"it is a {type(module).__name__}, not a torch.nn.Linear (a subclass may compute something else)"
+    if hasattr(module, _ACCELERATE_HOOK) or "forward" in vars(module):
+        return ("its forward is wrapped (accelerate's offload or device-map hooks load its weight only during "
+                "its call)")
+    if modules.has_forward_hooks(module):
+        return "it has forward hooks or pre-hooks, which would not run"
+    return ""
+
+
+def _accepted(*tensors: torch.Tensor | None) -> bool:
+    """Whether anyaccel's ops compute on these dtypes (float32/bfloat16/float16); else the patched forwards
+    run the original one (float64, for instance, is torch's)."""
+    return all(t is None or t.dtype in v.float_dtypes() for t in tensors)
 
 
 def _skip(report: PatchReport, line: str) -> None:
@@ -152,7 +221,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
 
     Raises:
         OpInputError: ``mode`` is not ``"eager"``, ``"compile"`` or None. Nothing for an unknown model: what
-            cannot be replaced is reported in ``skipped``.
+            cannot be replaced is reported in ``skipped``. At call time the patched model raises what the model
+            does (``IndexError`` for a label outside the vocabulary).
 
     Side effects: sets instance ``forward`` attributes on the model's modules; swaps modeling modules'
     ``apply_rotary_pos_emb`` (process-wide, see the module docstring); runs the equivalence probes (small
@@ -196,9 +266,13 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         elif layer is not None and layer not in NORM_LAYERS and layer != "SiLU":
             _skip(report, f"{cls.__name__} ({layer}): anyaccel has no op for this layer")
         if swiglu and not hasattr(m, _ORIG) and _is_llama_mlp(m):
-            _set_forward(m, _mlp_forward(impl, mode))
-            report.mlp += 1
-            counts[f"{cls.__name__} (SwiGLU MLP)"] += 1
+            why = _mlp_hooked(m)
+            if why:
+                _skip(report, f"{cls.__name__} (SwiGLU MLP): {why}")
+            else:
+                _set_forward(m, _mlp_forward(impl, mode))
+                report.mlp += 1
+                counts[f"{cls.__name__} (SwiGLU MLP)"] += 1
         for fn in markers.kernelized_functions(m):
             functions.setdefault((fn.module, fn.name), fn)
     if rope and not eager:
@@ -249,11 +323,12 @@ def _patch_functions(model: torch.nn.Module, functions: Any, report: PatchReport
 def unpatch(model: torch.nn.Module) -> None:
     """Restore every forward [`patch`][anyaccel.ops.nn.hf_patch.patch] replaced in ``model``, and each rotary function
     once no patched
-    model of its modeling module is left. Side effects: deletes the instance ``forward`` attributes."""
+    model of its modeling module is left. Side effects: deletes the instance ``forward`` attributes patch set,
+    or puts back the instance attribute patch replaced (accelerate's hook wrapper keeps wrapping the module's
+    own forward)."""
     for m in model.modules():
         if hasattr(m, _ORIG):
-            del m.forward
-            delattr(m, _ORIG)
+            _restore_forward(m)
     for module_name, name in getattr(model, _ROPE_ATTR, ()):
         _restore_rope(module_name, name)
     if hasattr(model, _ROPE_ATTR):
@@ -270,11 +345,25 @@ def _is_llama_mlp(m: torch.nn.Module) -> bool:
     return llama is not None and equivalence.same_forward(type(m), llama.LlamaMLP)
 
 
+def _mlp_hooked(m: torch.nn.Module) -> str:
+    """Why the MLP is left as it is ("" when it may be replaced): its ``act_fn`` has hooks, which the fused
+    SwiGLU (never calling ``act_fn``) would skip. Hooks registered after `patch` are seen at each call, where
+    the original forward then runs."""
+    act = m.act_fn
+    if isinstance(act, torch.nn.Module) and modules.has_forward_hooks(act):
+        return "its act_fn has forward hooks or pre-hooks, which the fused SwiGLU would not run"
+    return ""
+
+
 def _loss_applies(model: torch.nn.Module) -> str:
     """Why the fused loss may not replace ``model``'s ("" when it may)."""
     name = type(model).__name__
-    if not name.endswith("ForCausalLM") or not isinstance(getattr(model, "lm_head", None), torch.nn.Linear):
+    head = getattr(model, "lm_head", None)
+    if not name.endswith("ForCausalLM") or not isinstance(head, torch.nn.Linear):
         return f"{name} is not a *ForCausalLM with a Linear lm_head"
+    why = _calls_through(head)
+    if why:
+        return f"the fused loss reads lm_head's weight without calling lm_head, and {why}"
     llama = _llama()
     if llama is None or not equivalence.same_forward(type(model), llama.LlamaForCausalLM):
         return f"{name}.forward is not Llama's (it may scale, cap or add to the logits or the loss)"
@@ -293,6 +382,8 @@ def _llama() -> Any:
 
 def _rms_norm_forward(recipe: equivalence.NormRecipe, impl: str | None, mode: str) -> Any:
     def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not _accepted(hidden_states, getattr(self, "weight", None)):
+            return getattr(self, _ORIG)(hidden_states)
         return recipe(self, hidden_states, impl, mode)
 
     return forward
@@ -300,6 +391,8 @@ def _rms_norm_forward(recipe: equivalence.NormRecipe, impl: str | None, mode: st
 
 def _silu_forward(impl: str | None, mode: str) -> Any:
     def forward(self: Any, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (transformers' parameter name)
+        if not _accepted(input):
+            return getattr(self, _ORIG)(input)
         return F.silu(input, impl=impl, mode=mode)
 
     return forward
@@ -307,11 +400,13 @@ def _silu_forward(impl: str | None, mode: str) -> Any:
 
 def _mlp_forward(impl: str | None, mode: str) -> Any:
     def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        if not _accepted(x) or _mlp_hooked(self):
+            return getattr(self, _ORIG)(x)
         gate, up, down = self.gate_proj(x), self.up_proj(x), self.down_proj
-        if type(down) is torch.nn.Linear and not modules.has_forward_hooks(down) \
-                and gate.shape == up.shape and gate.dtype == up.dtype == down.weight.dtype:
+        if not _calls_through(down) and gate.shape == up.shape and gate.dtype == up.dtype == down.weight.dtype:
             # the product silu(gate) * up is recomputed in the backward, not kept (a third of the MLP's
-            # activations); a down_proj that is not a plain Linear (LoRA, quantised, hooked) runs as is
+            # activations); a down_proj that is not a plain Linear (LoRA, quantised, hooked, offloaded by
+            # accelerate) is called as is
             return F.swiglu_linear(gate, up, down.weight, down.bias, impl=impl, mode=mode)
         if mode == "compile":  # left to Inductor
             return down(self.act_fn(gate) * up)
@@ -359,15 +454,20 @@ def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype, mode: str) ->
         original = getattr(self, _ORIG)
         if past_key_values is not None:  # transformers renames it ``cache`` (5.24 warns on the old name)
             kwargs["past_key_values"] = past_key_values
-        if labels is None:
+        if labels is None or not self.training or _calls_through(self.lm_head) or not _accepted(self.lm_head.weight):
+            # the model's own forward: no labels, evaluation (Trainer.evaluate's compute_metrics needs the
+            # logits), an lm_head hooked or wrapped since patch(), or a dtype anyaccel's ops do not take
             return original(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            inputs_embeds=inputs_embeds, use_cache=use_cache, logits_to_keep=logits_to_keep,
-                            **kwargs)
+                            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                            logits_to_keep=logits_to_keep, **kwargs)
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
         loss_kwargs = {k: kwargs.pop(k) for k in _LOSS_KWARGS if k in kwargs}
+        return_dict = kwargs.pop("return_dict", None)
+        if return_dict is None:  # transformers' can_return_tuple: the call's, else the config's
+            return_dict = getattr(self.config, "return_dict", True)
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+                             inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True, **kwargs)
         hidden = outputs.last_hidden_state
         ignore_index = int(loss_kwargs.get("ignore_index", -100))
         shift = loss_kwargs.get("shift_labels")
@@ -382,8 +482,9 @@ def _causal_lm_forward(impl: str | None, accum_dtype: torch.dtype, mode: str) ->
                                             mode=mode)
         if items is not None:
             loss = loss / (items.to(loss.device) if isinstance(items, torch.Tensor) else items)
-        result: Any = CausalLMOutputWithPast
-        return result(loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                      hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        output_type: Any = CausalLMOutputWithPast
+        result = output_type(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                             hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return result if return_dict is not False else result.to_tuple()
 
     return forward

@@ -84,13 +84,22 @@ def check_same_device(op: str, tensors: dict[str, torch.Tensor | None]) -> None:
     """Raise unless every given tensor is on one device.
 
     Raises:
-        OpInputError: naming the first tensor on another device than the first one.
+        OpInputError: naming the first tensor on another device than the first one; where one of the two is
+            a meta tensor (no data: a weight offloaded by accelerate's hooks outside its module's call, or
+            made under ``init_empty_weights``), saying so and how to get its data instead.
     """
     items = [(k, t) for k, t in tensors.items() if t is not None]
     if not items:
         return
     first_name, first = items[0]
     for name, t in items[1:]:
+        if t.device != first.device and "meta" in (t.device.type, first.device.type):
+            meta, other = (name, first) if t.device.type == "meta" else (first_name, t)
+            raise OpInputError(f"{op}: {meta} is a meta tensor (it has a shape but no data) and the other inputs "
+                               f"are on {other.device}; accepted: tensors with data, on one device. A meta "
+                               "weight is usually offloaded by accelerate's hooks (read it only inside its "
+                               "module's call) or was made under init_empty_weights (load it with "
+                               "load_state_dict(..., assign=True))")
         if t.device != first.device:
             raise OpInputError(f"{op}: {name} is on {t.device} but {first_name} is on {first.device}; accepted: "
                                f"every tensor on one device. Move {name} with .to({str(first.device)!r})")

@@ -80,3 +80,14 @@ def test_family_checks_are_memoized_and_still_refuse() -> None:
     check_qk("rope_qk", q, k, t, t)
     with pytest.raises(OpInputError, match="k has shape \\[1, 4, 6\\]"):
         check_qk("rope_qk", q, torch.randn(1, 4, 6), t, t)
+
+
+@pytest.mark.parametrize("which", ["weight", "hidden"])
+def test_a_meta_tensor_among_real_ones_says_it_has_no_data(which: str) -> None:
+    """Not "move weight with .to('cpu')", which cannot be done to a meta tensor (an offloaded weight)."""
+    import anyaccel.ops.nn as nn
+
+    t = {"hidden": torch.randn(4, 8), "weight": torch.randn(10, 8)}
+    t[which] = t[which].to("meta")
+    with pytest.raises(OpInputError, match=f"fused_linear_cross_entropy: {which} is a meta tensor .* accelerate"):
+        nn.fused_linear_cross_entropy(t["hidden"], t["weight"], torch.tensor([1, 2, 3, 4]), impl="torch")

@@ -241,3 +241,28 @@ def test_an_unknown_mode_is_an_input_error() -> None:
     xs = _inputs("cpu", torch.float32, (3,), 4, 5, False)
     with pytest.raises(OpInputError, match="mode='fast'.*'eager', 'compile'"):
         F.swiglu_linear(*xs, mode="fast")  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("bias_shape", [(3,), (6,), (5, 1), (1, 5), ()], ids=str)
+@pytest.mark.parametrize("lead", [(4,), (2, 3)], ids=str)
+def test_bias_of_the_wrong_shape_names_both_shapes(bias_shape: tuple[int, ...], lead: tuple[int, ...]) -> None:
+    """Not torch's "expanded size" error (nor a broadcast the unfused Linear would refuse)."""
+    a, b, w = torch.randn(*lead, 6), torch.randn(*lead, 6), torch.randn(5, 6)
+    bias = torch.randn(bias_shape)
+    with pytest.raises(OpInputError, match=rf"swiglu_linear: bias has shape \[{', '.join(map(str, bias_shape))}\] "
+                                           r"and weight \[5, 6\]; accepted: bias of shape \[5\]"):
+        F.swiglu_linear(a, b, w, bias)
+
+
+@pytest.mark.parametrize("meta", ["weight", "bias", "a"])
+def test_a_meta_tensor_is_a_typed_error(meta: str) -> None:
+    """A weight accelerate has offloaded is a meta tensor outside its module's call: reading it gave
+    uninitialised memory. Every input on the meta device is still shape inference, and works."""
+    t = {"a": torch.randn(4, 6), "b": torch.randn(4, 6), "weight": torch.randn(5, 6), "bias": torch.randn(5)}
+    t[meta] = t[meta].to("meta")
+    if meta == "a":
+        t["b"] = t["b"].to("meta")
+    with pytest.raises(OpInputError, match=f"swiglu_linear: {meta} is a meta tensor"):
+        F.swiglu_linear(t["a"], t["b"], t["weight"], t["bias"])
+    on_meta = {k: x.to("meta") for k, x in t.items()}
+    assert F.swiglu_linear(on_meta["a"], on_meta["b"], on_meta["weight"], on_meta["bias"]).shape == (4, 5)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from anyaccel.ops.nn import functional as F
+from anyaccel.ops.nn import validation as v
 
 #: attributes an RMSNorm layer keeps its epsilon in, tried in this order
 EPS_ATTRIBUTES = ("variance_epsilon", "eps", "epsilon")
@@ -219,7 +220,9 @@ def rope_function(original: Callable[..., Any], impl: str | None, layouts: froze
     """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` on anyaccel's ``rope_qk``
     for the table layouts in ``layouts`` (`ROPE_LAYOUTS`: ``"full"``,
     a table as wide as the head, whose halves repeat; ``"pairs"``, half as wide); any other table (a partial
-    rotary one, narrower than the head) or keys of another head dimension go to ``original``. The halves of
+    rotary one, narrower than the head), keys of another head dimension or a dtype anyaccel's ops do not take
+    (float64: the function is swapped for every model of the modeling module, patched or not) go to
+    ``original``. The halves of
     a full table are not compared at run time (that would synchronise the device): the rotary-embedding
     modules of every family marked in transformers 5.24 build it as ``cat(freqs, freqs)``."""
     full, pairs = "full" in layouts, "pairs" in layouts
@@ -227,7 +230,8 @@ def rope_function(original: Callable[..., Any], impl: str | None, layouts: froze
     def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                              unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         d, w = q.shape[-1], cos.shape[-1]
-        if k.shape[-1] != d or not ((full and w == d) or (pairs and 2 * w == d)):
+        if k.shape[-1] != d or not ((full and w == d) or (pairs and 2 * w == d)) or \
+                q.dtype not in v.float_dtypes() or k.dtype not in v.float_dtypes():
             return original(q, k, cos, sin, unsqueeze_dim)
         return F.rope_qk(q, k, cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim), impl=impl)
 

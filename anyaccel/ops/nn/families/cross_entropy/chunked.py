@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from anyaccel.ops.nn.families.cross_entropy.fakes import check_fused
+from anyaccel.ops.nn.families.cross_entropy.targets import check_target_values
 
 #: ``ce_chunk(logits, target, ignore_index, label_smoothing, scale)``: per-row fp32 losses of a chunk; when
 #: ``scale`` (a 0-dim fp32 tensor) is given, also overwrites ``logits`` with ``dz * scale`` (0 for ignored
@@ -113,8 +114,10 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
 
     Raises:
         OpInputError: see `check_fused`.
+        TargetIndexError: a target outside ``[0, V)`` other than ``ignore_index`` (`check_target_values`).
     """
     check_fused(hidden, weight, target, bias, label_smoothing, reduction, accum_dtype)
+    check_target_values("fused_linear_cross_entropy", target, weight.shape[0], ignore_index)
     rows, h = hidden.shape
     vocab = weight.shape[0]
     step = chunk_rows(rows, h, vocab, fp32_accumulator=compute_grad and accum_dtype != weight.dtype,

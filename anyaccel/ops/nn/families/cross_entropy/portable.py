@@ -12,6 +12,7 @@ import torch
 
 from anyaccel.ops.nn.families.cross_entropy import chunked, nll
 from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits, check_nll
+from anyaccel.ops.nn.families.cross_entropy.targets import check_target_values
 
 #: Logits per fp32 temporary (16 Mi: 64 MiB).
 CHUNK_ELEMENTS = 1 << 24
@@ -47,6 +48,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss and lse (fp32) of ``logits [rows, V]``."""
     check_logits("cross_entropy", logits, target, label_smoothing)
+    check_target_values("cross_entropy", target, logits.shape[1], ignore_index)
     losses, lses = [], []
     step = _row_chunks(logits.shape[0], logits.shape[1])
     for z, t in zip(logits.split(step), target.split(step), strict=True):

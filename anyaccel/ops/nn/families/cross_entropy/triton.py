@@ -18,6 +18,7 @@ import triton.language as tl
 
 from anyaccel.ops.nn.families.cross_entropy import chunked, nll
 from anyaccel.ops.nn.families.cross_entropy.fakes import check_backward, check_logits, check_nll
+from anyaccel.ops.nn.families.cross_entropy.targets import check_target_values
 from anyaccel.ops.triton.launch import device_of, next_power_of_2, wrap
 from anyaccel.ops.triton.pointwise import pointwise
 
@@ -108,6 +109,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss and lse (fp32) of ``logits [rows, V]`` (any strides), one read of the logits."""
     check_logits("cross_entropy", logits, target, label_smoothing)
+    check_target_values("cross_entropy", target, logits.shape[1], ignore_index)
     return _launch_fwd(logits, target, ignore_index, label_smoothing, None)
 
 

@@ -1,0 +1,94 @@
+"""Out-of-range class indices raise `IndexError` in cross_entropy and fused_linear_cross_entropy, as torch's
+cross_entropy does, on every (device, implementation) pair (on a machine without a GPU the Triton kernels run
+in Triton's interpreter, so the Triton implementation's check runs here too); valid targets, including
+``ignore_index`` and a custom ``ignore_index`` that is negative or past V, still give torch's loss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import anyaccel.ops.nn as nn
+from anyaccel.ops.nn.errors import OpInputError, TargetIndexError
+
+#: (vocabulary, the bad index, its row) with ignore_index=-100
+BAD = [(10, 10, 1), (10, 11, 0), (7, -5, 2), (7, -1, 3), (4099, 4099, 4), (3, 2**40, 1)]
+
+
+def _targets(vocab: int, bad: int, row: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    t = torch.tensor([1, 2 % vocab, -100, 0, vocab - 1], dtype=torch.int64)
+    t[row] = bad
+    return t.to(device, dtype) if dtype == torch.int64 or abs(bad) < 2**31 else t.to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize(("vocab", "bad", "row"), BAD, ids=str)
+def test_cross_entropy_raises_index_error_like_torch(device_impl: tuple[str, str], vocab: int, bad: int, row: int,
+                                                     dtype: torch.dtype) -> None:
+    device, impl = device_impl
+    z = torch.randn(5, vocab, device=device)
+    t = _targets(vocab, bad, row, device, dtype)
+    with pytest.raises(IndexError):
+        F.cross_entropy(z.cpu(), t.cpu().long())  # torch on the CPU agrees that it is out of range
+    with pytest.raises(TargetIndexError, match=rf"target holds {bad} at flat position {row}; accepted: class "
+                                               rf"indices in \[0, {vocab}\)"):
+        nn.cross_entropy(z, t, impl=impl)
+    with pytest.raises(IndexError):
+        nn.cross_entropy(z.view(1, 5, vocab), t.view(1, 5), reduction="none", impl=impl)
+
+
+@pytest.mark.parametrize(("vocab", "bad", "row"), BAD, ids=str)
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_fused_linear_cross_entropy_raises_index_error(device_impl: tuple[str, str], vocab: int, bad: int,
+                                                       row: int, bias: bool) -> None:
+    device, impl = device_impl
+    hidden = torch.randn(5, 16, device=device, requires_grad=True)
+    weight = torch.randn(vocab, 16, device=device, requires_grad=True)
+    b = torch.randn(vocab, device=device) if bias else None
+    t = _targets(vocab, bad, row, device, torch.int64)
+    with pytest.raises(TargetIndexError, match=f"fused_linear_cross_entropy: target holds {bad}"):
+        nn.fused_linear_cross_entropy(hidden, weight, t, b, impl=impl)
+    with torch.no_grad(), pytest.raises(IndexError):
+        nn.fused_linear_cross_entropy(hidden.view(1, 5, 16), weight, t.view(1, 5), b, reduction="sum", impl=impl)
+    assert hidden.grad is None and weight.grad is None
+
+
+@pytest.mark.parametrize("ignore_index", [-100, -1, 0, 12], ids=str)
+def test_valid_targets_and_custom_ignore_index_still_match_torch(device_impl: tuple[str, str],
+                                                                 ignore_index: int) -> None:
+    """An ``ignore_index`` outside ``[0, V)`` is accepted as a target (torch's rule), one inside is a class
+    whose rows are ignored."""
+    device, impl = device_impl
+    vocab = 12
+    z = torch.randn(6, vocab, dtype=torch.float64)
+    t = torch.tensor([0, 11, ignore_index, 5, ignore_index, 3])
+    want = F.cross_entropy(z, t, ignore_index=ignore_index)
+    got = nn.cross_entropy(z.float().to(device), t.to(device), ignore_index=ignore_index, impl=impl)
+    torch.testing.assert_close(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
+    w = torch.randn(vocab, 8, dtype=torch.float64)
+    h = torch.randn(6, 8, dtype=torch.float64)
+    want = F.cross_entropy(h @ w.T, t, ignore_index=ignore_index)
+    got = nn.fused_linear_cross_entropy(h.float().to(device), w.float().to(device), t.to(device),
+                                        ignore_index=ignore_index, impl=impl)
+    torch.testing.assert_close(got.double().cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_target_index_error_is_an_op_input_error() -> None:
+    assert issubclass(TargetIndexError, IndexError) and issubclass(TargetIndexError, OpInputError)
+
+
+def test_compiled_fullgraph_raises_too() -> None:
+    """The check runs inside the ops (the validating fakes see no data), so a compiled graph raises as eager
+    does, without a graph break."""
+    ce = torch.compile(lambda z, t: nn.cross_entropy(z, t, impl="torch"), fullgraph=True)
+    flce = torch.compile(lambda h, w, t: nn.fused_linear_cross_entropy(h, w, t, impl="torch"), fullgraph=True)
+    z, h = torch.randn(4, 10), torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(10, 8, requires_grad=True)
+    good, bad = torch.tensor([1, 2, -100, 9]), torch.tensor([1, 2, 10, 9])
+    torch.testing.assert_close(ce(z, good), F.cross_entropy(z, good))
+    torch.testing.assert_close(flce(h, w, good), F.cross_entropy(h @ w.T, good))
+    with pytest.raises(TargetIndexError, match="target holds 10 at flat position 2"):
+        ce(z, bad)
+    with pytest.raises(TargetIndexError, match="target holds 10 at flat position 2"):
+        flce(h, w, bad)
