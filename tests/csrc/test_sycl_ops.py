@@ -22,8 +22,8 @@ combination of the spec. Tolerances, and why:
 - Lion's ``sign(c)``: where ``|c|`` is below 1e-5 of its terms, fp32 and float64 may disagree on its sign,
   so those elements (a handful of 40001) may differ by ``2 lr``.
 
-Sizes 1, 7, 257, 16385 (one element past a chunk) and 40001 are odd; one case steps 40 tensors at once, one
-mixes dtype combinations in one call, and two calls with different hyper-parameters per step play two
+Sizes 1, 7, 257, 16385 (one element past a chunk) and 40001 are odd; one case steps 41 tensors (one empty) of
+three dtype combinations in one call, and two calls with different hyper-parameters per step play two
 parameter groups.
 """
 
@@ -151,7 +151,7 @@ def test_adam_matches_the_float64_reference(ops: Any, combo: tuple[str, str, str
 
 def test_adam_many_tensors_mixed_combos_and_two_groups(ops: Any) -> None:
     op = ops("adam", "fused_adam_sycl")
-    sizes = tuple(1 + 37 * i for i in range(40))
+    sizes = (0, *(1 + 37 * i for i in range(40)))  # an empty tensor among them
     # one call over tensors of three dtype combinations (the kernel groups them), interleaved
     parts = [_tensors(c, sizes[i::3], seed=10 + i, states=2) for i, c in enumerate(COMBOS[:3])]
     mixed = {k: [x for part in parts for x in part[k]] for k in ("params", "grads")}
@@ -263,7 +263,7 @@ def test_lamb_matches_the_float64_reference(ops: Any, combo: tuple[str, str, str
 
 def test_lamb_many_tensors_mixed_combos_zero_tensors_and_two_groups(ops: Any) -> None:
     op = ops("lamb", "fused_lamb_sycl")
-    sizes = tuple(1 + 37 * i for i in range(40))
+    sizes = (0, *(1 + 37 * i for i in range(40)))  # an empty tensor among them
     parts = [_tensors(c, sizes[i::3], seed=30 + i, states=2) for i, c in enumerate(COMBOS[:3])]
     mixed = {k: [x for part in parts for x in part[k]] for k in ("params", "grads")}
     mixed["states"] = [[x for part in parts for x in part["states"][s]] for s in range(2)]
