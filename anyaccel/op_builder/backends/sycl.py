@@ -16,8 +16,23 @@ publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through it
   JIT image) and the device link step itself; AOT builds use ``SyclExtension``
   (https://pytorch.org/docs/stable/cpp_extension.html).
 
+With AdaptiveCpp's ``acpp`` (found where no icpx is, `anyaccel.op_builder.toolchains.sycl`) the build
+goes through the core's ninja driver instead, ``acpp`` compiling the ``.sycl`` sources as C++ and linking
+the library; torch's SYCL rules speak only DPC++'s flags.
+
+Where the kernels run is one compile-time define of the same sources (``csrc/includes/sycl/
+multi_tensor_apply.hpp``): an XPU build (the default) registers for torch's XPU dispatch key and runs on
+torch's current XPU queue; a host-device build (``SYCLOpBuilder(host_device=True)``, which defines
+``ANYACCEL_SYCL_HOST_DEVICE=1``) registers for the CPU key and runs the kernels on the SYCL runtime's
+CPU device over torch CPU tensors, which is how the kernels are compiled and run by a real SYCL compiler
+on a machine without an XPU (and with a CPU-only torch).
+
+AdaptiveCpp cannot make an XPU build that runs: torch's XPU queue (``aoti_torch_get_current_sycl_queue``)
+is a DPC++ ``sycl::queue``, an object of another SYCL implementation; such a build is refused in
+`preflight` with that reason.
+
 Nothing here touches a device at import. Kernels register with ``TORCH_LIBRARY(ANYACCEL_OP_NAMESPACE, m)``
-and ``TORCH_LIBRARY_IMPL(..., XPU, m)`` (docs/architecture.md).
+and ``TORCH_LIBRARY_IMPL(..., XPU, m)`` (``CPU`` in a host-device build; docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from anyaccel.op_builder.core.builder import OpBuilder
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError
+from anyaccel.op_builder.toolchains import ninja as nj
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
@@ -49,6 +65,27 @@ class XPUArchError(OpBuilderError, ValueError):
 class XPUSupportError(OpBuilderError, RuntimeError):
     """An XPU op was asked to build with a torch that has no XPU support (``torch.xpu._is_compiled()`` is
     False); the message names the torch version and the fix."""
+
+
+#: The define that selects a host-device build of the SYCL sources (see the module docstring).
+HOST_DEVICE_DEFINE = "-DANYACCEL_SYCL_HOST_DEVICE=1"
+
+#: Builds that go through the core's ninja driver with the SYCL compiler itself as the C++ compiler, by
+#: (compiler flavour, host-device build): the flags of its compile and link commands. DPC++'s XPU build is
+#: not here: it goes through torch's SYCL rules. DPC++ host-device builds target its x86-64 CPU device
+#: (the OpenCL CPU runtime); AdaptiveCpp's host-device build targets its OpenMP CPU backend; an XPU build
+#: with AdaptiveCpp is refused in preflight.
+#: ``-x c++``: the sources end in ``.sycl``, a suffix the compilers do not know (it is torch's routing).
+DRIVER_FLAGS: dict[tuple[str, bool], tuple[tuple[str, ...], tuple[str, ...]]] = {
+    (sycl_toolchain.DPCPP, True): (("-fsycl", "-fsycl-targets=spir64_x86_64", "-x", "c++"),
+                                   ("-fsycl", "-fsycl-targets=spir64_x86_64")),
+    (sycl_toolchain.ACPP, True): (("--acpp-targets=omp", "-x", "c++"), ("--acpp-targets=omp",)),
+}
+
+
+class SYCLImplementationError(OpBuilderError, RuntimeError):
+    """An XPU build was asked of a SYCL compiler whose objects cannot share torch's XPU queue (AdaptiveCpp);
+    the message names the compiler and the fix."""
 
 
 def torch_has_xpu() -> bool:
@@ -79,8 +116,15 @@ class SYCLOpBuilder(OpBuilder):
     DEVICE_TYPE: ClassVar[str] = "xpu"
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
 
-    def __init__(self) -> None:
+    def __init__(self, host_device: bool = False) -> None:
+        """
+        Args:
+            host_device: build for the SYCL runtime's CPU device over torch CPU tensors (the CPU dispatch key)
+                instead of torch's XPU; the same sources, with ``ANYACCEL_SYCL_HOST_DEVICE=1``. Needs no XPU
+                torch; meant for tests of the kernels where no XPU is.
+        """
         super().__init__()
+        self.host_device = host_device
         self._arch: list[str] | None = None
         self._compiler: sycl_toolchain.SyclCompiler | None = None
 
@@ -90,12 +134,12 @@ class SYCLOpBuilder(OpBuilder):
         return ["-O3"]
 
     def sycl_args(self) -> list[str]:
-        """SYCL-compiler flags: ``-O3``.
+        """SYCL-compiler flags: ``-O3``, and `HOST_DEVICE_DEFINE` in a host-device build.
 
         torch adds ``-fsycl``, ``-sycl-std=2020``, the targets and the host-compiler options; see the module
         docstring.
         """
-        return ["-O3"]
+        return ["-O3", HOST_DEVICE_DEFINE] if self.host_device else ["-O3"]
 
     def arch_list(self) -> list[str]:
         """The XPU archs of the build (empty: JIT only), resolved once per builder instance.
@@ -143,6 +187,11 @@ class SYCLOpBuilder(OpBuilder):
         """
         import torch
 
+        if self.host_device:
+            if self._device_compiler() is None:
+                return False, (f"no SYCL compiler ({sycl_toolchain.TORCH_SYCL_COMPILER_NAME} or "
+                               f"{sycl_toolchain.ACPP_COMPILER_NAME} not on PATH, {sycl_toolchain.SYCL_CXX_ENV} unset)")
+            return True, ""
         if not torch_has_xpu():
             return False, f"torch {torch.__version__} is not built with XPU support (torch.xpu._is_compiled() is False)"
         if not torch.get_device_module("xpu").is_available():
@@ -169,21 +218,27 @@ class SYCLOpBuilder(OpBuilder):
             ``TORCH_XPU_ARCH_LIST`` set to the key's arch list (comma-separated, torch's format).
 
         Raises:
-            XPUSupportError: torch has no XPU support.
+            XPUSupportError: torch has no XPU support (not raised for a host-device build).
+            SYCLImplementationError: an XPU build with AdaptiveCpp (see the module docstring).
             ToolchainError: ``sycl_compiler_missing`` (no SYCL compiler, one that does not run, or one that is
-                not DPC++; host compiler missing), ``ninja_missing``.
+                neither DPC++ nor AdaptiveCpp; host compiler missing), ``ninja_missing``.
 
-        Side effects: runs ``<compiler> --version`` once.
+        Side effects: runs ``<compiler> --version`` once (and ``--acpp-version`` for AdaptiveCpp).
         """
         import torch
 
-        if not torch_has_xpu():
+        if not self.host_device and not torch_has_xpu():
             raise XPUSupportError(
                 f"op {self.NAME} is a SYCL (XPU) op but torch {torch.__version__} is not built with XPU support; "
                 f"install an XPU build of torch (pip install torch --index-url https://download.pytorch.org/whl/xpu)")
         env = super().preflight()
         self._compiler = sycl_toolchain.require_sycl_compiler()
         logger.info("SYCL compiler %s: %s", self._compiler.path, self._compiler.banner)
+        if self._compiler.flavour == sycl_toolchain.ACPP and not self.host_device:
+            raise SYCLImplementationError(
+                f"op {self.NAME}: the SYCL compiler found is AdaptiveCpp ({self._compiler.path}), whose kernels "
+                f"cannot run on torch's XPU queue (a DPC++ sycl::queue); install Intel's icpx (oneAPI DPC++/C++ "
+                f"compiler) and put it on PATH or name it by {sycl_toolchain.SYCL_CXX_ENV}")
         env["PATH"] = f"{self._compiler.path.parent}{os.pathsep}{env.get('PATH') or os.environ.get('PATH', os.defpath)}"
         env[sycl_toolchain.ARCH_LIST_ENV] = ",".join(self.arch_list())
         return env
@@ -216,11 +271,42 @@ class SYCLOpBuilder(OpBuilder):
             if saved_home is None:
                 cpp.SYCL_HOME = None
 
+    def _driver_flags(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The (compile, link) flags of a ninja-driver build with the checked compiler (`DRIVER_FLAGS`)."""
+        compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
+        self._compiler = compiler
+        return DRIVER_FLAGS[(compiler.flavour, self.host_device)]
+
+    @override
+    def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
+                      build_dir: Path) -> list[nj.CompileStep]:
+        """One step per ``.sycl`` source, compiled by the SYCL compiler with `DRIVER_FLAGS`, the host
+        flags, `sycl_args` and the common flags (a ninja-driver build only)."""
+        assert self._compiler is not None  # compile() resolved it
+        flags, _ = self._driver_flags()
+        command = (str(self._compiler.path), *flags, *self.host_only_flags(), *self.sycl_args(),
+                   *self.common_flags(namespace, gen_dir))
+        root = self.source_root()
+        return [nj.CompileStep(root / src, build_dir / f"{i}_{Path(src).stem}.o", command)
+                for i, src in enumerate(self.sources())]
+
+    @override
+    def link_command(self, env: dict[str, str | None]) -> list[str]:
+        """The SYCL compiler links (it adds its runtime library), with ``libtorch_cpu`` only, as the core."""
+        assert self._compiler is not None
+        _, flags = self._driver_flags()
+        return [str(self._compiler.path), *flags, "-shared", *self.extra_ldflags(),
+                f"-L{torch_abi.library_dir()}", "-ltorch_cpu"]
+
     @override
     def compile(self, build_dir: Path, namespace: str, env: dict[str, str | None], verbose: bool) -> Path:
         """Build through ``torch.utils.cpp_extension.load(..., with_sycl=True)``: torch's SYCL rules add
         the device-link step and the SYCL targets, which the plain ninja driver of the other backends lacks.
         The sources still include only the stable ABI and the generated schema header.
+
+        AdaptiveCpp builds and host-device builds (the keys of `DRIVER_FLAGS`) go through the core's ninja
+        driver instead (`compile_steps`, `link_command`): torch's rules run DPC++ only and link torch's XPU
+        libraries.
 
         Returns:
             The built library (torch has also loaded it).
@@ -228,6 +314,10 @@ class SYCLOpBuilder(OpBuilder):
         Raises:
             RuntimeError: the build failed (the core turns it into a diagnosed ``BuildError``).
         """
+        compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
+        if (compiler.flavour, self.host_device) in DRIVER_FLAGS:
+            self._compiler = compiler
+            return super().compile(build_dir, namespace, env, verbose)
         from torch.utils.cpp_extension import load as cpp_load
 
         gen_dir = build_dir / "gen"

@@ -1,4 +1,4 @@
-"""SYCL toolchain policy for XPU op builders: finding the DPC++ compiler and the XPU arch list.
+"""SYCL toolchain policy for XPU op builders: finding the SYCL compiler (DPC++ or AdaptiveCpp) and the XPU arch list.
 
 Two kinds of functions, as in `anyaccel.op_builder.toolchains.host`:
 
@@ -14,7 +14,13 @@ Where the compiler is looked for, in order:
 1. ``ANYACCEL_SYCL_CXX`` (a name or path, like ``CXX``); set but naming nothing -> an error, never a silent
    fallback;
 2. ``icpx`` on ``PATH`` (what ``torch.utils.cpp_extension`` itself runs);
-3. ``$ONEAPI_ROOT/compiler/latest/bin/icpx`` (a candidate only; it must still pass the ``--version`` check).
+3. ``$ONEAPI_ROOT/compiler/latest/bin/icpx`` (a candidate only; it must still pass the ``--version`` check);
+4. ``acpp`` on ``PATH``: AdaptiveCpp (https://github.com/AdaptiveCpp/AdaptiveCpp), an open SYCL 2020
+   implementation, used only where no icpx is installed.
+
+The two flavours build differently (`SyclCompiler.flavour`): DPC++ through torch's own SYCL rules,
+AdaptiveCpp through the host-compiler ninja build with ``acpp`` as the compiler (see
+`anyaccel.op_builder.backends.sycl`).
 
 The arch list follows ``torch.utils.cpp_extension._get_sycl_arch_list`` (torch 2.7+): ``TORCH_XPU_ARCH_LIST``
 when set, else the archs the running torch was built for (``torch.xpu.get_arch_list()``) without the
@@ -26,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +50,11 @@ SYCL_CXX_ENV = settings.SYCL_CXX.name
 ARCH_LIST_ENV = "TORCH_XPU_ARCH_LIST"
 #: The compiler name torch's ninja rule runs (``sycl = icpx`` in ``_write_ninja_file``).
 TORCH_SYCL_COMPILER_NAME = "icpx"
+#: AdaptiveCpp's compiler driver, looked for on PATH after every place icpx may be.
+ACPP_COMPILER_NAME = "acpp"
+#: `SyclCompiler.flavour` values.
+DPCPP = "dpcpp"
+ACPP = "acpp"
 ONEAPI_ROOT_ENV = "ONEAPI_ROOT"
 #: How long ``--version`` may take, seconds (the first run of icpx on a cold disk takes a few seconds).
 VERSION_TIMEOUT_S = 60.0
@@ -53,6 +65,9 @@ VERSION_TIMEOUT_S = 60.0
 _DPCPP_BANNERS = (re.compile(r"Intel\(R\) oneAPI DPC\+\+/C\+\+ Compiler", re.IGNORECASE),
                   re.compile(r"clang version .*intel/llvm", re.IGNORECASE))
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+# ``acpp --acpp-version`` prints "acpp [AdaptiveCpp compilation driver], Copyright ..." then
+# "  AdaptiveCpp version: 24.06.0" (``acpp --version`` is forwarded to its clang).
+_ACPP_VERSION = re.compile(r"AdaptiveCpp version:\s*(\d+)\.(\d+)\.(\d+)")
 # A device architecture name as accepted by ocloc's -device (pvc, bmg, dg2-g10, xe-lpg, 12.60.7, ...).
 _ARCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -67,12 +82,14 @@ class SyclCompiler:
         banner: the first line of ``--version``.
         home: the install root, ``realpath(path)/../..`` (what torch calls ``SYCL_HOME``: ``include/`` and
             ``lib/`` with ``libsycl.so`` live there).
+        flavour: `DPCPP` (icpx, intel/llvm clang++) or `ACPP` (AdaptiveCpp's ``acpp``).
     """
 
     path: Path
     version: tuple[int, int, int]
     banner: str
     home: Path
+    flavour: str = DPCPP
 
     @property
     def torch_version(self) -> int:
@@ -89,7 +106,8 @@ def find_sycl_compiler(env: Mapping[str, str] | None = None) -> Path | None:
             when None.
 
     Returns:
-        The absolute path of the first candidate in the order of the module docstring, or None.
+        The absolute path of the first candidate in the order of the module docstring (icpx before acpp), or
+        None.
 
     Raises:
         ToolchainError: ``sycl_compiler_missing`` when ``ANYACCEL_SYCL_CXX`` is set but names nothing executable.
@@ -105,7 +123,8 @@ def find_sycl_compiler(env: Mapping[str, str] | None = None) -> Path | None:
         candidate = Path(root) / "compiler" / "latest" / "bin" / TORCH_SYCL_COMPILER_NAME
         if os.access(candidate, os.X_OK):
             return candidate
-    return None
+    acpp = shutil.which(ACPP_COMPILER_NAME, path=env.get("PATH", os.defpath))
+    return Path(os.path.abspath(acpp)) if acpp else None
 
 
 def _searched(env: Mapping[str, str]) -> str:
@@ -115,42 +134,58 @@ def _searched(env: Mapping[str, str]) -> str:
         where += f", no executable {Path(root) / 'compiler/latest/bin' / TORCH_SYCL_COMPILER_NAME} ({ONEAPI_ROOT_ENV})"
     else:
         where += f", {ONEAPI_ROOT_ENV} unset"
-    return where
+    return where + f", no {ACPP_COMPILER_NAME} on PATH"
+
+
+def _run_version(path: Path, flag: str, timeout: float) -> tuple[int, str]:
+    """``<path> <flag>``: its exit status and its stdout and stderr, stripped."""
+    try:
+        out = subprocess.run([str(path), flag], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError("sycl_compiler_missing", f"the SYCL compiler {path} does not run ({exc}); install the "
+                             f"oneAPI DPC++/C++ compiler and source its setvars.sh (or AdaptiveCpp), or fix "
+                             f"{SYCL_CXX_ENV}") from None
+    return out.returncode, (out.stdout + out.stderr).strip()
 
 
 def probe_sycl_compiler(path: Path, timeout: float = VERSION_TIMEOUT_S) -> SyclCompiler:
-    """Run ``<path> --version`` and accept it only if it is a DPC++ compiler.
+    """Run ``<path> --version`` and accept it if it is a DPC++ compiler; else run ``<path> --acpp-version``
+    and accept it if it is AdaptiveCpp's driver.
 
     Args:
         path: the candidate from `find_sycl_compiler`.
-        timeout: seconds to wait for it.
+        timeout: seconds to wait for each run.
 
     Returns:
-        The `SyclCompiler`.
+        The `SyclCompiler` (``flavour`` `DPCPP` or `ACPP`; for AdaptiveCpp, ``version`` is AdaptiveCpp's and
+        ``banner`` its first line).
 
     Raises:
-        ToolchainError: ``sycl_compiler_missing`` when it does not run, exits non-zero, or its banner is not a
-            DPC++ compiler's (e.g. a plain g++ named by mistake); the message quotes what it printed.
+        ToolchainError: ``sycl_compiler_missing`` when it does not run, exits non-zero, or says it is neither
+            compiler (e.g. a plain g++ named by mistake); the message quotes what it printed.
 
-    Side effects: spawns the compiler once.
+    Side effects: spawns the compiler once (DPC++) or twice (AdaptiveCpp, or a compiler that is neither).
     """
-    try:
-        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolchainError("sycl_compiler_missing", f"the SYCL compiler {path} does not run ({exc}); install the "
-                             f"oneAPI DPC++/C++ compiler and source its setvars.sh, or fix {SYCL_CXX_ENV}") from None
-    text = (out.stdout + out.stderr).strip()
+    code, text = _run_version(path, "--version", timeout)
     banner = text.splitlines()[0] if text else ""
-    if out.returncode != 0 or not any(p.search(text) for p in _DPCPP_BANNERS):
-        raise ToolchainError(
-            "sycl_compiler_missing",
-            f"{path} is not a SYCL (DPC++) compiler: `{path.name} --version` exited {out.returncode} and printed "
-            f"{banner[:160]!r}; SYCL sources need Intel's icpx (oneAPI Base Toolkit) or an intel/llvm clang++, "
-            f"named by {SYCL_CXX_ENV} or found as {TORCH_SYCL_COMPILER_NAME} on PATH",
-        )
-    m = _VERSION.search(banner) or _VERSION.search(text)
-    version = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
-    return SyclCompiler(path=path, version=version, banner=banner, home=Path(os.path.realpath(path)).parent.parent)
+    if code == 0 and any(p.search(text) for p in _DPCPP_BANNERS):
+        m = _VERSION.search(banner) or _VERSION.search(text)
+        version = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
+        return SyclCompiler(path=path, version=version, banner=banner,
+                            home=Path(os.path.realpath(path)).parent.parent)
+    acpp_code, acpp_text = _run_version(path, "--acpp-version", timeout)
+    m = _ACPP_VERSION.search(acpp_text)
+    if acpp_code == 0 and m:
+        return SyclCompiler(path=path, version=(int(m.group(1)), int(m.group(2)), int(m.group(3))),
+                            banner=acpp_text.splitlines()[0], home=Path(os.path.realpath(path)).parent.parent,
+                            flavour=ACPP)
+    raise ToolchainError(
+        "sycl_compiler_missing",
+        f"{path} is not a SYCL compiler: `{path.name} --version` exited {code} and printed {banner[:160]!r}, and "
+        f"`{path.name} --acpp-version` did not name an AdaptiveCpp version; SYCL sources need Intel's icpx "
+        f"(oneAPI Base Toolkit), an intel/llvm clang++ or AdaptiveCpp's acpp, named by {SYCL_CXX_ENV} or found "
+        f"as {TORCH_SYCL_COMPILER_NAME} (else {ACPP_COMPILER_NAME}) on PATH",
+    )
 
 
 def require_sycl_compiler(env: Mapping[str, str] | None = None) -> SyclCompiler:
@@ -168,7 +203,8 @@ def require_sycl_compiler(env: Mapping[str, str] | None = None) -> SyclCompiler:
         raise ToolchainError(
             "sycl_compiler_missing",
             f"no SYCL compiler found ({_searched(env)}); XPU ops compile SYCL sources with Intel's icpx: install "
-            f"the oneAPI DPC++/C++ compiler and `source /opt/intel/oneapi/setvars.sh`, or set {SYCL_CXX_ENV} to it",
+            f"the oneAPI DPC++/C++ compiler and `source /opt/intel/oneapi/setvars.sh` (or put AdaptiveCpp's "
+            f"{ACPP_COMPILER_NAME} on PATH), or set {SYCL_CXX_ENV} to it",
         )
     return probe_sycl_compiler(path)
 

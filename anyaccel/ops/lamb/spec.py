@@ -42,7 +42,7 @@ _RANGES = (("step", "[1, inf)"), ("lr", "[0, inf)"), ("beta1", "[0, 1)"), ("beta
 
 SPEC = OpSpec(
     family="lamb",
-    summary="LAMB step (per-tensor trust ratio) over many tensors in one call (CPU SIMD, CUDA, Triton)",
+    summary="LAMB step (per-tensor trust ratio) over many tensors in one call (CPU SIMD, CUDA, SYCL, Triton)",
     functions=(
         Function(
             "lamb_step",
@@ -91,12 +91,17 @@ SPEC = OpSpec(
         NativeBuild("FusedLambBuilder", "fused_lamb", "cuda", sources=("csrc/lamb/fused_lamb_cuda.cu",),
                     functions=("lamb_step", "lamb_plan", "lamb_step_planned", "lamb_step_planned_capturable"),
                     accelerators=("cuda",)),
+        NativeBuild("FusedLambBuilder", "fused_lamb_sycl", "xpu", sources=("csrc/lamb/fused_lamb_sycl.sycl",),
+                    functions=("lamb_step",), accelerators=("xpu",)),
     ),
     implementations=(
         Implementation("cpu", 10, ("cpu",), build="cpu_lamb",
                        description="SIMD kernel, two passes per tensor (csrc/lamb/cpu_lamb_kernel.cpp)"),
         Implementation("cuda", 20, ("cuda",), build="fused_lamb",
                        description="CUDA multi-tensor kernels: update and norms, trust ratios, apply"),
+        Implementation("sycl", 20, ("xpu",), build="fused_lamb_sycl",
+                       description="SYCL multi-tensor kernels: update and norms, trust ratios, apply "
+                                   "(csrc/lamb/fused_lamb_sycl.sycl)"),
         Implementation("triton", 10, ("cuda", "xpu"), module="anyaccel.ops.lamb.triton:load", requires=("triton",),
                        description="Triton multi-tensor kernels (anyaccel/ops/lamb/triton.py)"),
     ),

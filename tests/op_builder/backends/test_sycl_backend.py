@@ -17,7 +17,13 @@ import pytest
 import torch
 from opb_helpers import HERE, make_wrapper
 
-from anyaccel.op_builder.backends.sycl import SYCLOpBuilder, XPUArchError, XPUSupportError
+from anyaccel.op_builder.backends.sycl import (
+    HOST_DEVICE_DEFINE,
+    SYCLImplementationError,
+    SYCLOpBuilder,
+    XPUArchError,
+    XPUSupportError,
+)
 from anyaccel.op_builder.classes import builder_class, spec_builds
 from anyaccel.op_builder.core import manifest as mf
 from anyaccel.op_builder.core.builder import OpBuilder
@@ -29,8 +35,10 @@ from anyaccel.ops.registry import get_builder_class
 FAKES = HERE / "fixtures" / "fake_toolchains"
 FAKE_ONEAPI = FAKES / "oneapi"
 FAKE_ICPX_DIR = FAKE_ONEAPI / "compiler" / "latest" / "bin"
+FAKE_ACPP_DIR = FAKES / "adaptivecpp" / "bin"
 XPUFusedAdamBuilder = builder_class("adam", "fused_adam_sycl")
 XPUFusedLionBuilder = builder_class("lion", "fused_lion_sycl")
+XPUFusedLambBuilder = builder_class("lamb", "fused_lamb_sycl")
 
 
 @pytest.fixture
@@ -61,9 +69,11 @@ def _key(builder: OpBuilder) -> str:
 
 
 def test_the_xpu_builds_are_sycl_builders_named_after_deepspeed(sycl_env):
-    for cls, name in ((XPUFusedAdamBuilder, "fused_adam_sycl"), (XPUFusedLionBuilder, "fused_lion_sycl")):
+    for cls, name in ((XPUFusedAdamBuilder, "fused_adam_sycl"), (XPUFusedLionBuilder, "fused_lion_sycl"),
+                      (XPUFusedLambBuilder, "fused_lamb_sycl")):
         assert issubclass(cls, SYCLOpBuilder) and cls.NAME == name and cls.BACKEND == cls.DEVICE_TYPE == "xpu"
-        assert cls.__name__ in ("FusedAdamBuilder", "FusedLionBuilder") and cls.BUILD.accelerators == ("xpu",)
+        assert cls.__name__ in ("FusedAdamBuilder", "FusedLionBuilder", "FusedLambBuilder")
+        assert cls.BUILD.accelerators == ("xpu",)
         assert cls.BUILD_VAR == f"ANYACCEL_BUILD_{name.upper()}"
 
 
@@ -190,6 +200,38 @@ def test_a_compiler_not_named_icpx_is_reached_through_a_shim(sycl_env, monkeypat
     assert shutil.which("icpx") is None  # the shim lived only during the compile
 
 
+def test_an_xpu_build_with_adaptivecpp_is_refused(sycl_env, monkeypatch):
+    """AdaptiveCpp's kernels cannot run on torch's XPU queue (a DPC++ sycl::queue): refused before compiling."""
+    monkeypatch.setattr("anyaccel.op_builder.backends.sycl.torch_has_xpu", lambda: True)
+    monkeypatch.setenv("PATH", f"{FAKE_ACPP_DIR}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SYCLImplementationError, match="AdaptiveCpp") as err:
+        XPUFusedAdamBuilder().preflight()
+    assert "icpx" in str(err.value) and st.SYCL_CXX_ENV in str(err.value)
+
+
+def test_a_host_device_build_compiles_with_acpp_through_the_ninja_driver(sycl_env, monkeypatch, tmp_path):
+    """A host-device build needs no XPU torch; with acpp its commands are acpp's, for its OpenMP CPU backend,
+    with the define that selects the CPU dispatch key; the fake acpp fails the compile, a typed BuildError."""
+    monkeypatch.setenv("PATH", f"{FAKE_ACPP_DIR}{os.pathsep}{os.environ['PATH']}")
+    host, xpu = XPUFusedLambBuilder(host_device=True), XPUFusedLambBuilder()
+    assert host.compatibility() == (True, "")
+    assert HOST_DEVICE_DEFINE in host.sycl_args() and HOST_DEVICE_DEFINE not in xpu.sycl_args()
+    assert _key(host) != _key(xpu)
+    env = host.preflight()
+    gen = tmp_path / "gen"
+    steps = host.compile_steps(env, "ns_test", gen, tmp_path)
+    acpp = str(FAKE_ACPP_DIR / "acpp")
+    assert [s.source.name for s in steps] == ["fused_lamb_sycl.sycl"]
+    cmd = steps[0].command
+    assert cmd[:4] == (acpp, "--acpp-targets=omp", "-x", "c++") and HOST_DEVICE_DEFINE in cmd
+    assert "-DANYACCEL_OP_NAMESPACE=ns_test" in cmd
+    link = host.link_command(env)
+    assert link[:3] == [acpp, "--acpp-targets=omp", "-shared"] and link[-1] == "-ltorch_cpu"
+    with pytest.raises(BuildError) as err:
+        XPUFusedLambBuilder(host_device=True).load()
+    assert "fake acpp: cannot compile" in str(err.value) or err.value.log_path is not None
+
+
 # ---- accelerator mapping -------------------------------------------------------------------------------------
 
 
@@ -245,17 +287,20 @@ def _sycl_include() -> Path | None:
 
 @pytest.mark.skipif(_sycl_include() is None, reason="set ANYACCEL_SYCL_INCLUDE to a directory with sycl/sycl.hpp "
                     "(e.g. the include/ of the intel-sycl-rt wheel) to syntax-check the SYCL sources")
-@pytest.mark.parametrize("cls", [XPUFusedAdamBuilder, XPUFusedLionBuilder], ids=["adam", "lion"])
-def test_sycl_sources_pass_a_host_syntax_check(cls, tmp_path):
+@pytest.mark.parametrize("host_device", [False, True], ids=["xpu", "host_device"])
+@pytest.mark.parametrize("cls", [XPUFusedAdamBuilder, XPUFusedLionBuilder, XPUFusedLambBuilder],
+                         ids=["adam", "lion", "lamb"])
+def test_sycl_sources_pass_a_host_syntax_check(cls, host_device, tmp_path):
     """The host pass of the SYCL sources (kernels instantiated for every dtype variant) with g++, against the
-    stable-ABI headers and the spec's generated headers, as the build compiles them."""
-    b = cls()
+    stable-ABI headers and the spec's generated headers, as the build compiles them (XPU and host-device
+    builds: DPC++'s headers define its bfloat16 extension's macro, so its bfloat16 is the one used)."""
+    b = cls(host_device=host_device)
     gen = tmp_path / "gen"
     gen.mkdir()
     b.write_generated_headers(gen)
     cmd = [shutil.which("g++") or "c++", "-fsyntax-only", "-x", "c++", "-std=c++20",
            "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING", torch_abi.target_macro(torch_abi.target()),
-           "-DANYACCEL_OP_NAMESPACE=anyaccel_syntax_check", f"-I{gen}", f"-I{_sycl_include()}",
+           "-DANYACCEL_OP_NAMESPACE=anyaccel_syntax_check", *b.sycl_args(), f"-I{gen}", f"-I{_sycl_include()}",
            f"-I{b.source_root() / 'csrc' / 'includes'}", "-isystem", str(torch_abi.include_dir()),
            *(str(b.source_root() / s) for s in b.sources())]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -18,6 +18,7 @@ from anyaccel.op_builder.toolchains import sycl as st
 FAKES = HERE / "fixtures" / "fake_toolchains"
 FAKE_ONEAPI = FAKES / "oneapi"
 FAKE_ICPX_DIR = FAKE_ONEAPI / "compiler" / "latest" / "bin"
+FAKE_ACPP_DIR = FAKES / "adaptivecpp" / "bin"
 
 
 @pytest.fixture
@@ -59,6 +60,36 @@ def test_compiler_is_checked_by_running_it(sycl_env: Path):
     assert err.value.code == "sycl_compiler_missing" and "g++" in str(err.value)
     with pytest.raises(ToolchainError, match="does not run"):
         st.probe_sycl_compiler(sycl_env / "missing" / "icpx")
+
+
+def test_acpp_on_path_is_found_only_where_no_icpx_is(sycl_env: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PATH", f"{FAKE_ACPP_DIR}{os.pathsep}{os.environ['PATH']}")
+    assert st.find_sycl_compiler() == FAKE_ACPP_DIR / "acpp"
+    monkeypatch.setenv(st.ONEAPI_ROOT_ENV, str(FAKE_ONEAPI))
+    assert st.find_sycl_compiler() == FAKE_ICPX_DIR / "icpx"  # an installed icpx comes first
+    monkeypatch.setenv("PATH", f"{FAKE_ICPX_DIR}{os.pathsep}{FAKE_ACPP_DIR}{os.pathsep}{os.environ['PATH']}")
+    assert st.find_sycl_compiler() == FAKE_ICPX_DIR / "icpx"
+    monkeypatch.delenv(st.ONEAPI_ROOT_ENV)
+    monkeypatch.setenv(st.SYCL_CXX_ENV, str(FAKE_ACPP_DIR / "acpp"))
+    assert st.find_sycl_compiler() == FAKE_ACPP_DIR / "acpp"  # the override wins
+
+
+def test_acpp_is_checked_by_its_acpp_version(sycl_env: Path):
+    found = st.probe_sycl_compiler(FAKE_ACPP_DIR / "acpp")
+    assert found.flavour == st.ACPP and found.version == (24, 6, 0)
+    assert found.banner.startswith("acpp [AdaptiveCpp") and found.home == FAKES / "adaptivecpp"
+    assert st.probe_sycl_compiler(FAKE_ICPX_DIR / "icpx").flavour == st.DPCPP
+    # a clang that is not acpp: --version passes, --acpp-version does not name AdaptiveCpp
+    clang = make_wrapper(sycl_env, "echo 'clang version 19.1.7'\n", name="clang++")
+    with pytest.raises(ToolchainError, match="acpp-version") as err:
+        st.probe_sycl_compiler(clang)
+    assert err.value.code == "sycl_compiler_missing" and "clang version 19.1.7" in str(err.value)
+
+
+def test_the_missing_compiler_message_names_acpp(sycl_env: Path):
+    with pytest.raises(ToolchainError, match="no acpp on PATH") as err:
+        st.require_sycl_compiler()
+    assert "AdaptiveCpp" in str(err.value)
 
 
 def test_oneapi_root_alone_is_not_trusted(sycl_env: Path, monkeypatch: pytest.MonkeyPatch):

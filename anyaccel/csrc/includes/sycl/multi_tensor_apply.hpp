@@ -20,8 +20,15 @@
 // XPU stream's, reached through the stable shim (aoti_torch_get_current_sycl_queue, looked up in the
 // libtorch_xpu.so torch has loaded).
 //
-// Status: written against the stable ABI like the CUDA header, but not compiled on this project's
-// machines (no icpx, no XPU); the SYCL build is exercised only up to its flags and sources.
+// Where the kernels run is chosen at compile time, the source being the same:
+//   - the default (an XPU build, what an XPU user's build compiles): the ops register for torch's XPU
+//     dispatch key, take XPU tensors and submit to torch's current XPU queue, asynchronously;
+//   - ANYACCEL_SYCL_HOST_DEVICE=1 (a host-device build): the ops register for the CPU dispatch key, take
+//     torch CPU tensors and run on the SYCL runtime's CPU device (a queue of our own, waited on before the
+//     op returns, as a CPU op must). This is how the SYCL kernels are compiled by a real SYCL compiler and
+//     run where no XPU is (Intel's OpenCL CPU device under icpx, AdaptiveCpp's OpenMP backend under acpp).
+//     Torch's CPU tensors are plain host allocations, so the device must accept system allocations
+//     (sycl::aspect::usm_system_allocations); it is checked.
 #pragma once
 
 #include <sycl/sycl.hpp>
@@ -35,6 +42,16 @@
 #include <cstring>
 
 #include <dlfcn.h>
+
+#ifndef ANYACCEL_SYCL_HOST_DEVICE
+#define ANYACCEL_SYCL_HOST_DEVICE 0
+#endif
+// The dispatch key the .sycl files register their kernels under (see the top of this file).
+#if ANYACCEL_SYCL_HOST_DEVICE
+#define ANYACCEL_SYCL_DISPATCH_KEY CPU
+#else
+#define ANYACCEL_SYCL_DISPATCH_KEY XPU
+#endif
 
 #include "anyaccel_op.h"  // generated from the op spec: kAcceptedCombos, ANYACCEL_DTYPE_COMBOS, ANYACCEL_IMPL
 #include "stable/checks.h"
@@ -58,7 +75,26 @@ constexpr int64_t kGroupsPerUnit = 8;           // resident work-groups per comp
 
 static_assert(kChunk % kGroup == 0, "a chunk must hold whole work-group iterations");
 
+// bfloat16 is not part of SYCL 2020. DPC++ provides it as the sycl_ext_oneapi_bfloat16 extension (which
+// converts with the hardware's instructions where there are some); its feature-test macro is
+// SYCL_EXT_ONEAPI_BFLOAT16 in recent DPC++ releases, SYCL_EXT_ONEAPI_BFLOAT16_MATH_FUNCTIONS (same header)
+// in older ones. Elsewhere (AdaptiveCpp, or with ANYACCEL_SYCL_PORTABLE_BF16=1) a 16-bit storage type
+// with the conversions of c10::BFloat16 (round to nearest even, NaN kept quiet) stands in: the same bits.
+#if !defined(ANYACCEL_SYCL_PORTABLE_BF16) && \
+    (defined(SYCL_EXT_ONEAPI_BFLOAT16) || defined(SYCL_EXT_ONEAPI_BFLOAT16_MATH_FUNCTIONS))
 using bf16 = sycl::ext::oneapi::bfloat16;
+#else
+struct bf16 {
+  uint16_t bits;
+  bf16() = default;
+  explicit bf16(float x) {
+    const uint32_t u = sycl::bit_cast<uint32_t>(x);
+    bits = x != x ? uint16_t(0x7fc0) : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  explicit operator float() const { return sycl::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+};
+static_assert(sizeof(bf16) == 2, "bf16 must be 16 bits wide");
+#endif
 using half = sycl::half;
 
 // fp32 <-> storage type. Both 16-bit types convert from float rounding to nearest even.
@@ -113,6 +149,24 @@ struct MultiTensorKernel {
 
 // ---- host side ---------------------------------------------------------------------------------
 
+#if ANYACCEL_SYCL_HOST_DEVICE
+// The SYCL runtime's CPU device, one in-order queue per process, made on first use. Its work reads and
+// writes torch CPU tensors in place, so the device must accept plain host allocations.
+inline sycl::queue& current_queue() {
+  static sycl::queue queue = [] {
+    sycl::queue q{sycl::cpu_selector_v, sycl::property::queue::in_order{}};
+    STD_TORCH_CHECK(q.get_device().has(sycl::aspect::usm_system_allocations),
+                    "anyaccel: the SYCL CPU device ", q.get_device().get_info<sycl::info::device::name>(),
+                    " does not accept system allocations (sycl::aspect::usm_system_allocations), which a "
+                    "host-device build (ANYACCEL_SYCL_HOST_DEVICE=1) needs to work on torch CPU tensors");
+    return q;
+  }();
+  return queue;
+}
+
+// The device type of the tensors the ops take.
+inline int32_t kernel_device_type() { return aoti_torch_device_type_cpu(); }
+#else
 // torch's current XPU queue: aoti_torch_get_current_sycl_queue from the libtorch_xpu.so torch has loaded
 // (RTLD_NOLOAD: never a second copy), found once. It follows the current device (set by the guard).
 inline sycl::queue& current_queue() {
@@ -130,10 +184,24 @@ inline sycl::queue& current_queue() {
   return *static_cast<sycl::queue*>(queue);
 }
 
+// The device type of the tensors the ops take.
+inline int32_t kernel_device_type() { return aoti_torch_device_type_xpu(); }
+#endif
+
+// Makes the host wait for the submitted work in a host-device build (a CPU op returns with its results
+// written); an XPU op returns at once, its work ordered on torch's queue.
+inline void finish(sycl::queue& queue) {
+  if (ANYACCEL_SYCL_HOST_DEVICE) queue.wait_and_throw();
+}
+
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int32_t index) { TORCH_ERROR_CODE_CHECK(aoti_torch_create_device_guard(index, &guard_)); }
-  ~DeviceGuard() { aoti_torch_delete_device_guard(guard_); }
+  explicit DeviceGuard(int32_t index) {
+    if (!ANYACCEL_SYCL_HOST_DEVICE) TORCH_ERROR_CODE_CHECK(aoti_torch_create_device_guard(index, &guard_));
+  }
+  ~DeviceGuard() {
+    if (guard_ != nullptr) aoti_torch_delete_device_guard(guard_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
@@ -141,16 +209,23 @@ class DeviceGuard {
   DeviceGuardHandle guard_ = nullptr;
 };
 
-// A device copy of `rows` through a pinned host tensor, copied asynchronously by torch on the current
-// stream (its pinned-memory allocator keeps the host block alive until the copy has run).
+// The kernels' copy of `rows`. On an XPU: a device tensor filled from a pinned host tensor, copied
+// asynchronously by torch on the current stream (its pinned-memory allocator keeps the host block alive
+// until the copy has run). In a host-device build: a CPU tensor, which the CPU device reads in place.
 inline stable::Tensor upload_table(const std::vector<int64_t>& rows, int32_t device_index) {
   const int64_t size = static_cast<int64_t>(rows.size());
   const int64_t stride = 1;
   const int32_t i64 = aoti_torch_dtype_int64();
   AtenTensorHandle host = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided_pinned(1, &size, &stride, i64, aoti_torch_device_type_cpu(), 0, &host));
+  if (ANYACCEL_SYCL_HOST_DEVICE) {
+    TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, &size, &stride, i64, aoti_torch_device_type_cpu(), 0, &host));
+  } else {
+    TORCH_ERROR_CODE_CHECK(
+        aoti_torch_empty_strided_pinned(1, &size, &stride, i64, aoti_torch_device_type_cpu(), 0, &host));
+  }
   stable::Tensor host_t(host);
   std::memcpy(host_t.data_ptr(), rows.data(), rows.size() * sizeof(int64_t));
+  if (ANYACCEL_SYCL_HOST_DEVICE) return host_t;
   AtenTensorHandle dev = nullptr;
   TORCH_ERROR_CODE_CHECK(
       aoti_torch_empty_strided(1, &size, &stride, i64, aoti_torch_device_type_xpu(), device_index, &dev));
@@ -169,6 +244,7 @@ void launch(const int64_t* table, int num_tensors, int64_t num_chunks, const Op&
   MultiTensorKernel<P, G, S, O, NS, HAS_COPY, Op> kernel{table, num_tensors, num_chunks, op};
   queue.parallel_for(sycl::nd_range<1>(sycl::range<1>(static_cast<size_t>(groups) * kGroup), sycl::range<1>(kGroup)),
                      kernel);
+  finish(queue);
 }
 
 // Storage types by c10::ScalarType enumerator (Undefined: no model copy).
@@ -204,38 +280,68 @@ std::array<LaunchFn<Op>, ::anyaccel::op::kNumCombos> launchers() {
   return {{ANYACCEL_DTYPE_COMBOS(ANYACCEL_SYCL_LAUNCHER_)}};
 }
 
-// Validates a step (the accelerator rules of checks::check_optimizer_lists), groups its tensors by dtype
-// combination and submits one kernel per group on torch's current XPU queue of params[0]'s device.
+// The tensors of one dtype combination: their table rows (the layout at the top of this file), the index
+// of each in the step's lists, and their chunk count.
+struct Group {
+  std::vector<int64_t> rows;
+  std::vector<int64_t> index;
+  int count = 0;
+  int64_t chunks = 0;
+};
+
+// Splits a validated plan by dtype combination (combinations without elements are left empty).
+template <size_t NS>
+std::array<Group, ::anyaccel::op::kNumCombos> make_groups(const checks::OptimizerPlan<NS>& plan) {
+  std::array<Group, ::anyaccel::op::kNumCombos> groups;
+  const bool has_copy = !plan.copies.empty();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const int64_t numel = plan.numel[i];
+    if (numel == 0) continue;
+    Group& g = groups[static_cast<size_t>(plan.combo[i])];
+    g.rows.insert(g.rows.end(), {reinterpret_cast<int64_t>(plan.params[i]), reinterpret_cast<int64_t>(plan.grads[i]),
+                                 reinterpret_cast<int64_t>(plan.states[0][i]),
+                                 reinterpret_cast<int64_t>(NS > 1 ? plan.states[NS - 1][i] : nullptr),
+                                 reinterpret_cast<int64_t>(has_copy ? plan.copies[i] : nullptr), numel, g.chunks, 0});
+    g.index.push_back(static_cast<int64_t>(i));
+    g.chunks += (numel + kChunk - 1) / kChunk;
+    ++g.count;
+  }
+  return groups;
+}
+
+// Validates a step (the accelerator rules of checks::check_optimizer_lists) on the tensors of the build's
+// device type (kernel_device_type); the plan's device is made current.
+template <size_t NS>
+checks::OptimizerPlan<NS> check_step(const char* op_name, const stable::TensorList& params,
+                                     const stable::TensorList& grads,
+                                     const std::array<const stable::TensorList*, NS>& states,
+                                     const std::array<const char*, NS>& state_names,
+                                     const stable::TensorList& copies) {
+  STD_TORCH_CHECK(params.size() > 0, op_name, ": params is empty; pass at least one tensor");
+  const int32_t device_type = kernel_device_type();
+  STD_TORCH_CHECK(params[0].device_type() == device_type, op_name, ": params[0] is on device ",
+                  params[0].device_text(), ANYACCEL_SYCL_HOST_DEVICE
+                      ? "; this is a host-device build of the SYCL kernel, which takes CPU tensors"
+                      : "; this is the XPU kernel (use the CPU optimizer for host tensors)");
+  return checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
+                                       ::anyaccel::op::kAcceptedCombos, device_type, "the XPU build of this op");
+}
+
+// Validates a step, groups its tensors by dtype combination and submits one kernel per group on torch's
+// current XPU queue of params[0]'s device (the CPU device's queue in a host-device build).
 template <int NS, class Op>
 void run_step(const char* op_name, const stable::TensorList& params, const stable::TensorList& grads,
               const std::array<const stable::TensorList*, NS>& states, const std::array<const char*, NS>& state_names,
               const stable::TensorList& copies, const Op& op) {
-  STD_TORCH_CHECK(params.size() > 0, op_name, ": params is empty; pass at least one tensor");
-  const int32_t xpu = aoti_torch_device_type_xpu();
-  STD_TORCH_CHECK(params[0].device_type() == xpu, op_name, ": params[0] is on device ", params[0].device_text(),
-                  "; this is the XPU kernel (use the CPU optimizer for host tensors)");
-  const auto plan = checks::check_optimizer_lists(op_name, params, grads, states, state_names, copies,
-                                                  ::anyaccel::op::kAcceptedCombos, xpu, "");
+  const auto plan = check_step<NS>(op_name, params, grads, states, state_names, copies);
   DeviceGuard guard(plan.device_index);
   static const auto table_launchers = launchers<NS, Op>();
-  const bool has_copy = !plan.copies.empty();
+  const auto groups = make_groups(plan);
   for (size_t combo = 0; combo < ::anyaccel::op::kNumCombos; ++combo) {
-    std::vector<int64_t> rows;
-    int64_t chunks = 0;
-    int count = 0;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      if (plan.combo[i] != static_cast<int>(combo)) continue;
-      const int64_t numel = plan.numel[i];
-      rows.insert(rows.end(), {reinterpret_cast<int64_t>(plan.params[i]), reinterpret_cast<int64_t>(plan.grads[i]),
-                               reinterpret_cast<int64_t>(plan.states[0][i]),
-                               reinterpret_cast<int64_t>(NS > 1 ? plan.states[NS - 1][i] : nullptr),
-                               reinterpret_cast<int64_t>(has_copy ? plan.copies[i] : nullptr), numel, chunks, 0});
-      chunks += (numel + kChunk - 1) / kChunk;
-      ++count;
-    }
-    if (count == 0 || chunks == 0) continue;
-    const stable::Tensor table = upload_table(rows, plan.device_index);
-    table_launchers[combo](static_cast<const int64_t*>(table.const_data_ptr()), count, chunks, op);
+    const Group& g = groups[combo];
+    if (g.count == 0) continue;
+    const stable::Tensor table = upload_table(g.rows, plan.device_index);
+    table_launchers[combo](static_cast<const int64_t*>(table.const_data_ptr()), g.count, g.chunks, op);
   }
 }
 
