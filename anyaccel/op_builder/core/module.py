@@ -144,10 +144,14 @@ class _WithAdaptedFunctions:
     """A Python-level op module (a namespace of torch ops) plus the integrations' functions (see
     `with_adapted_functions`)."""
 
-    def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
+    def __init__(self, module: Any, offer: Any, native: frozenset[str]) -> None:
         self._module = module
-        self._abi = AdaptedFunctions(self, (target, functions))
-        self.adapted_functions = self._abi.functions
+        self._abi = AdaptedFunctions(self, offer, native)
+
+    @property
+    def adapted_functions(self) -> tuple[str, ...]:
+        """The integrations' functions this module offers besides its torch ops (asks them on first use)."""
+        return self._abi.functions
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -162,21 +166,19 @@ class _WithAdaptedFunctions:
         raise AttributeError(f"op module {module!r} has no function {name!r}")
 
     def __repr__(self) -> str:
-        return f"{self._module!r} + functions {list(self.adapted_functions)}"
+        return f"{self._module!r} + the integrations' functions"
 
 
-def with_adapted_functions(module: Any, extras: dict[str, Any]) -> Any:
+def with_adapted_functions(module: Any, offer: Any, native: frozenset[str] = frozenset()) -> Any:
     """``module`` (a Python-level op module: builds that compile nothing) with the integrations' functions added.
 
     Args:
         module: the object whose attributes are the op's torch ops.
-        extras: `_module_extras` of its builder.
+        offer: what `AdaptedFunctions` takes: ``(adapter, names)``, None, or a no-argument callable returning
+            either, called on the first name ``module`` does not answer (so loading asks no integration).
+        native: the op family's function names, which never ask an integration.
 
     Returns:
-        A forwarding wrapper offering ``module``'s attributes and the added functions, or ``module`` itself
-        when no integration adds any for the build.
+        A forwarding wrapper offering ``module``'s attributes and, on first use, the added functions.
     """
-    target, functions = extras.get("functions", (None, ()))
-    if not target or not functions:
-        return module
-    return _WithAdaptedFunctions(module, target, tuple(functions))
+    return _WithAdaptedFunctions(module, offer, native)
