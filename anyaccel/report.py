@@ -9,8 +9,12 @@ When a section cannot be gathered (a bad ``ANYACCEL_ACCELERATOR``, an unusable c
 prints, with the error in that section and in ``errors`` (``--json`` output stays one JSON object, no
 traceback), and the command exits 1.
 
+The compilers section names every toolchain record (host C++, nvcc, hipcc, icpx, acpp) with the path and
+version found, or why not (`anyaccel.op_builder.toolchains.records`).
+
 Side effects: selects the accelerator (``get_accelerator()``), runs the compiler and ninja with
-``--version`` and calls py-cpuinfo once (about 1 s); with ``--build`` it compiles ops into the cache.
+``--version``, runs each toolchain record's compiler found once with its version arguments, and calls
+py-cpuinfo once (about 1 s); with ``--build`` it compiles ops into the cache.
 """
 
 from __future__ import annotations
@@ -72,6 +76,16 @@ def _op_rows(build: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def _compilers_section() -> list[dict[str, Any]]:
+    """Every toolchain record (host C++, nvcc, hipcc, icpx, acpp): its path and version, or why not
+    (`anyaccel.op_builder.toolchains.records.survey`; runs each compiler found once)."""
+    from anyaccel.op_builder.toolchains.records import TOOLCHAINS, survey
+
+    return [{"toolchain": f.toolchain, "title": TOOLCHAINS[f.toolchain].title,
+             "path": None if f.path is None else str(f.path), "version": f.version, "ok": f.ok,
+             "why_not": f.why_not} for f in survey()]
+
+
 def _pinned_memory_section() -> dict[str, Any]:
     """What this process pinned (``DeepSpeedAccelerator.pinned_memory_report()``; builds and loads nothing)."""
     from anyaccel.accelerator import get_accelerator
@@ -122,7 +136,9 @@ def collect(build: bool = False) -> dict[str, Any]:
         report of [`anyaccel.accelerator.explain`][anyaccel.accelerator.explain] plus device name/count and
         communication backend),
         ``toolchain`` (`anyaccel.op_builder.cli.info.describe`: compiler, ninja, nvcc, CPU ISA, build
-        jobs, cache root), ``cpu_threads``
+        jobs, cache root), ``compilers`` (one dict per toolchain record, `anyaccel.op_builder.toolchains.records`:
+        ``toolchain``, ``title``, ``path``, ``version``, ``ok`` and ``why_not``: where it looked or what the
+        compiler printed, and how to install it), ``cpu_threads``
         ([`anyaccel.ops.cpu_threads.thread_plan`][anyaccel.ops.cpu_threads.thread_plan]), ``ops`` (a list of
         per-op dicts with ``op``, ``compatible``, ``reason``, ``built`` and, with ``build``, ``build`` and on
         failure ``error``), ``pinned_memory`` (the accelerator's ``pinned_memory_report()``: backend, bytes and
@@ -142,6 +158,7 @@ def collect(build: bool = False) -> dict[str, Any]:
     errors: list[dict[str, Any]] = []
     accelerator = _section("accelerator", _accelerator_section, errors, None)
     toolchain = _section("toolchain", info.describe, errors, None)
+    compilers = _section("compilers", _compilers_section, errors, [])
     cpu_threads = _section("cpu_threads", thread_plan, errors, None)
     ops = _section("ops", lambda: _op_rows(build), errors, []) if accelerator is not None else []
     pinned = _section("pinned_memory", _pinned_memory_section, errors, None) if accelerator is not None else None
@@ -159,6 +176,7 @@ def collect(build: bool = False) -> dict[str, Any]:
         },
         "accelerator": accelerator if accelerator is not None else {"error": _first_error(errors, "accelerator")},
         "toolchain": toolchain if toolchain is not None else {"error": _first_error(errors, "toolchain")},
+        "compilers": compilers,
         "cpu_threads": cpu_threads,
         "ops": ops,
         "pinned_memory": pinned,
@@ -210,6 +228,7 @@ def render(report: dict[str, Any]) -> str:
         version = (entry.get("version") or entry.get("error") or "").splitlines()
         lines.append(f"{tool:<6} {_fmt(entry.get('path')):<40} {version[0] if version else '-'}")
     lines.append(f"python tag {tc['python_tag']}  build jobs {tc['build_jobs']}")
+    lines += _render_compilers(report.get("compilers") or [])
     lines.append(f"cache root: {tc['cache_root']}")
     threads = report.get("cpu_threads")
     if threads:
@@ -236,6 +255,20 @@ def _error_lines(report: dict[str, Any]) -> list[str]:
         lines += ["", f"error ({err['section']}): {err['message']}"]
         if err.get("fix") and err["fix"] not in err["message"]:
             lines.append(f"  fix: {err['fix']}")
+    return lines
+
+
+def _render_compilers(rows: list[dict[str, Any]]) -> list[str]:
+    """The toolchain records: one line each, path and version, or why not."""
+    if not rows:
+        return []
+    lines = ["compilers (toolchain records):"]
+    for row in rows:
+        if row["ok"]:
+            lines.append(f"  {row['toolchain']:<6} {row['path']:<40} {row['version'] or '-':<14} {row['title']}")
+        else:
+            state = "not found" if row["path"] is None else "unusable"
+            lines.append(f"  {row['toolchain']:<6} {_fmt(row['path']):<40} {state:<14} {row['why_not']}")
     return lines
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,8 +18,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _run(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "anyaccel", *args], capture_output=True, text=True,
@@ -173,3 +173,28 @@ def test_report_shows_sve_on_a_faked_aarch64_cpu_with_sve(monkeypatch):
     assert isa["supported"] == ["sve", "neon", "portable"] and isa["chosen"] == "sve"
     assert "cpu SIMD level: sve  (supported: sve, neon, portable;" in report.render(data)
 
+
+
+def test_report_names_every_compiler_record_with_path_and_version_or_why_not(monkeypatch, tmp_path):
+    """The compilers section: one row per toolchain record; a compiler found says its path and version, one
+    missing says where it was looked for (here: an acpp stand-in on PATH, no icpx anywhere)."""
+    from anyaccel.op_builder.toolchains import records
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    acpp = bin_dir / "acpp"
+    acpp.write_text('#!/bin/sh\n[ "$1" = "--acpp-version" ] && echo "  AdaptiveCpp version: 24.10.0" && exit 0\n'
+                    'exit 1\n')
+    acpp.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for var in ("ANYACCEL_SYCL_CXX", "ONEAPI_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setitem(records.TOOLCHAINS, "icpx", dataclasses.replace(records.TOOLCHAINS["icpx"], default_dirs=()))
+    data = report.collect(build=False)
+    rows = {r["toolchain"]: r for r in data["compilers"]}
+    assert list(rows) == list(records.TOOLCHAINS)
+    assert rows["acpp"]["ok"] and rows["acpp"]["path"] == str(acpp) and rows["acpp"]["version"] == "24.10.0"
+    assert not rows["icpx"]["ok"] and "no icpx on PATH" in rows["icpx"]["why_not"]
+    assert all(r["ok"] == (r["why_not"] == "") for r in rows.values())
+    text = report.render(data)
+    assert f"  acpp   {acpp}" in text and "24.10.0" in text and "  icpx   -" in text

@@ -57,10 +57,12 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
     if build is None:
         s.build(build_name)  # raises SpecError naming the builds
         raise AssertionError("unreachable")
+    if builder is None or builder == build.builder:
+        return _make_class(family, build_name, None)
     names = builder_names(family, build.name)
-    if builder is not None and builder not in names:
+    if builder not in names:
         raise SpecError(f"op {family!r}: build {build_name!r} answers to {list(names)}, not {builder!r}")
-    return _make_class(family, build_name, None if builder == build.builder else builder)
+    return _make_class(family, build_name, builder)
 
 
 @functools.cache
@@ -95,6 +97,8 @@ def builder_names(family: str, build_name: str) -> tuple[str, ...]:
 
     Raises:
         SpecError: no such family or build.
+
+    Side effects: reads the contributed aliases (imports their providers once).
     """
     build = op_spec(family).build(build_name)
     return tuple(dict.fromkeys((build.builder, *aliases.names_of(family, build.name))))
@@ -105,13 +109,14 @@ def spec_builds() -> list[tuple[OpSpec, NativeBuild]]:
     return [(s, b) for s in all_op_specs() for b in s.builds]
 
 
-def spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
-    """Builder name -> accelerator -> (spec, build), from every build's rows, then the contributed aliases'.
+def native_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
+    """Builder name -> accelerator -> (spec, build), from the op specs' builds alone (no integration asked).
+
+    The native lookup: ``create_op_builder`` answers from these rows, and reads the contributed aliases
+    (`alias_rows`) only for a (name, accelerator) no native row answers.
 
     Raises:
         SpecError: two specs claim the same (builder name, accelerator) row.
-
-    An alias whose row a build already fills is logged and ignored: the spec's build keeps the row.
     """
     rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
     for s, b in spec_builds():
@@ -121,15 +126,45 @@ def spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
                 raise SpecError(f"builder {builder!r} on {acc!r} is claimed by op families {taken[0].family!r} "
                                 f"and {s.family!r}")
             rows[builder][acc] = (s, b)
+    return rows
+
+
+def alias_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
+    """Builder name -> accelerator -> (spec, build) for the aliases integrations contribute
+    (`anyaccel.op_builder.core.aliases`), less the rows a native build already fills.
+
+    An alias whose (name, accelerator) a native row answers, its own accelerator or ``"*"``, is logged once and
+    ignored: the spec's build keeps the row.
+
+    Side effects: reads the ``anyaccel.builder_aliases`` entry points and imports their providers (once).
+    """
+    native = native_rows()
+    rows: dict[str, dict[str, tuple[OpSpec, NativeBuild]]] = {}
     for alias in aliases.contributed():
         s = op_spec(alias.family)
         b = s.build(alias.build)
         for acc in alias.accelerators:
-            taken = rows.setdefault(alias.name, {}).get(acc)
+            own = native.get(alias.name, {})
+            taken = own.get(acc) or own.get(ANY_ACCELERATOR) or rows.get(alias.name, {}).get(acc)
             if taken is not None and taken[1] is not b:
                 _log_alias_clash(alias, acc, taken[1])
                 continue
-            rows[alias.name][acc] = (s, b)
+            rows.setdefault(alias.name, {})[acc] = (s, b)
+    return rows
+
+
+def spec_rows() -> dict[str, dict[str, tuple[OpSpec, NativeBuild]]]:
+    """`native_rows` completed by `alias_rows` (every name any accelerator answers to: listings, the report).
+
+    Raises:
+        SpecError: two specs claim the same (builder name, accelerator) row.
+
+    Side effects: reads the contributed aliases (see `alias_rows`).
+    """
+    rows = native_rows()
+    for name, per_acc in alias_rows().items():
+        for acc, hit in per_acc.items():
+            rows.setdefault(name, {}).setdefault(acc, hit)
     return rows
 
 
@@ -143,11 +178,14 @@ def _log_alias_clash(alias: aliases.BuilderAlias, accelerator: str, build: Nativ
 def spec_builder_class(name: str) -> type | None:
     """The spec-made class answering builder name ``name`` (or a build's ``NAME``) on some accelerator: the
     host row first, then CUDA's, then the others by name; None when no build answers to ``name``. For facts
-    every row shares (``from anyaccel.op_builder import CPUAdamBuilder``, AOT selection)."""
-    rows = spec_rows()
+    every row shares (``from anyaccel.op_builder import CPUAdamBuilder``, AOT selection).
+
+    The native rows are read first; the contributed aliases (`alias_rows`) only for a name no build has.
+    """
     by_name = {b.name: b.builder for _, b in spec_builds()}
-    row = rows.get(by_name.get(name, name), {})
+    key = by_name.get(name, name)
+    row = native_rows().get(key) or alias_rows().get(key, {})
     for acc in sorted(row, key=lambda a: (a != ANY_ACCELERATOR, a != "cuda", a)):
         s, b = row[acc]
-        return builder_class(s.family, b.name, by_name.get(name, name))
+        return builder_class(s.family, b.name, key)
     return None

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from anyaccel.op_builder.classes import ANY_ACCELERATOR, builder_class, spec_builds, spec_rows
+from anyaccel.op_builder.classes import ANY_ACCELERATOR, alias_rows, builder_class, native_rows, spec_builds, spec_rows
 from anyaccel.op_builder.errors import UnknownOpError
 from anyaccel.spec import Implementation, OpSpec, all_op_specs, resolve
 
@@ -183,21 +183,28 @@ def all_builder_names() -> list[str]:
 
 
 def _target(row_key: str, accelerator_name: str) -> str | type | None:
+    """The class or ``"module:Class"`` filed under ``row_key`` for ``accelerator_name``: a registered row for
+    the accelerator, the specs' row for it, a registered ``"*"`` row, the specs' ``"*"`` row; only when none
+    answers, an alias an integration contributes (`anyaccel.op_builder.classes.alias_rows`), so the native
+    lookup reads no integration."""
     extra = _rows.get(row_key, {})
-    if accelerator_name in extra:
-        return extra[accelerator_name]
-    spec_row = spec_rows().get(row_key, {})
-    hit = spec_row.get(accelerator_name)
-    if hit is not None:
-        return builder_class(hit[0].family, hit[1].name, row_key)
-    if ANY_ACCELERATOR in extra:
-        return extra[ANY_ACCELERATOR]
-    hit = spec_row.get(ANY_ACCELERATOR)
+    native = native_rows().get(row_key, {})
+    for found in (extra.get(accelerator_name), native.get(accelerator_name), extra.get(ANY_ACCELERATOR),
+                  native.get(ANY_ACCELERATOR)):
+        if isinstance(found, tuple):
+            return builder_class(found[0].family, found[1].name, row_key)
+        if found is not None:
+            return found
+    hit = alias_rows().get(row_key, {}).get(accelerator_name)
     return builder_class(hit[0].family, hit[1].name, row_key) if hit is not None else None
 
 
 def get_builder_class(name: str, accelerator_name: str) -> type | None:
     """The builder class of ``name`` (``"CPUAdamBuilder"`` or ``"cpu_adam"``) for ``accelerator_name``.
+
+    The op specs' builds and the registered rows answer first; the builder names integrations contribute
+    (DeepSpeed's ``FusedAdamBuilder`` on the CPU) are read only when they do not, so a native name loads no
+    integration.
 
     Returns:
         The class (a subclass of [`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder]); None when the op
@@ -208,10 +215,10 @@ def get_builder_class(name: str, accelerator_name: str) -> type | None:
             message lists every known name.
     """
     row_key = _aliases().get(name, name)
-    if row_key not in spec_rows() and row_key not in _rows:
+    target = _target(row_key, accelerator_name)
+    if target is None and row_key not in native_rows() and row_key not in _rows and row_key not in alias_rows():
         raise UnknownOpError(f"unknown op builder {name!r}; known builders: {', '.join(all_builder_names())} "
                              f"(or their op names: {', '.join(sorted(_aliases()))})")
-    target = _target(row_key, accelerator_name)
     if isinstance(target, str):
         target = resolve(target)
     return target

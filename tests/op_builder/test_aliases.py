@@ -51,6 +51,8 @@ def test_an_alias_never_takes_a_builds_own_row(extra_aliases, caplog):
     classes._log_alias_clash.cache_clear()
     with caplog.at_level(logging.WARNING, logger=aliases.__name__):
         cls = registry.get_builder_class("FusedAdamBuilder", "cuda")
+        assert caplog.text == ""  # the native row answers: the aliases are not even read
+        assert "cuda" not in classes.alias_rows().get("FusedAdamBuilder", {})
     assert cls is not None and cls.NAME == "fused_adam"
     assert "already fills that row" in caplog.text
 

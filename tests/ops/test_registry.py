@@ -4,9 +4,11 @@ lookups per accelerator, the dispatcher seeing a replaced row, and the cheap imp
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,3 +162,38 @@ def test_compatibility_reports_missing_compiler(monkeypatch, tmp_path):
     ok, reason = CPUAdamBuilder().compatibility()
     assert not ok and "compiler" in reason
     assert not CPUAdamBuilder().is_compatible(verbose=True)
+
+
+#: The main job: a builder by its native name, loaded, then one step of the optimizer over its op.
+_MAIN_JOB = """
+import json, sys, torch
+from anyaccel import get_accelerator
+from anyaccel.ops.adam import CPUAdam
+get_accelerator().create_op_builder("CPUAdamBuilder").load()
+model = torch.nn.Linear(7, 3)
+opt = CPUAdam(model.parameters(), lr=1e-3)
+model(torch.randn(2, 7)).sum().backward()
+before = model.weight.detach().clone()
+opt.step()
+assert not torch.equal(before, model.weight)
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("anyaccel"))))
+"""
+
+
+@pytest.mark.slow
+def test_native_path_imports_no_integration(cpu_adam_module: Any) -> None:
+    """create_op_builder("CPUAdamBuilder").load() and a CPUAdam step read no integration (DeepSpeed's builder
+    aliases and module ABI are asked for only by DeepSpeed's names), in a fresh process on the warm cache."""
+    out = subprocess.run([sys.executable, "-c", _MAIN_JOB], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "anyaccel.op_builder.core.loading" in modules  # the job ran the load path
+    assert [m for m in modules if m.startswith("anyaccel.integrations")] == []
+
+
+def test_deepspeed_names_still_resolve_after_native_lookups() -> None:
+    """A native lookup first, then DeepSpeed's alias on the CPU: the alias is read when asked for."""
+    assert get_builder_class("CPUAdamBuilder", "cpu") is CPUAdamBuilder
+    alias = get_builder_class("FusedAdamBuilder", "cpu")
+    assert alias is not None and alias.__name__ == "FusedAdamBuilder" and issubclass(alias, CPUAdamBuilder)
+    assert get_builder_class("FusedAdamBuilder", "cuda") is builder_class("adam", "fused_adam")

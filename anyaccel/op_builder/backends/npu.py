@@ -294,7 +294,10 @@ class NPUDelegatingBuilder(NPUOpBuilder):
         importlib.import_module(VENDOR_PACKAGE)
         from anyaccel.op_builder.core.module import with_adapted_functions
 
-        return with_adapted_functions(resolve(self.BUILD.module)(), self._module_extras())
+        native = frozenset() if self.SPEC is None else frozenset(fn.name for fn in self.SPEC.functions)
+        # the integrations are asked on the first name the torch ops do not answer, never at load
+        return with_adapted_functions(resolve(self.BUILD.module)(),
+                                      lambda: self._module_extras().get("functions"), native)
 
     @override
     def jit_load(self, verbose: bool = False) -> Any:

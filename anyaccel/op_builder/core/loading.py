@@ -212,8 +212,9 @@ class LoadingBuilder(CompilingBuilder):
                                 f"op {self.NAME}: registering the fake implementations of {namespace} failed: {exc}. "
                                 f"fix: {DIAGNOSES['wrong_library'].fix}") from exc
         # the integrations are asked on the module's first use of a name its torch ops do not answer
+        native = () if self.SPEC is None else tuple(fn.name for fn in self.SPEC.functions)
         module = OpModule(self.NAME, namespace, path, isa, key, source,
-                          {"functions": lambda: self._module_extras().get("functions")})
+                          {"functions": lambda: self._module_extras().get("functions"), "native": native})
         logger.debug("loaded %r from %s", module, source)
         return module
 

@@ -19,16 +19,23 @@ class AdaptedFunctions:
     declarations, so it is deferred to the first name a module's torch ops do not answer: loading an op, and
     calling its torch ops, asks no integration and makes no adapter object.
 
+    A name of the op's own schema (``native``: ``adam_step_planned_capturable``, which a CPU build lacks and an
+    optimizer probes for) is never an integration's, so asking for it asks no integration: the native path
+    (load, then step) imports none.
+
     Args:
         owner: the loaded module the functions work on (passed to the factory).
         offer: ``(target, functions)`` (the factory ``"module:factory"``, called as ``factory(owner,
             functions)``, and the names offered), or a no-argument callable returning that or None, called
             once on first need.
+        native: the function names of the op family's spec (every build's); `get` answers None for them
+            without asking the integrations.
     """
 
-    def __init__(self, owner: Any, offer: Any) -> None:
+    def __init__(self, owner: Any, offer: Any, native: frozenset[str] = frozenset()) -> None:
         self._owner = owner
         self._offer = offer
+        self._native = native
         self._resolved: tuple[str | None, tuple[str, ...]] | None = None
         self._adapter: Any = None
         self._lock = threading.Lock()
@@ -52,9 +59,11 @@ class AdaptedFunctions:
     def get(self, name: str) -> Callable[..., Any] | None:
         """The function ``name`` if the module offers it, else None.
 
-        Side effects: asks the integrations on the first call; imports and calls the adapter factory on the
-        first hit.
+        Side effects: asks the integrations on the first call for a name not in ``native``; imports and calls
+        the adapter factory on the first hit.
         """
+        if name in self._native:
+            return None
         target, functions = self._resolve()
         if name not in functions:
             return None
@@ -91,13 +100,16 @@ class OpModule:
 
     def __init__(self, op: str, namespace: str, path: Path, isa: str | None, key: str, source: str,
                  extras: dict[str, Any] | None = None) -> None:
+        """See the class; ``extras``: ``"functions"`` (the `AdaptedFunctions` offer) and ``"native"`` (the
+        family's function names, which never ask an integration)."""
         self.op = op
         self.namespace = namespace
         self.path = Path(path)
         self.isa = isa
         self.key = key
         self.source = source
-        self._abi = AdaptedFunctions(self, (extras or {}).get("functions"))
+        extras = extras or {}
+        self._abi = AdaptedFunctions(self, extras.get("functions"), frozenset(extras.get("native", ())))
 
     @property
     def adapted_functions(self) -> tuple[str, ...]:
@@ -132,10 +144,14 @@ class _WithAdaptedFunctions:
     """A Python-level op module (a namespace of torch ops) plus the integrations' functions (see
     `with_adapted_functions`)."""
 
-    def __init__(self, module: Any, target: str, functions: tuple[str, ...]) -> None:
+    def __init__(self, module: Any, offer: Any, native: frozenset[str]) -> None:
         self._module = module
-        self._abi = AdaptedFunctions(self, (target, functions))
-        self.adapted_functions = self._abi.functions
+        self._abi = AdaptedFunctions(self, offer, native)
+
+    @property
+    def adapted_functions(self) -> tuple[str, ...]:
+        """The integrations' functions this module offers besides its torch ops (asks them on first use)."""
+        return self._abi.functions
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -150,21 +166,19 @@ class _WithAdaptedFunctions:
         raise AttributeError(f"op module {module!r} has no function {name!r}")
 
     def __repr__(self) -> str:
-        return f"{self._module!r} + functions {list(self.adapted_functions)}"
+        return f"{self._module!r} + the integrations' functions"
 
 
-def with_adapted_functions(module: Any, extras: dict[str, Any]) -> Any:
+def with_adapted_functions(module: Any, offer: Any, native: frozenset[str] = frozenset()) -> Any:
     """``module`` (a Python-level op module: builds that compile nothing) with the integrations' functions added.
 
     Args:
         module: the object whose attributes are the op's torch ops.
-        extras: `_module_extras` of its builder.
+        offer: what `AdaptedFunctions` takes: ``(adapter, names)``, None, or a no-argument callable returning
+            either, called on the first name ``module`` does not answer (so loading asks no integration).
+        native: the op family's function names, which never ask an integration.
 
     Returns:
-        A forwarding wrapper offering ``module``'s attributes and the added functions, or ``module`` itself
-        when no integration adds any for the build.
+        A forwarding wrapper offering ``module``'s attributes and, on first use, the added functions.
     """
-    target, functions = extras.get("functions", (None, ()))
-    if not target or not functions:
-        return module
-    return _WithAdaptedFunctions(module, target, tuple(functions))
+    return _WithAdaptedFunctions(module, offer, native)

@@ -186,8 +186,10 @@ import json, sys
 from anyaccel.op_builder.classes import builder_class
 adam = builder_class("adam", "fused_adam_npu")().load()
 lion = builder_class("lion", "fused_lion_npu")().load()
+lacking = getattr(adam, "adam_step_planned_capturable", None)  # a name of the spec the build lacks
 print(json.dumps({{"adam": str(adam.adam_step.default._schema), "lion": str(lion.lion_step.default._schema),
-                  "torch_npu_imported": "torch_npu" in sys.modules}}))
+                  "torch_npu_imported": "torch_npu" in sys.modules, "lacking": lacking,
+                  "integrations": [m for m in sys.modules if m.startswith("anyaccel.integrations")]}}))
 """
 
 
@@ -210,6 +212,7 @@ def test_delegating_builders_load_the_specs_ops_for_the_npu(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["adam"].startswith("anyaccel_npu_adam::adam_step(Tensor(a!)[] params, Tensor[] grads")
     assert out["lion"].startswith("anyaccel_npu_lion::lion_step(Tensor(a!)[] params")
+    assert out["lacking"] is None and out["integrations"] == []  # loading asks no integration (DeepSpeed's ABI)
 
 
 def test_delegating_builders_load_before_torch_npu_is_imported(tmp_path):
