@@ -28,6 +28,7 @@ Modules:
 * `tensor_version`: a tensor's version counter, read.
 * `fake_tensor`: recognising fake tensors.
 * `triton_interpreter`: whether Triton's interpreter runs the kernels with this NumPy.
+* `asserts`: a device-side assertion (a check of device data without a synchronisation).
 """
 
 from __future__ import annotations

@@ -312,9 +312,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
 
     Raises:
         OpInputError: bad shapes, dtypes, label_smoothing or reduction.
-        TargetIndexError: (an `IndexError`, as torch raises) a target outside ``[0, V)`` other than
-            ``ignore_index``; checked by both implementations, at the cost of one device-to-host read per call
-            (`anyaccel.ops.nn.families.cross_entropy.targets`).
+        TargetIndexError: (an `IndexError`, as torch raises) a CPU target outside ``[0, V)`` other than
+            ``ignore_index``; checked by both implementations. On a GPU the device asserts instead, as torch's
+            CUDA kernels do, with no synchronisation (`anyaccel.ops.nn.families.cross_entropy.targets`).
     """
     v.check_choice("cross_entropy", "reduction", reduction, _REDUCTIONS)
     if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):

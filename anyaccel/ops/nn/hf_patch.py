@@ -25,7 +25,8 @@ What is replaced (each optional), in any model whose classes carry the markers (
   never
   materialising the logits (the output's ``logits`` is then None, as with Liger's patch); Hugging Face's
   label shift, ``ignore_index=-100``, ``num_items_in_batch`` and ``return_dict=False`` are kept, and a label
-  outside the vocabulary raises `IndexError` as the model's own loss does. Without labels, in evaluation
+  outside the vocabulary fails as the model's own loss does (`IndexError` on the CPU, a device-side
+  assertion on a GPU). Without labels, in evaluation
   (``Trainer.evaluate`` with ``compute_metrics`` needs the logits) or with an ``lm_head`` hooked or wrapped
   after the patch, the original forward runs.
 

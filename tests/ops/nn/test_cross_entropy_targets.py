@@ -1,9 +1,14 @@
-"""Out-of-range class indices raise `IndexError` in cross_entropy and fused_linear_cross_entropy, as torch's
-cross_entropy does, on every (device, implementation) pair (on a machine without a GPU the Triton kernels run
-in Triton's interpreter, so the Triton implementation's check runs here too); valid targets, including
-``ignore_index`` and a custom ``ignore_index`` that is negative or past V, still give torch's loss."""
+"""Out-of-range class indices raise `IndexError` in cross_entropy and fused_linear_cross_entropy on the CPU, as
+torch's cross_entropy does, for every implementation (on a machine without a GPU the Triton kernels run in
+Triton's interpreter, so the Triton implementation's check runs here too); on a GPU the device asserts, as
+torch's CUDA kernels do (in a subprocess: the assertion leaves the CUDA context unusable). Valid targets,
+including ``ignore_index`` and a custom ``ignore_index`` that is negative or past V, still give torch's loss."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -14,6 +19,11 @@ from anyaccel.ops.nn.errors import OpInputError, TargetIndexError
 
 #: (vocabulary, the bad index, its row) with ignore_index=-100
 BAD = [(10, 10, 1), (10, 11, 0), (7, -5, 2), (7, -1, 3), (4099, 4099, 4), (3, 2**40, 1)]
+
+
+def _on_host(device: str) -> None:
+    if device != "cpu":
+        pytest.skip("on a GPU the check is a device-side assertion: test_a_bad_target_stops_the_gpu")
 
 
 def _targets(vocab: int, bad: int, row: int, device: str, dtype: torch.dtype) -> torch.Tensor:
@@ -27,6 +37,7 @@ def _targets(vocab: int, bad: int, row: int, device: str, dtype: torch.dtype) ->
 def test_cross_entropy_raises_index_error_like_torch(device_impl: tuple[str, str], vocab: int, bad: int, row: int,
                                                      dtype: torch.dtype) -> None:
     device, impl = device_impl
+    _on_host(device)
     z = torch.randn(5, vocab, device=device)
     t = _targets(vocab, bad, row, device, dtype)
     with pytest.raises(IndexError):
@@ -43,6 +54,7 @@ def test_cross_entropy_raises_index_error_like_torch(device_impl: tuple[str, str
 def test_fused_linear_cross_entropy_raises_index_error(device_impl: tuple[str, str], vocab: int, bad: int,
                                                        row: int, bias: bool) -> None:
     device, impl = device_impl
+    _on_host(device)
     hidden = torch.randn(5, 16, device=device, requires_grad=True)
     weight = torch.randn(vocab, 16, device=device, requires_grad=True)
     b = torch.randn(vocab, device=device) if bias else None
@@ -92,3 +104,27 @@ def test_compiled_fullgraph_raises_too() -> None:
         ce(z, bad)
     with pytest.raises(TargetIndexError, match="target holds 10 at flat position 2"):
         flce(h, w, bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+def test_a_bad_target_stops_the_gpu(op: str, impl: str) -> None:
+    """The device-side assertion fires (no host read on the way: the call itself returns), and the next
+    synchronisation fails naming the op."""
+    script = textwrap.dedent(f"""
+        import torch, anyaccel.ops.nn as nn
+        t = torch.tensor([1, 7, -100], device="cuda")
+        if "{op}" == "cross_entropy":
+            loss = nn.cross_entropy(torch.randn(3, 7, device="cuda"), t, impl="{impl}")
+        else:
+            loss = nn.fused_linear_cross_entropy(torch.randn(3, 8, device="cuda"), torch.randn(7, 8, device="cuda"),
+                                                 t, impl="{impl}")
+        print("returned", flush=True)
+        torch.cuda.synchronize()
+        print("no assertion", flush=True)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "returned" in run.stdout and "no assertion" not in run.stdout, run.stdout + run.stderr
+    assert run.returncode != 0 and "device-side assert" in run.stderr, run.stderr

@@ -6,16 +6,22 @@ check it). Without it a kernel would clamp the index (the portable gather) or ma
 token added to the tokenizer without resizing the embeddings would train silently as another class; torch
 raises `IndexError` (CPU) or stops the device with an assertion (CUDA).
 
-Cost: one reduction over the targets and one device-to-host read of a bool per call (on a GPU, a
-synchronisation: the host waits for the work queued before the loss). The failing index is looked up only
-when the check fails.
+Cost: one reduction over the targets. On the CPU a host read of its result, and an `IndexError` as torch
+raises; on an accelerator a device-side assertion instead (`anyaccel._compat.asserts`), as torch's own CUDA
+kernels assert: no synchronisation, so it costs the step nothing on the host and can be captured in a CUDA
+graph; a bad target then stops the device at the next synchronisation with the message below. The failing
+index is looked up only when the check fails.
 """
 
 from __future__ import annotations
 
 import torch
 
+from anyaccel._compat import asserts
 from anyaccel.ops.nn.errors import TargetIndexError
+
+#: device types whose data the host reads directly: the check raises `TargetIndexError` there
+_HOST_READ = frozenset({"cpu"})
 
 
 def check_target_values(op: str, target: torch.Tensor, classes: int, ignore_index: int) -> None:
@@ -28,11 +34,15 @@ def check_target_values(op: str, target: torch.Tensor, classes: int, ignore_inde
         ignore_index: the index that marks rows without a loss.
 
     Raises:
-        TargetIndexError: an `IndexError` naming the first bad index, its position and the accepted range.
+        TargetIndexError: an `IndexError` naming the first bad index, its position and the accepted range
+            (on the CPU; on an accelerator the device asserts instead, see the module docstring).
     """
     if target.numel() == 0 or target.device.type == "meta":  # no data to check (shape inference)
         return
     bad = ((target < 0) | (target >= classes)) & (target != ignore_index)
+    if target.device.type not in _HOST_READ and asserts.assert_async(
+            ~bad.any(), f"{op}: a target is outside [0, {classes}) and is not ignore_index={ignore_index}"):
+        return
     if not bool(bad.any()):
         return
     flat = bad.reshape(-1)
