@@ -6,9 +6,8 @@ for each op family.
 
 Each cell of evidence.json lists items; an item's ``status`` is one of `STATUSES`. An item that claims
 ``executed``, ``compiled``, ``checked`` or ``faked`` names the test doing it (``file::name``) and its pytest
-marker (null: none, the test runs in the default ``python -m pytest``); ``pending`` names the file and marker of a
-test not merged yet and the claim it will back. ``tests/docs/test_evidence.py`` checks that every named test
-exists and carries its marker, and that the page is this script's output.
+marker (null: none, the test runs in the default ``python -m pytest``). ``tests/docs/test_evidence.py`` checks
+that every named test exists and carries its marker, and that the page is this script's output.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ STATUSES = {
     "compiled": "compiled by the real toolchain for that target",
     "checked": "calls checked against the real device API (names and signatures), nothing run",
     "faked": "run only against a stand-in (fake module or kernel, CPU tensors, an interpreter)",
-    "pending": "a test that will back the named claim, written in another branch and not merged yet",
     "host": "a host op: the CPU rows apply",
     "none": "no evidence",
     "n/a": "anyaccel has no such op for this accelerator",
@@ -69,14 +67,12 @@ def render(data: dict[str, Any]) -> str:
 
 
 def _note(item: dict[str, Any]) -> str:
-    where = item.get("test") or item.get("file")
+    where = item.get("test")
     text = f"`{where}`" if where else ""
     if where:
         text += f" (`-m {item['marker']}`)" if item.get("marker") else " (default run)"
-    if item["status"] == "pending":
-        text += ": not merged yet"
     if "note" in item:
-        text += (": " if text and item["status"] != "pending" else "; " if text else "") + item["note"]
+        text += (": " if text else "") + item["note"]
     return text
 
 

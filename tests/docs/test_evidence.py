@@ -1,5 +1,5 @@
 """The evidence table (docs/evidence.json, rendered into docs/accelerators.md by docs/gen_evidence.py) is honest:
-complete, each named test exists and carries the named marker, pending rows are still pending, the page is current.
+complete, each named test exists and carries the named marker, the page is current.
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ def _ids(entry: tuple[str, str, dict[str, Any]]) -> str:
 #: markers that say how long a test takes, not what it needs: a row never names them
 NOT_EVIDENCE = {"slow"}
 TESTED = [entry for entry in ITEMS if entry[2]["status"] in GEN.TESTED]
-PENDING = [entry for entry in ITEMS if entry[2]["status"] == "pending"]
 
 
 @pytest.mark.parametrize("entry", TESTED, ids=[_ids(e) for e in TESTED])
@@ -99,18 +98,6 @@ def test_the_named_test_exists_and_carries_its_marker(entry: tuple[str, str, dic
     marks -= NOT_EVIDENCE
     assert marks == wanted, (f"{family}/{accelerator}: {item['test']} carries the markers {sorted(marks)}, "
                              f"the table says {sorted(wanted)}")
-
-
-@pytest.mark.parametrize("entry", PENDING, ids=[_ids(e) for e in PENDING])
-def test_pending_rows_are_still_pending(entry: tuple[str, str, dict[str, Any]]) -> None:
-    """A pending row names a test file of another branch; once it is merged, the row must be flipped."""
-    family, accelerator, item = entry
-    assert item.get("claim") in GEN.TESTED and item.get("marker"), f"{family}/{accelerator}: {item}"
-    if (ROOT / item["file"]).is_file():
-        pytest.fail(f"{family}/{accelerator}: {item['file']} exists now: flip the row from pending to "
-                    f"{item['claim']} and name its test (file::name) and marker {item['marker']!r}")
-    pytest.skip(f"pending {item['claim']} evidence for {family}/{accelerator}: file missing: {item['file']} "
-                f"(-m {item['marker']})")
 
 
 def test_the_page_is_what_the_data_gives() -> None:
