@@ -428,7 +428,7 @@ def test_rope_qk_errors_name_the_tensor(device_impl: tuple[str, str]) -> None:
         nn.rope_qk(q, torch.randn(2, 4, 6, device=device), cos, cos, impl=impl)
     with pytest.raises(OpInputError, match="rope_qk: k has dtype int64"):
         nn.rope_qk(q, torch.ones(2, 4, 8, dtype=torch.int64, device=device), cos, cos, impl=impl)
-    with pytest.raises(OpInputError, match="k is on meta"):
+    with pytest.raises(OpInputError, match="rope_qk: k is a meta tensor"):
         nn.rope_qk(q, torch.empty(2, 4, 8, device="meta"), cos, cos, impl=impl)
 
 
