@@ -7,11 +7,13 @@ Grouped by the question a reader asks:
   schema header generated from the op specs;
 - ``backends/``: one base per backend (CPU, CUDA, SYCL, NPU), mostly data;
 - ``cli/``: ``anyaccel build`` / ``anyaccel cache`` and the AOT (install-time) builds;
-- ``classes``: the builder classes made from the op specs' native builds (which class answers a builder name
-  on an accelerator is the op registry's view, [`anyaccel.ops.registry`][anyaccel.ops.registry]).
+- ``builders``: the builder class of each native build of the op specs, generated and checked in
+  (``class CPUAdamBuilder(TorchCPUOpBuilder):``; ``scripts/gen_builders.py``);
+- ``classes``: which of those classes a build name gives (which class answers a builder name on an
+  accelerator is the op registry's view, [`anyaccel.ops.registry`][anyaccel.ops.registry]).
 
-Importing this package is cheap: builder classes are made on first attribute access, DeepSpeed-style
-(``from anyaccel.op_builder import CPUAdamBuilder``), from the op specs. See docs/op_builders.md.
+Importing this package is cheap: ``builders`` is imported on first attribute access, DeepSpeed-style
+(``from anyaccel.op_builder import CPUAdamBuilder``). See docs/op_builders.md.
 """
 
 from __future__ import annotations

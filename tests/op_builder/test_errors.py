@@ -8,7 +8,7 @@ import pytest
 from opb_helpers import REAL_CXX, make_wrapper, unique
 from toy_builder import ToyBuilder
 
-import anyaccel.op_builder.core.compiling as compiling_mod
+import anyaccel.op_builder.core.builder as builder_mod
 from anyaccel.op_builder.errors import DIAGNOSES, BuildError, ToolchainError, diagnose, first_error_lines
 
 # A fixture log line per code, as gcc / clang / ld / ninja / torch print them.
@@ -86,7 +86,7 @@ def test_ninja_missing(monkeypatch):
     def no_ninja():
         raise ToolchainError("ninja_missing", "ninja is neither installed as a Python package nor on PATH")
 
-    monkeypatch.setattr(compiling_mod, "require_ninja", no_ninja)
+    monkeypatch.setattr(builder_mod, "require_ninja", no_ninja)
     assert _fail(ToyBuilder(unique())).code == "ninja_missing"
 
 

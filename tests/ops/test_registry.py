@@ -38,7 +38,7 @@ def test_every_spec_build_becomes_one_class_made_once():
     for s, b in spec_builds():
         cls = builder_class(s.family, b.name)
         assert cls is builder_class(s.family, b.name)  # made once
-        assert cls.__name__ == b.builder and cls.__module__ == "anyaccel.op_builder"
+        assert cls.__name__ == b.builder and cls.__module__ == "anyaccel.op_builder.builders"
         assert (cls.NAME, cls.BUILD_VAR, cls.BUILD, cls.SPEC.family) == (b.name, b.build_var, b, s.family)
         assert b.builder in all_builder_names()
         for acc in b.accelerators:

@@ -245,11 +245,17 @@ class NPUOpBuilder(OpBuilder):
         return [*super().link_command(env), f"-L{tk.lib_dir}", "-lascendcl"]
 
 
-class NPUDelegatingBuilder(NPUOpBuilder):
+class NPUDelegatingBuilder(OpBuilder):
     """An NPU op served by Python over torch_npu's own kernels (a spec build with ``module=``): nothing to
     compile; `load` returns the module's torch ops (``"anyaccel.ops.adam.npu:load"``), as DeepSpeed's NPU
     ``FusedAdamBuilder`` returns a Python class.
+
+    A sibling of `NPUOpBuilder`, not its subclass: it uses none of the toolkit's hooks, and a spec build's
+    class then has two of anyaccel's bases (this one and `OpBuilder`).
     """
+
+    BACKEND: ClassVar[str] = NPUOpBuilder.BACKEND
+    DEVICE_TYPE: ClassVar[str] = NPUOpBuilder.DEVICE_TYPE
 
     @override
     def sources(self) -> list[str]:

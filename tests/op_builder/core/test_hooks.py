@@ -14,7 +14,7 @@ import pytest
 from opb_helpers import make_wrapper
 from toy_builder import FIXTURES, ToyBuilder
 
-import anyaccel.op_builder.core.hooks as hooks_mod
+import anyaccel.op_builder.core.builder as builder_mod
 from anyaccel.op_builder import CPUAdamBuilder
 from anyaccel.op_builder.core.manifest import compute_key
 from anyaccel.op_builder.toolchains import torch_abi
@@ -74,10 +74,10 @@ def test_key_changes_with_each_input_and_reverts(tmp_path, monkeypatch) -> None:
         monkeypatch.delenv(torch_abi.TARGET_ENV)
     # (on torch 2.10, the default target, no other target is loadable: that change is not exercised there)
     with monkeypatch.context() as mp:  # (never monkeypatch.undo(): it would undo the conftest's environment too)
-        mp.setattr(hooks_mod, "__version__", "99.0")
+        mp.setattr(builder_mod, "__version__", "99.0")
         changes.append(("package", key_of(ToyBuilder(root=root))))
     with monkeypatch.context() as mp:
-        mp.setattr(hooks_mod.sys, "platform", "plan9")
+        mp.setattr(builder_mod.sys, "platform", "plan9")
         changes.append(("platform", key_of(ToyBuilder(root=root))))
 
     class ArchToy(ToyBuilder):

@@ -80,7 +80,7 @@ def module_functions(family: str, builder_names: tuple[str, ...]) -> tuple[str, 
     """What a loaded module of ``family`` answering to ``builder_names`` offers besides its torch ops.
 
     The ``anyaccel.module_functions`` entry point of anyaccel itself: the op-builder layer calls it when it
-    loads a build (`anyaccel.op_builder.core.loading.LoadingBuilder._module_extras`).
+    loads a build (`anyaccel.op_builder.core.builder.OpBuilder._module_extras`).
 
     Args:
         family: the op family of the loaded build.
