@@ -28,6 +28,7 @@ import torch
 from typing_extensions import override
 
 from anyaccel._compat import torch_optim
+from anyaccel._compat.fake_tensor import is_fake
 from anyaccel.ops.optimizer.hooks import step_lock
 
 __all__ = ["LOW_PRECISION", "TORCH_IMPL_OPTIONS", "TORCH_OPTIONS", "CheckpointMixin", "Generation", "ParamState",
@@ -332,6 +333,11 @@ class CheckpointMixin(torch.optim.Optimizer):
             if t.shape != p.shape:
                 raise ValueError(f"{name}: {where} {key!r} has shape {list(t.shape)}, the parameter "
                                  f"{list(p.shape)}; load a state dict of the same model")
+            if t.is_meta or is_fake(t):
+                raise ValueError(f"{name}: {where} {key!r} is a {'meta' if t.is_meta else 'fake'} tensor, which holds "
+                                 "no values to load; load a state dict saved from real tensors (a checkpoint made "
+                                 "under init_empty_weights() or a FakeTensorMode has none), or drop the entry to "
+                                 "start that parameter afresh")
             dtype = torch.float32 if key == "master" else self._state_dtype(target_dtype)
             out[key] = t.detach().to(device=p.device, dtype=dtype, copy=True).contiguous()
         return out
