@@ -99,7 +99,7 @@ def test_a_command_does_not_repeat_the_selection_at_info(tmp_path: Path) -> None
     assert verbose.returncode == 0, verbose.stderr
 
 
-# ---- issue 38 item 8: a stdout that cannot be written is one line on stderr and status 1 -------------------
+# ---- a stdout that cannot be written is one line on stderr and status 1 -------------------
 
 CUDA_SCRIPT = "import torch\ntorch.cuda.synchronize()\n"
 

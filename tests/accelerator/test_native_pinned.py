@@ -249,7 +249,8 @@ def _sparse(layout: str) -> torch.Tensor:
 @pytest.mark.parametrize("make_copy", [True, False])
 @pytest.mark.parametrize("layout", ["coo", "uncoalesced-coo", "csr", "csc"])
 def test_a_sparse_tensor_is_a_typed_error_naming_the_fixes(acc: CPU_Accelerator, layout: str, make_copy: bool) -> None:
-    """Issue 38 item 9: the native backend said "nbytes is not defined for sparse tensors" (or "do not have
+    """Sparse tensors are refused by type with the fixes; the native backend said "nbytes is not defined for sparse
+    tensors" (or "do not have
     is_contiguous"); it pins dense regions, so it refuses with the ways out, and nothing is pinned or counted."""
     before = _native_regions(acc)
     with pytest.raises(TypeError, match=r"cannot be pinned by the native backend .*DS_PIN_MEMORY_BACKEND=torch"):

@@ -144,7 +144,7 @@ def test_missing_libcst_names_the_extra(tmp_path: Path, cuda_file: Path) -> None
     assert "pip install 'anyaccel[migrate]'" in proc.stderr
 
 
-# ---- issue 38 item 7: --check never passes a file it did not examine ---------------------------------------
+# ---- --check never passes a file it did not examine ---------------------------------------
 
 LATIN_CUDA = "# caf\u00e9, \u00e0 la carte\nimport torch\ntorch.cuda.synchronize()\n"
 

@@ -1,4 +1,4 @@
-"""``anyaccel.migrate.isolated``: the parse and the rewrite after it have bounds of their own (issue 38 item 7).
+"""``anyaccel.migrate.isolated``: the parse and the rewrite after it have bounds of their own.
 
 Before, one bound of 60 s covered the whole migration of a file, so a long flat file (20,000 lines: nothing
 deep) was refused as "nested or chained too deeply". A stand-in worker (same protocol, a sleep in place of

@@ -141,7 +141,8 @@ def test_clean_all_copes_with_anything(tmp_path):
 
 @pytest.mark.parametrize("name", [b"bad\xffdir", b"caf\xe9", b"half\xe2\x82"], ids=["ff", "latin-1", "cut-utf-8"])
 def test_build_into_a_cache_path_that_is_not_utf8_names_the_path(tmp_path, name):
-    """Issue 38 item 9: the build failed with "'utf-8' codec can't encode character '\\udcff'", naming no path
+    """A non-UTF-8 cache root is named, not a codec error; the build failed with "'utf-8' codec can't encode
+    character '\\udcff'", naming no path
     (ninja's build file could not hold it); now a CacheUnusableError names the path's bytes and the fix, and
     nothing is created."""
     cache = Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + name))

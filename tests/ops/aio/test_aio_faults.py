@@ -156,7 +156,8 @@ print(json.dumps([timed_out, pending, h.wait()]))
 @pytest.mark.parametrize("direction", ["write", "read"])
 def test_close_that_times_out_keeps_the_handle_open_and_the_transfer_reapable(run_python, fault_shim, tmp_path,
                                                                              direction):
-    """Issue 38 item 5: close(timeout=...) said the transfers "stay pending" but closed the handle, cancelled
+    """A close that times out changes nothing; close(timeout=...) said the transfers "stay pending" but closed the
+    handle, cancelled
     the transfer and gave a written file back its former size (0 bytes)."""
     release = tmp_path / "release"
     (tmp_path / "source.hung.bin").write_bytes(bytes(range(256)) * 40)

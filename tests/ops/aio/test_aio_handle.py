@@ -383,6 +383,7 @@ def test_a_locked_tensor_is_forgotten_when_it_dies(handle):
 @pytest.mark.parametrize(("num_elem", "dtype"), [(2**62, torch.float32), (2**63, torch.uint8),
                                                  (2**100, torch.float16)])
 def test_a_locked_tensor_count_past_the_ops_size_is_a_value_error(handle, num_elem, dtype):
-    """Issue 38 item 9: torch.empty's "Overflow when unpacking long long" (a TypeError) leaked before."""
+    """A count past the 64-bit size is a ValueError; torch.empty's "Overflow when unpacking long long" (a TypeError)
+    leaked before."""
     with pytest.raises(ValueError, match=rf"num_elem={num_elem} of {dtype} is \d+ bytes, more than one buffer"):
         handle.new_cpu_locked_tensor(num_elem, torch.empty(0, dtype=dtype))

@@ -136,7 +136,8 @@ def _meta_or_fake(kind: str, like: torch.Tensor) -> torch.Tensor:
                                           ("FusedAdam", "exp_avg"), ("CPULion", "exp_avg"),
                                           ("CPULamb", "exp_avg_sq"), ("CPUAdagrad", "exp_avg_sq")])
 def test_a_state_tensor_without_values_is_refused_before_any_change(cls: str, key: str, kind: str) -> None:
-    """Issue 38 item 9: a meta ``exp_avg`` gave torch's "Cannot copy out of meta tensor; no data!"."""
+    """A meta or fake state tensor is refused by name; a meta ``exp_avg`` gave torch's "Cannot copy out of meta
+    tensor; no data!"."""
     from anyaccel.ops.adagrad.cpu import CPUAdagrad
     from anyaccel.ops.lamb.fused import CPULamb
     from anyaccel.ops.lion.cpu import CPULion
