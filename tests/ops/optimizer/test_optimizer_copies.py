@@ -2,9 +2,8 @@
 ``torch.save`` / ``torch.load(weights_only=False)``, as ``Trainer`` checkpoints and ``multiprocessing`` do): the
 copy steps, and its parameters and state equal those of an un-copied twin given the same gradients.
 
-The pickled state kept only public attributes: ``CPULamb`` and ``FusedLamb`` lost their private trust-ratio list in the copy
-and could not
-step (``AttributeError: ... '_coeffs'``).
+The pickled state kept only public attributes: ``CPULamb`` and ``FusedLamb`` lost their private trust-ratio
+list in the copy and could not step (``AttributeError: ... '_coeffs'``).
 """
 
 from __future__ import annotations
