@@ -185,9 +185,9 @@ class PinnedHostMemory(abc.ABC):
             make_copy = True  # classic positional align_bytes
         pins = self._native_pinned_memory()
         if pins is not None:
-            pinned = pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)  # refuses sparse: no nbytes
-            self._track_pinned_memory(pinned.nbytes)
-            return pinned
+            if tensor.layout == torch.strided:  # counted first, as DeepSpeed does; a sparse tensor has no nbytes
+                self._track_pinned_memory(tensor.nbytes)  # (anyaccel's backend refuses it, uncounted)
+            return pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)
         if make_copy:
             if self._torch_pins_host_memory:
                 self._track_pinned_memory(tensor.nbytes)
