@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import logging
 import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any, TextIO, cast
+
+from typing_extensions import override
+
+logger = logging.getLogger(__name__)
 
 # subcommand -> (module, one-line help). Adding a command is one row here.
 SUBCOMMANDS = {
@@ -84,6 +90,70 @@ def build_parser(command: str | None = "*") -> argparse.ArgumentParser:
     return parser
 
 
+class StdoutError(OSError):
+    """Writing the command's output to stdout failed: a full disk or ``/dev/full`` (ENOSPC), an I/O error, a
+    file descriptor that is not open for writing. Not raised for a reader that left (``BrokenPipeError``)."""
+
+
+class GuardedStdout(io.TextIOBase):
+    """``sys.stdout`` while a subcommand runs: a ``write`` or ``flush`` that fails raises
+    [`StdoutError`][anyaccel.cli.StdoutError], so [`main`][anyaccel.cli.main] tells a failure of the output
+    from an ``OSError`` of the command's own work (a file it could not read). Anything else goes to ``stream``.
+
+    Args:
+        stream: the real stdout.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    @override
+    def write(self, text: str) -> int:
+        """Write ``text`` to the stream; returns what the stream returns.
+
+        Raises:
+            StdoutError: the stream's write failed with an ``OSError`` other than ``BrokenPipeError``.
+            BrokenPipeError: the reader left.
+        """
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from exc
+
+    @override
+    def flush(self) -> None:
+        """Flush the stream (raises as [`write`][anyaccel.cli.GuardedStdout.write])."""
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from exc
+
+    @override
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @override
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @override
+    def writable(self) -> bool:
+        return True
+
+    @property
+    @override
+    def encoding(self) -> str:  # type: ignore[override]  # io.TextIOBase declares it an attribute
+        return self._stream.encoding
+
+    def __getattr__(self, name: str) -> Any:  # buffer, errors, newlines, reconfigure, ...
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anyaccel`` console script and of ``python -m anyaccel``.
 
@@ -93,9 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit status: 0 on success (also when the reader of stdout goes away, as in
         ``anyaccel cache clean | head -1``: quietly), 2 for a usage error, 1 or a subcommand's own code otherwise.
+        1 also when stdout is closed (checked before the subcommand starts, so it changes nothing) or writing
+        to it fails (a full disk, ``/dev/full``): one line on stderr names the cause, no traceback.
 
     Side effects: configures logging (``basicConfig``); while the subcommand runs, lowers the loggers of
-    ``QUIET_LOGGERS`` to WARNING unless ``-v``; on a closed stdout, points stdout at ``/dev/null``.
+    ``QUIET_LOGGERS`` to WARNING unless ``-v`` and puts a [`GuardedStdout`][anyaccel.cli.GuardedStdout] in
+    ``sys.stdout``; on a closed or failed stdout, points stdout at ``/dev/null``.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     ignore_unactionable_warnings()  # before a subcommand's module imports torch
@@ -108,17 +181,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_module", None):
         parser.print_help()
         return 2
+    stdout = sys.stdout
+    if stdout is None:  # the process started with file descriptor 1 closed (`anyaccel report >&-`)
+        logger.error("standard output is closed; run 'anyaccel %s' with stdout open (redirect it to a file, or to "
+                     "/dev/null to discard it)", args.command)
+        return 1
     quiet = {} if args.verbose else {name: logging.getLogger(name) for name in QUIET_LOGGERS}
-    levels = {name: logger.level for name, logger in quiet.items()}
-    for logger in quiet.values():
-        logger.setLevel(logging.WARNING)
+    levels = {name: quiet_logger.level for name, quiet_logger in quiet.items()}
+    for quiet_logger in quiet.values():
+        quiet_logger.setLevel(logging.WARNING)
+    sys.stdout = cast(TextIO, GuardedStdout(stdout))
     try:
         status = int(importlib.import_module(args._module).run(args) or 0)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader left (`anyaccel cache clean | head -1`): no traceback, no error
         _silence_stdout()
         return 0
+    except StdoutError as exc:
+        _silence_stdout()
+        logger.error("cannot write the output of 'anyaccel %s' to stdout: %s; free space where it goes, or "
+                     "redirect it elsewhere", args.command, exc.strerror or exc)
+        return 1
     finally:  # main() called in a process that goes on (a test, a wrapper) leaves its loggers as they were
+        sys.stdout = stdout
         for name, level in levels.items():
             quiet[name].setLevel(level)
     return status

@@ -97,3 +97,52 @@ def test_a_command_does_not_repeat_the_selection_at_info(tmp_path: Path) -> None
     verbose = subprocess.run([sys.executable, "-m", "anyaccel", "-v", "cache", "ls"], env=env, cwd=REPO,
                              capture_output=True, text=True, timeout=300)
     assert verbose.returncode == 0, verbose.stderr
+
+
+# ---- a stdout that cannot be written is one line on stderr and status 1 -------------------
+
+CUDA_SCRIPT = "import torch\ntorch.cuda.synchronize()\n"
+
+
+def _command(kind: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m anyaccel ARGS`` with stdout on ``/dev/full``, closed, or a read-only descriptor."""
+    command = [sys.executable, "-m", "anyaccel", *args]
+    env = _env()
+    if kind == "full":
+        with open("/dev/full", "w") as full:
+            return subprocess.run(command, stdout=full, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True,
+                                  timeout=300)
+    if kind == "read-only":
+        with open(os.devnull) as read_only:
+            return subprocess.run(command, stdout=read_only, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True,
+                                  timeout=300)
+    # closed: the child starts with file descriptor 1 closed (`anyaccel report >&-`)
+    return subprocess.run(["/bin/sh", "-c", '"$@" >&-', "sh", *command], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, env=env, cwd=cwd, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("kind", ["full", "closed", "read-only"])
+@pytest.mark.parametrize("args", [["report"], ["report", "--json"], ["migrate", "--check", "script.py"],
+                                  ["migrate", "script.py"], ["cache", "ls"]], ids=" ".join)
+def test_an_unwritable_stdout_is_one_line_and_status_1(tmp_path: Path, kind: str, args: list[str]) -> None:
+    (tmp_path / "script.py").write_text(CUDA_SCRIPT, encoding="utf-8")
+    proc = _command(kind, args, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, proc.stderr
+    assert "stdout" in errors[0] and f"'anyaccel {args[0]}'" in errors[0], errors
+    assert (tmp_path / "script.py").read_text(encoding="utf-8") == CUDA_SCRIPT
+
+
+def test_an_oserror_of_the_command_itself_is_not_called_a_stdout_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the output's failures become the one-line stdout error; the command's own OSError propagates."""
+    import anyaccel.report
+
+    def fail(args: object) -> int:
+        raise FileNotFoundError(2, "No such file or directory", "/no/such")
+
+    monkeypatch.setattr(anyaccel.report, "run", fail)
+    with pytest.raises(FileNotFoundError):
+        cli.main(["report"])

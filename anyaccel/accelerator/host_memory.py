@@ -175,13 +175,18 @@ class PinnedHostMemory(abc.ABC):
         Returns:
             A pinned CPU tensor; ``tensor`` itself where pinning is a no-op (CPU, MPS) and a copy was asked.
 
+        Raises:
+            TypeError: the native backend is selected and ``tensor`` is sparse (see
+                [`NativePinnedHostMemory.pin`][anyaccel.accelerator.native_pinned.NativePinnedHostMemory.pin]).
+
         Side effects: counts the pinned bytes (`_track_pinned_memory`).
         """
         if isinstance(make_copy, int) and not isinstance(make_copy, bool):
             make_copy = True  # classic positional align_bytes
         pins = self._native_pinned_memory()
         if pins is not None:
-            self._track_pinned_memory(tensor.nbytes)
+            if tensor.layout == torch.strided:  # counted first, as DeepSpeed does; a sparse tensor has no nbytes
+                self._track_pinned_memory(tensor.nbytes)  # (anyaccel's backend refuses it, uncounted)
             return pins.pin(tensor, make_copy=make_copy, match_shape=match_shape)
         if make_copy:
             if self._torch_pins_host_memory:

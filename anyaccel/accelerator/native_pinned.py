@@ -75,8 +75,17 @@ class NativePinnedHostMemory:
             The pinned tensor, tagged ``ds_pinned`` and ``ds_pin_base``.
 
         Raises:
+            TypeError: ``tensor`` is sparse (COO, CSR, ...) or otherwise not strided: regions hold dense memory.
+                The message names the fixes: pin a COO tensor's parts, or use torch's backend, whose
+                ``tensor.pin_memory()`` pins sparse COO.
             RuntimeError: the memory could not be allocated, or the device runtime refused the registration.
         """
+        if tensor.layout != torch.strided:
+            raise TypeError(
+                f"pin_memory: a {tensor.layout} tensor of shape {list(tensor.shape)} cannot be pinned by the native "
+                "backend (DS_PIN_MEMORY_BACKEND=native), which pins dense memory; pin its parts (for COO: "
+                "t = t.coalesce(); torch.sparse_coo_tensor(pin_memory(t.indices()), pin_memory(t.values()), t.shape)), "
+                "pass t.to_dense(), or set DS_PIN_MEMORY_BACKEND=torch, whose tensor.pin_memory() pins sparse COO")
         out_shape = tuple(tensor.shape) if match_shape else (tensor.numel(),)
         locked = self._new(tensor.dtype, out_shape)
         if make_copy:

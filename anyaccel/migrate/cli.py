@@ -10,9 +10,15 @@ links (such a file is rewritten in place); see ``files.write_atomic``. Files are
 (``isolated``): a source that crashes or stalls libcst's parser (deep nesting, very long expression chains)
 is reported as ``too-complex`` and the run goes on.
 
+Files are decoded as Python decodes them: with the encoding their PEP 263 coding cookie names, else UTF-8
+(``files.read_source``); ``--write`` writes them back in the same encoding.
+
 Exit status: 0 on success; 1 when ``--check`` finds CUDA-specific code, when a file does not parse, is too
-complex to parse, cannot be read or (``--write``) cannot be written, or when libcst is missing. Binary and
-non-UTF-8 files are skipped with a message and do not change the status. Importing this module imports no libcst.
+complex or too slow to migrate, cannot be read or decoded with its declared encoding, is a Jupyter notebook
+(not read: the finding says how to export it), or (``--write``) cannot be written, or when libcst is missing.
+Binary files and non-UTF-8 files without a coding cookie are skipped with a message; that fails ``--check``
+(which cannot vouch for a file it did not read), not ``--diff`` or ``--write``. Importing this module imports no
+libcst.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Finding kinds that make a file count as not processed (exit status 1).
-ERROR_KINDS = frozenset({"parse-error", "too-complex", "unreadable", "unwritable"})
-#: Finding kinds that skip a file without failing the run.
+ERROR_KINDS = frozenset({"parse-error", "too-complex", "too-slow", "unreadable", "unwritable", "notebook",
+                         "bad-encoding"})
+#: Finding kinds that skip a file without failing the run (except ``--check``'s, which did not examine it).
 SKIP_KINDS = frozenset({"binary", "not-utf8"})
 
 
@@ -106,7 +113,7 @@ def _run_files(paths: Iterable[str], mode: str, migrator: IsolatedMigrator, out:
         source = read_source(path)
         if isinstance(source, Finding):
             report.write(source.format() + "\n")
-            failed = failed or source.kind in ERROR_KINDS
+            failed = failed or source.kind in ERROR_KINDS or mode == "check"
             continue
         result = migrator.migrate(source.text, path)
         if result.error is not None:
@@ -124,10 +131,16 @@ def _run_files(paths: Iterable[str], mode: str, migrator: IsolatedMigrator, out:
             out.write(unified_diff(path, result.original, result.rewritten))
         elif mode == "write":
             try:
-                write_atomic(path, SourceText(text=result.rewritten, bom=source.bom))
+                write_atomic(path, SourceText(text=result.rewritten, bom=source.bom, encoding=source.encoding))
             except OSError as exc:  # the file is unchanged (write_atomic's promise): report it, go on
                 report.write(Finding(path, 0, 0, "unwritable", f"cannot write the file, left unchanged: "
                                      f"{exc.strerror or exc}; make it and its directory writable").format() + "\n")
+                failed = True
+                continue
+            except UnicodeEncodeError as exc:  # nothing written either
+                report.write(Finding(path, 0, 0, "unwritable", f"the rewritten text has {exc.object[exc.start]!r}, "
+                                     f"which its declared encoding ({source.encoding}) cannot hold, left unchanged; "
+                                     "port this file by hand").format() + "\n")
                 failed = True
                 continue
             logger.info("rewrote %s", path)

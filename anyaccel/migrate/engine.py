@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from anyaccel.migrate._libcst import require_libcst
 
@@ -20,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 def migrate_source(
-    source: str, path: str = "<string>", torch_accelerator: frozenset[str] | None = None
+    source: str, path: str = "<string>", torch_accelerator: frozenset[str] | None = None,
+    on_parsed: Callable[[], None] | None = None,
 ) -> MigrationResult:
     """Rewrite torch.cuda-specific code in ``source`` to the ``get_accelerator()`` API.
 
@@ -35,6 +37,8 @@ def migrate_source(
         torch_accelerator: the ``torch.accelerator`` members rewrites may target; None (the default) detects
             them in the installed torch (``torch_api.torch_accelerator_members``), so the output uses only what
             that torch has.
+        on_parsed: called once libcst has parsed the source, before the rewrite (``isolated`` bounds the
+            parse and the rewrite separately with it).
 
     Returns:
         A ``MigrationResult``. When ``source`` does not parse, ``error`` holds a ``parse-error`` finding with
@@ -64,6 +68,8 @@ def migrate_source(
             pass
         error = Finding(path, line, column, "parse-error", f"does not parse, left untouched: {message}")
         return MigrationResult(original=source, rewritten=source, findings=(), error=error)
+    if on_parsed is not None:
+        on_parsed()
     transformer = CudaToAccelerator(
         CodemodContext(filename=path), path, opted_out_lines(source), torch_accelerator=torch_accelerator
     )

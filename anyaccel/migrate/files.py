@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import io
 import logging
 import os
 import tempfile
+import tokenize
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -24,12 +27,15 @@ class SourceText:
     """A decoded source file.
 
     Attributes:
-        text: the file's content decoded as UTF-8, newlines kept as in the file, without a leading BOM.
+        text: the file's content decoded (see ``encoding``), newlines kept as in the file, without a leading BOM.
         bom: True when the file started with a UTF-8 byte-order mark (written back on ``write_atomic``).
+        encoding: the codec the file is written in: its PEP 263 coding cookie's (``latin-1``, ``cp1252``, ...),
+            else ``utf-8``; ``write_atomic`` encodes with it, so the file keeps its encoding.
     """
 
     text: str
     bom: bool
+    encoding: str = "utf-8"
 
 
 def iter_python_files(paths: Sequence[str]) -> Iterator[str]:
@@ -74,16 +80,24 @@ def _identity(path: str) -> object:
 
 
 def read_source(path: str) -> SourceText | Finding:
-    """Read ``path`` as UTF-8 Python source.
+    """Read ``path`` as Python source, decoded as Python decodes it (PEP 263 and PEP 3120): with the encoding
+    its coding cookie names (``# -*- coding: latin-1 -*-`` on line 1 or 2), else UTF-8; a UTF-8 byte-order mark
+    is removed (and remembered). ``tokenize.detect_encoding`` reads the cookie.
 
     Args:
         path: the file to read.
 
     Returns:
         A ``SourceText``, or a ``Finding`` saying why the file is skipped: ``unreadable`` (missing, a
-        directory, no permission), ``binary`` (contains a NUL byte) or ``not-utf8`` (does not decode as UTF-8;
-        the finding names the offending byte offset).
+        directory, no permission), ``notebook`` (a ``.ipynb`` Jupyter notebook: JSON, not Python source),
+        ``binary`` (contains a NUL byte), ``not-utf8`` (no cookie and not UTF-8; the finding names the
+        offending byte offset) or ``bad-encoding`` (the cookie names an unknown codec, contradicts the BOM, or
+        the bytes do not decode with it).
     """
+    if path.lower().endswith(".ipynb"):
+        return Finding(path, 0, 0, "notebook",
+                       "a Jupyter notebook (JSON), which anyaccel migrate does not read, skipped; export its code "
+                       "with 'jupyter nbconvert --to script' and migrate the .py, or port its cells by hand")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -91,15 +105,26 @@ def read_source(path: str) -> SourceText | Finding:
     if b"\x00" in data:
         return Finding(path, 0, 0, "binary", "binary file (contains NUL bytes), skipped")
     try:
-        text = data.decode("utf-8")
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        if not str(exc.msg).startswith("invalid or missing encoding declaration"):
+            # an unknown codec in the cookie, or a cookie that contradicts the BOM
+            return Finding(path, 0, 0, "bad-encoding", f"{exc.msg}, skipped; fix the coding cookie (PEP 263)")
+        encoding = "utf-8"  # no cookie and a first line that is not UTF-8: the decode below names the byte
+    bom = encoding == "utf-8-sig"
+    codec = "utf-8" if bom else codecs.lookup(encoding).name
+    try:
+        text = data.decode("utf-8-sig" if bom else codec)
     except UnicodeDecodeError as exc:
-        return Finding(
-            path, 0, 0, "not-utf8",
-            f"not UTF-8 (byte {exc.start} is {data[exc.start:exc.start + 1]!r}), skipped; "
-            "re-encode it as UTF-8 to migrate it",
-        )
-    bom = text.startswith(_BOM)
-    return SourceText(text=text[1:] if bom else text, bom=bom)
+        bad = data[exc.start:exc.start + 1]
+        if codec == "utf-8":
+            return Finding(path, 0, 0, "not-utf8",
+                           f"not UTF-8 (byte {exc.start} is {bad!r}), skipped; re-encode it as "
+                           "UTF-8, or declare its encoding on line 1 or 2 (# -*- coding: latin-1 -*-), to migrate it")
+        return Finding(path, 0, 0, "bad-encoding",
+                       f"does not decode as {codec}, the encoding its coding cookie declares (byte {exc.start} is "
+                       f"{bad!r}), skipped; fix the cookie or the file's encoding")
+    return SourceText(text=text, bom=bom, encoding=codec)
 
 
 def write_atomic(path: str, source: SourceText) -> None:
@@ -119,16 +144,17 @@ def write_atomic(path: str, source: SourceText) -> None:
 
     Args:
         path: the existing file to replace (or a symbolic link to it).
-        source: the new content; written as UTF-8, with a BOM when ``source.bom``.
+        source: the new content; written in ``source.encoding``, with a UTF-8 BOM when ``source.bom``.
 
     Raises:
+        UnicodeEncodeError: the text holds a character ``source.encoding`` cannot encode; nothing was written.
         OSError: the directory or file is not writable or the disk is full; the original file is unchanged
             and the temporary file is removed.
     """
     target = Path(os.path.realpath(path))
     if str(target) != os.path.abspath(path):
         logger.info("%s is a symbolic link: rewriting the file it names, %s", path, target)
-    data = ((_BOM if source.bom else "") + source.text).encode("utf-8")
+    data = ((_BOM if source.bom else "") + source.text).encode(source.encoding)
     mode: int | None = None
     try:
         st = target.stat()

@@ -14,7 +14,8 @@ class Finding:
         line: 1-based line number; 0 when the finding concerns the whole file.
         column: 1-based column number; 0 when the finding concerns the whole file.
         kind: a short, stable identifier of the reason (a key of ``rules.REASONS``, or ``parse-error``,
-            ``too-complex``, ``binary``, ``not-utf8``, ``unreadable``, ``unwritable``).
+            ``too-complex``, ``too-slow``, ``binary``, ``not-utf8``, ``bad-encoding``, ``notebook``, ``unreadable``,
+            ``unwritable``).
         message: the human-readable reason, naming the code and the suggested fix.
     """
 
@@ -37,7 +38,7 @@ class MigrationResult:
         original: the source as read (str, BOM removed).
         rewritten: the migrated source; equal to ``original`` when nothing changed.
         findings: CUDA-specific code left alone, in source order.
-        error: None on success; a Finding (kind ``parse-error``, or ``too-complex`` from
+        error: None on success; a Finding (kind ``parse-error``, or ``too-complex`` / ``too-slow`` from
             ``isolated.IsolatedMigrator``) when the source could not be parsed, in which case
             ``rewritten == original``.
     """

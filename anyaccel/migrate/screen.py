@@ -1,4 +1,5 @@
-"""The screen before libcst: what CPython's own parser refuses as nested or chained too deeply.
+"""The screen before libcst: what CPython's own parser refuses as nested or chained too deeply; the results of
+a file left untouched as too complex or too slow to migrate.
 
 A leaf of the migrate package (``engine`` and ``isolated`` both use it; see ``isolated`` for why and what
 it costs).
@@ -45,4 +46,12 @@ def too_complex(source: str, path: str, why: str) -> MigrationResult:
     error = Finding(path, 0, 0, "too-complex",
                     f"nested or chained too deeply to migrate ({why}), left untouched; split the expression or "
                     "the nesting into smaller parts (named intermediate values), or port this file by hand")
+    return MigrationResult(original=source, rewritten=source, findings=(), error=error)
+
+
+def too_slow(source: str, path: str, why: str) -> MigrationResult:
+    """The result for a source left untouched because its rewrite ran past its time bound (``why``: how long)."""
+    error = Finding(path, 0, 0, "too-slow",
+                    f"{why}, left untouched; split the file into smaller modules, or migrate it on a less busy "
+                    "machine")
     return MigrationResult(original=source, rewritten=source, findings=(), error=error)

@@ -357,7 +357,8 @@ class CacheUnusableError(OpBuilderError, OSError):
     or a full disk. The message names the path, the operation and the fix.
 
     Attributes:
-        code: ``cache_not_directory``, ``cache_read_only``, ``disk_full`` or ``cache_unusable``.
+        code: ``cache_not_directory``, ``cache_read_only``, ``disk_full``, ``cache_not_utf8`` (a path the
+            builds cannot write into their files) or ``cache_unusable``.
         path: the path the operation failed on.
     """
 

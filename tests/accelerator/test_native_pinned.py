@@ -238,3 +238,28 @@ def test_registration_can_be_turned_off(acc: CPU_Accelerator, monkeypatch: pytes
     runtime = _fake_cuda_host(acc, monkeypatch)
     pinned = acc.pin_memory(torch.ones(10))
     assert runtime.calls == [] and acc.is_pinned(pinned)
+
+
+def _sparse(layout: str) -> torch.Tensor:
+    dense = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    return {"coo": dense.to_sparse(), "uncoalesced-coo": torch.sparse_coo_tensor([[0, 0], [1, 1]], [1.0, 2.0], (2, 3)),
+            "csr": dense.to_sparse_csr(), "csc": dense.to_sparse_csc()}[layout]
+
+
+@pytest.mark.parametrize("make_copy", [True, False])
+@pytest.mark.parametrize("layout", ["coo", "uncoalesced-coo", "csr", "csc"])
+def test_a_sparse_tensor_is_a_typed_error_naming_the_fixes(acc: CPU_Accelerator, layout: str, make_copy: bool) -> None:
+    """Sparse tensors are refused by type with the fixes; the native backend said "nbytes is not defined for sparse
+    tensors" (or "do not have
+    is_contiguous"); it pins dense regions, so it refuses with the ways out, and nothing is pinned or counted."""
+    before = _native_regions(acc)
+    with pytest.raises(TypeError, match=r"cannot be pinned by the native backend .*DS_PIN_MEMORY_BACKEND=torch"):
+        acc.pin_memory(_sparse(layout), make_copy=make_copy)
+    assert _native_regions(acc) == before
+
+
+def test_the_named_fix_for_coo_pins_its_parts(acc: CPU_Accelerator) -> None:
+    t = _sparse("uncoalesced-coo").coalesce()
+    pinned = torch.sparse_coo_tensor(acc.pin_memory(t.indices()), acc.pin_memory(t.values()), t.shape)
+    assert torch.equal(pinned.to_dense(), t.to_dense())
+    assert acc.is_pinned(pinned.values())

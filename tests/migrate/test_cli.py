@@ -142,3 +142,95 @@ def test_missing_libcst_names_the_extra(tmp_path: Path, cuda_file: Path) -> None
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "pip install 'anyaccel[migrate]'" in proc.stderr
+
+
+# ---- --check never passes a file it did not examine ---------------------------------------
+
+LATIN_CUDA = "# caf\u00e9, \u00e0 la carte\nimport torch\ntorch.cuda.synchronize()\n"
+
+
+@pytest.mark.parametrize(("encoding", "cookie", "text"), [
+    ("latin-1", "# -*- coding: latin-1 -*-\n", LATIN_CUDA),
+    ("cp1252", "# coding=cp1252\n", "# 10 \u20ac \u2014 caf\u00e9\nimport torch\ntorch.cuda.synchronize()\n"),
+    ("iso-8859-15", "#!/usr/bin/env python\n# vim: set fileencoding=iso-8859-15 :\n", "# 5 \u20ac\n" + CUDA_CODE),
+    ("utf-8", "# coding: utf-8\n", "# \u00fcber \u4e2d\u6587\n" + CUDA_CODE),
+], ids=["latin-1", "cp1252", "iso-8859-15-line-2", "utf-8"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_file_with_a_coding_cookie_is_read_checked_and_written_in_its_encoding(
+        tmp_path: Path, encoding: str, cookie: str, text: str, newline: str) -> None:
+    path = tmp_path / "legacy.py"
+    original = (cookie + text).replace("\n", newline).encode(encoding)
+    path.write_bytes(original)
+    code, out, _ = _run(["--check", str(path)])
+    assert code == 1 and f"{path}:0:0: rewritable:" in out, out  # examined: the CUDA call is seen
+    code, out, err = _run(["--diff", str(path)])
+    assert code == 0 and "get_accelerator().synchronize()" in out, (out, err)
+    assert path.read_bytes() == original
+    assert _run(["--write", str(path)])[0] == 0
+    data = path.read_bytes()
+    rewritten = data.decode(encoding)
+    assert rewritten.startswith(cookie.replace("\n", newline)) and "get_accelerator().synchronize()" in rewritten
+    assert text.splitlines()[0] in rewritten  # the non-ASCII comment kept, in the file's own encoding
+    assert data.count(b"\r\n") == (data.count(b"\n") if newline == "\r\n" else 0)
+    assert _run(["--check", str(path)])[0] == 0  # migrated and clean
+
+
+def test_a_clean_file_with_a_coding_cookie_passes_the_check(tmp_path: Path) -> None:
+    path = tmp_path / "clean.py"
+    path.write_bytes("# -*- coding: latin-1 -*-\n# na\u00efve\nimport torch\nx = torch.ones(2)\n".encode("latin-1"))
+    assert _run(["--check", str(path)]) == (0, "", "")
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (b"# coding: no-such-codec\nimport torch\n", "unknown encoding"),
+    (b"\xef\xbb\xbf# coding: latin-1\nimport torch\n", "encoding problem"),
+    (b"# coding: utf-8\n# caf\xe9\nimport torch\n", "not UTF-8 (byte 21 is b'\\xe9')"),
+    (b"# coding: ascii\n# caf\xe9\nimport torch\n", "does not decode as ascii"),
+], ids=["unknown-codec", "bom-contradicts-cookie", "utf-8-cookie-latin-bytes", "ascii-cookie"])
+def test_a_file_that_does_not_decode_as_declared_fails_every_mode(tmp_path: Path, data: bytes, expected: str) -> None:
+    path = tmp_path / "broken.py"
+    path.write_bytes(data)
+    for mode in ("--check", "--diff", "--write"):
+        code, out, err = _run([mode, str(path)])
+        findings = out if mode == "--check" else err
+        assert expected in findings, (mode, findings)
+        if b"no-such" in data or b"\xef\xbb\xbf" in data or b"ascii" in data:
+            assert code == 1 and ": bad-encoding:" in findings
+        else:  # a UTF-8 file (cookie or not) that is not UTF-8: skipped, which only --check counts as failing
+            assert code == (1 if mode == "--check" else 0) and ": not-utf8:" in findings
+    assert path.read_bytes() == data
+
+
+def test_check_fails_on_a_file_it_skipped(tmp_path: Path) -> None:
+    """A non-UTF-8 file without a cookie, or a binary one, is skipped: --check cannot vouch for it."""
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(LATIN_CUDA.encode("latin-1"))
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x00torch.cuda.synchronize()")
+    for path, kind in ((latin, "not-utf8"), (binary, "binary")):
+        code, out, _ = _run(["--check", str(path)])
+        assert code == 1 and f"{path}:0:0: {kind}:" in out
+
+
+NOTEBOOK = {
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Train\n"]},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": ["import torch\n", "torch.cuda.synchronize()\n"]},
+    ],
+    "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+@pytest.mark.parametrize("name", ["train.ipynb", "Train.IPYNB"])
+def test_a_notebook_given_by_name_is_refused_in_every_mode(tmp_path: Path, name: str) -> None:
+    import json
+
+    path = tmp_path / name
+    data = json.dumps(NOTEBOOK, indent=1).encode()
+    path.write_bytes(data)
+    for mode in ("--check", "--diff", "--write"):
+        code, out, err = _run([mode, str(path)])
+        findings = out if mode == "--check" else err
+        assert code == 1 and f"{path}:0:0: notebook:" in findings and "nbconvert --to script" in findings, findings
+    assert path.read_bytes() == data

@@ -102,6 +102,22 @@ def cache_os_error(exc: OSError, path: Path, action: str) -> OpBuilderError:
                               "directory", path)
 
 
+def _require_utf8(root: Path) -> None:
+    """Refuse a cache root whose path is not valid UTF-8 (bytes the file-system encoding kept as surrogates).
+
+    Raises:
+        CacheUnusableError: code ``cache_not_utf8``; the message shows the path's bytes and the fix.
+    """
+    try:
+        str(root).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raw = os.fsencode(root)
+        raise CacheUnusableError(
+            "cache_not_utf8", f"op cache root {raw!r} is not valid UTF-8 (byte {exc.start} of the path): builds write "
+            f"it into ninja build files and compiler command lines, which take UTF-8; set {CACHE_ENV} (or "
+            "XDG_CACHE_HOME / HOME) to a UTF-8 path", root) from None
+
+
 def _first_non_directory(path: Path) -> Path | None:
     """The first component of ``path`` (from the top) that exists and is not a directory, or None."""
     for candidate in (*reversed(path.parents), path):
@@ -256,11 +272,13 @@ class Cache:
         Raises:
             CacheSecurityError: the root or a subdirectory is not private to the current user.
             CacheUnusableError: the root (or a parent) is a file, or cannot be created (read-only, full; only
-                with ``create``).
+                with ``create``); or (only with ``create``, before anything is created) its path is not valid
+                UTF-8 (code ``cache_not_utf8``): builds write it into ninja files and compiler command lines.
         """
         root = default_cache_root() if root is None else Path(root)
         root = Path(os.path.abspath(root))
         if create:
+            _require_utf8(root)
             make_dirs(root)
         elif not os.path.lexists(root):
             if _first_non_directory(root) is not None:  # a file on the way: a misconfiguration, not an empty cache

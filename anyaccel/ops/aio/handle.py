@@ -324,7 +324,19 @@ class AsyncIOHandle:
         """Wait for the pending transfers (see [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait]), then stop the
         worker threads. Idempotent.
 
-        Raises what [`wait`][anyaccel.ops.aio.handle.AsyncIOHandle.wait] raises; the handle is closed even then.
+        Args:
+            timeout: seconds to wait at most for the pending transfers; None: ``ANYACCEL_AIO_TIMEOUT``, else 600.
+
+        Raises:
+            AIOTimeoutError: ``timeout`` passed first. Nothing is closed or cancelled: the handle stays open and
+                its transfers pending, so ``wait()`` or ``close()`` called again reaps them.
+            DiskFullError, FileTooShortError, AIOError, AIOValidationError: as ``wait()``; every transfer has
+                been reaped, and the handle is closed.
+            ValueError: ``timeout`` is negative or not finite (the handle stays open).
+
+        An interruption (``KeyboardInterrupt``) while waiting also leaves the handle open with its transfers
+        pending. The finalizer closes a handle nobody closed, cancelling what is still queued after the default
+        wait (a warning is logged).
         """
         if self._closed:  # also after a failed __init__, which never made a kernel handle (nor a lock)
             return
@@ -334,9 +346,23 @@ class AsyncIOHandle:
             try:
                 if self._pending():
                     self.wait(timeout)
-            finally:
-                self._closed = True
-                self._close_op(self._id)
+            except errors.AIOTimeoutError:
+                limit = default_timeout_s() if timeout is None else float(timeout)
+                raise errors.AIOTimeoutError(
+                    None, f"close: {self._pending()} transfers still running after {limit:g} s; the handle stays "
+                    "open and they stay pending (call wait() or close() again to reap them); raise the timeout, or "
+                    f"{TIMEOUT_ENV}, for slow disks") from None
+            except errors.AIOError:  # wait() reaped every transfer before raising: nothing is left to keep
+                self._shut()
+                raise
+            # anything else (a bad timeout, Ctrl-C) left the transfers pending: the handle stays open for them
+            self._shut()
+
+    def _shut(self) -> None:
+        """Close the kernel handle (stops its workers; a transfer still queued is cancelled). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._close_op(self._id)
 
     def __enter__(self) -> AsyncIOHandle:
         return self
@@ -349,6 +375,8 @@ class AsyncIOHandle:
             self.close()
         except Exception as exc:  # never raise from a finalizer
             logger.warning("aio handle %s closed with an error: %s", getattr(self, "_id", "?"), exc)
+            if not self._closed:  # nobody can reap them any more: cancel what is left
+                self._shut()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"id={self._id}"

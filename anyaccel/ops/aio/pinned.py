@@ -56,18 +56,17 @@ def new_locked_tensor(num_elem: int, dtype: Any, page_lock: Callable[[int, int, 
         The tensor: pinned by torch's accelerator allocator, else ``mlock``-ed if allowed, else plain.
 
     Raises:
-        ValueError: ``num_elem`` is negative or not an int.
+        ValueError: ``num_elem`` is negative or not an int, or its bytes pass
+            ``anyaccel.ops.pin_memory.handle.MAX_LOCKED_BYTES``.
         RuntimeError: torch could not allocate the memory.
 
     Side effects: allocates ``num_elem * itemsize`` bytes plus at most two pages; may lock them in RAM.
     """
     import torch
 
-    from anyaccel.ops.pin_memory.handle import add_pinned_lookup
+    from anyaccel.ops.pin_memory.handle import add_pinned_lookup, locked_nbytes
 
-    if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:
-        raise ValueError(f"new_cpu_locked_tensor: num_elem={num_elem!r} is invalid; accepted: an int >= 0")
-    nbytes = num_elem * torch.empty(0, dtype=dtype).element_size()
+    nbytes = locked_nbytes(num_elem, dtype)
     span = -(-nbytes // PAGE) * PAGE  # whole pages, so locking never touches a neighbour's page
     pin = accelerator_pinning()
     raw = torch.empty(span + PAGE, dtype=torch.uint8, pin_memory=pin)

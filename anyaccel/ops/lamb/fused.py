@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from anyaccel.ops.optimizer.base import Hyper, ListOptimizer
 from anyaccel.ops.optimizer.hooks import step_entry
@@ -97,6 +98,22 @@ class FusedLamb(ListOptimizer):
         self._grad_scales: list[float] = []
         super().__init__(params, defaults, master_weights=master_weights, fp32_optimizer_states=fp32_optimizer_states,
                          capturable=capturable, impl=impl)
+
+    @override
+    def __getstate__(self) -> dict[str, Any]:
+        """The base class's pickled attributes plus the last step's trust ratios (``_coeffs``) and gradient
+        scales, which are results, not caches: a copy reports the same ``get_lamb_coeffs()``."""
+        kept = super().__getstate__()
+        kept["_coeffs"], kept["_grad_scales"] = self._coeffs, self._grad_scales
+        return kept
+
+    @override
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restores a pickled optimizer; one pickled before the ratios were kept gets none (as before a step).
+        ``load_state_dict`` (which calls this with groups and state only) keeps the last step's ratios."""
+        super().__setstate__(state)
+        self.__dict__.setdefault("_coeffs", [])
+        self.__dict__.setdefault("_grad_scales", [])
 
     def _check_group_extra(self, scalars: dict[str, Any], group_index: int | None) -> None:
         """``max_grad_norm >= 0``, ``min_coeff <= max_coeff``.

@@ -21,7 +21,7 @@ from typing_extensions import override
 from anyaccel.ops import validation
 from anyaccel.ops.optimizer.hooks import step_entry
 from anyaccel.ops.optimizer.plans import GroupPlan, PlanMixin, Prepared
-from anyaccel.ops.optimizer.state import CheckpointMixin, Generation, StateMap
+from anyaccel.ops.optimizer.state import CheckpointMixin, Generation, StateMap, memory_format_of
 from anyaccel.spec import Function
 from anyaccel.spec import op_spec as family_spec
 
@@ -93,7 +93,8 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
 
     Raises:
         ValueError: a hyper-parameter is out of range; a group lists a parameter twice; a parameter has an
-            unsupported dtype, is on the wrong kind of device, is an inference tensor or not contiguous.
+            unsupported dtype, is on the wrong kind of device, is an inference tensor, or is neither contiguous nor
+            channels-last (channels-last parameters are updated in their layout, as torch.optim does).
         TypeError: a hyper-parameter is not a number (or a bool where a bool belongs).
 
     Side effects:
@@ -253,8 +254,9 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
             raise ValueError(f"{name}: {where} is an inference tensor (created under torch.inference_mode()), which "
                              "torch forbids updating in place outside inference mode; create the parameter outside "
                              "inference mode or clone it (p = p.clone())")
-        if p.layout != torch.strided or not p.is_contiguous():
-            raise ValueError(f"{name}: {where} is not contiguous (shape {list(p.shape)}, strides {list(p.stride())});"
+        if p.layout != torch.strided or memory_format_of(p) is None:
+            raise ValueError(f"{name}: {where} is not contiguous nor channels-last (shape {list(p.shape)}, strides "
+                             f"{list(p.stride())});"
                              " the kernel updates it in place, so make it contiguous before building the optimizer "
                              "(p.data = p.data.contiguous())")
 

@@ -37,7 +37,7 @@ import torch
 
 from anyaccel._compat import data_ptrs, tensor_version
 from anyaccel.ops import cpu_threads, dispatch
-from anyaccel.ops.optimizer.state import Generation, ParamState, step_value
+from anyaccel.ops.optimizer.state import Generation, ParamState, memory_format_of, memory_order, step_value
 from anyaccel.spec import Function
 
 __all__ = ["Bucket", "GroupPlan", "PlanMixin", "Prepared", "unchanged"]
@@ -271,8 +271,9 @@ class PlanMixin(torch.optim.Optimizer):
             if g.device != p.device or g.dtype != p.dtype or g.shape != p.shape:
                 raise ValueError(f"{name}: the gradient of {where} is a {g.dtype} tensor of shape {list(g.shape)} on "
                                  f"{g.device}; it must match the parameter ({p.dtype}, {list(p.shape)}, {p.device})")
-            if not g.is_contiguous():
-                g = g.contiguous()
+            layout = memory_format_of(p) or torch.contiguous_format
+            if not g.is_contiguous(memory_format=layout):  # the kernels pair elements in memory order
+                g = g.contiguous(memory_format=layout)
             st = self.state.get(p)
             if not st:
                 st = ParamState(self._gen, self._new_state(p))
@@ -296,12 +297,14 @@ class PlanMixin(torch.optim.Optimizer):
                                       torch.empty(()), count, []), [])
             bucket, members = by_key[key]
             bucket.owners.append(p)
-            bucket.targets.append(target)
+            if layout is not torch.contiguous_format:  # see `unchanged`: such a bucket is rebuilt at every step
+                bucket.extras["reordered"] = True
+            bucket.targets.append(memory_order(target))  # channels-last: contiguous views, same memory
             if master is not None:
-                bucket.copies.append(p)
+                bucket.copies.append(memory_order(p))
             for k in self._STATE_KEYS:
-                bucket.states[k].append(st[k])
-            bucket.grads.append(g)
+                bucket.states[k].append(memory_order(st[k]))
+            bucket.grads.append(memory_order(g))
             bucket.owner_ptrs.append(p.data_ptr())
             bucket.labels.append(where)
             bucket.positions.append(positions[id(p)])
@@ -478,6 +481,8 @@ def unchanged(bucket: Bucket, grads: list[Any], full: bool = True) -> bool:
     Returns:
         True when every recorded property still holds.
     """
+    if bucket.extras.get("reordered"):  # channels-last tensors: this step's gradients get their memory-order
+        return False                      # views in a rebuild (a gradient may come in another memory format)
     try:
         if not all(map(torch.Tensor.is_contiguous, grads)):
             return False

@@ -28,6 +28,7 @@ import torch
 from typing_extensions import override
 
 from anyaccel._compat import torch_optim
+from anyaccel._compat.fake_tensor import is_fake
 from anyaccel.ops.optimizer.hooks import step_lock
 
 __all__ = ["LOW_PRECISION", "TORCH_IMPL_OPTIONS", "TORCH_OPTIONS", "CheckpointMixin", "Generation", "ParamState",
@@ -127,6 +128,36 @@ def step_value(step: Any, what: str = "state['step']") -> float:
     return float(step)
 
 
+#: The dense memory orders the optimizers update in place besides the contiguous one, by tensor rank, with the
+#: permutation that makes such a tensor a contiguous view in memory order (torch's channels-last formats).
+_ORDERS: dict[int, tuple[torch.memory_format, tuple[int, ...]]] = {
+    4: (torch.channels_last, (0, 2, 3, 1)),
+    5: (torch.channels_last_3d, (0, 2, 3, 4, 1)),
+}
+
+
+def memory_format_of(t: torch.Tensor) -> torch.memory_format | None:
+    """``torch.contiguous_format`` for a contiguous tensor, the channels-last format it is dense in, else None."""
+    if t.is_contiguous():
+        return torch.contiguous_format
+    order = _ORDERS.get(t.dim())
+    if order is not None and t.is_contiguous(memory_format=order[0]):
+        return order[0]
+    return None
+
+
+def memory_order(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when contiguous; for a channels-last tensor, the contiguous view of its elements in memory
+    order (a permutation: the kernels, which update elements by position, then see each parameter, gradient
+    and state tensor of the same layout element for element)."""
+    if t.is_contiguous():
+        return t
+    order = _ORDERS.get(t.dim())
+    if order is not None and t.is_contiguous(memory_format=order[0]):
+        return t.permute(order[1])
+    return t
+
+
 class CheckpointMixin(torch.optim.Optimizer):
     """The state and checkpoint half of [`ListOptimizer`][anyaccel.ops.optimizer.ListOptimizer] (see the module
     docstring)."""
@@ -148,10 +179,10 @@ class CheckpointMixin(torch.optim.Optimizer):
     def _new_state(self, p: torch.Tensor) -> dict[str, Any]:
         st: dict[str, Any] = {"step": torch.zeros((), dtype=torch.float32)}
         if self.master_weights and p.dtype in LOW_PRECISION:
-            st["master"] = p.detach().to(torch.float32, copy=True).contiguous()
+            st["master"] = p.detach().to(torch.float32, copy=True)  # in p's memory format
         target_dtype = torch.float32 if "master" in st else p.dtype
-        for k in self._STATE_KEYS:
-            st[k] = torch.zeros(p.shape, dtype=self._state_dtype(target_dtype), device=p.device)
+        for k in self._STATE_KEYS:  # in p's memory format, as torch.optim's zeros_like(p)
+            st[k] = torch.zeros_like(p, dtype=self._state_dtype(target_dtype), memory_format=torch.preserve_format)
         return st
 
     def _check_state(self, where: str, p: torch.Tensor, st: Mapping[str, Any]) -> None:
@@ -164,11 +195,12 @@ class CheckpointMixin(torch.optim.Optimizer):
         for k in self._STATE_KEYS + (("master",) if "master" in st else ()):
             t = st[k]
             if not isinstance(t, torch.Tensor) or t.shape != p.shape or t.device != p.device or \
-                    t.layout != torch.strided or not t.is_contiguous():
+                    t.layout != torch.strided or memory_format_of(t) != memory_format_of(p):
                 desc = (f"a {t.dtype} tensor of shape {list(t.shape)} on {t.device}" if isinstance(t, torch.Tensor)
                         else f"a {type(t).__name__}")
-                raise ValueError(f"{self._NAME}: state[{k!r}] of {where} is {desc}; it must be a contiguous tensor "
-                                 f"shaped like the parameter ({list(p.shape)}, on {p.device})")
+                raise ValueError(f"{self._NAME}: state[{k!r}] of {where} is {desc}; it must be a tensor in the "
+                                 "parameter's memory format (contiguous or channels-last) shaped like the parameter "
+                                 f"({list(p.shape)}, on {p.device})")
         dtypes = {k: st[k].dtype for k in self._STATE_KEYS}
         if len(set(dtypes.values())) > 1:
             raise ValueError(f"{self._NAME}: the state tensors of {where} have different dtypes ({dtypes}); they must "
@@ -332,8 +364,14 @@ class CheckpointMixin(torch.optim.Optimizer):
             if t.shape != p.shape:
                 raise ValueError(f"{name}: {where} {key!r} has shape {list(t.shape)}, the parameter "
                                  f"{list(p.shape)}; load a state dict of the same model")
+            if t.is_meta or is_fake(t):
+                raise ValueError(f"{name}: {where} {key!r} is a {'meta' if t.is_meta else 'fake'} tensor, which holds "
+                                 "no values to load; load a state dict saved from real tensors (a checkpoint made "
+                                 "under init_empty_weights() or a FakeTensorMode has none), or drop the entry to "
+                                 "start that parameter afresh")
             dtype = torch.float32 if key == "master" else self._state_dtype(target_dtype)
-            out[key] = t.detach().to(device=p.device, dtype=dtype, copy=True).contiguous()
+            out[key] = t.detach().to(device=p.device, dtype=dtype, copy=True).contiguous(
+                memory_format=memory_format_of(p) or torch.contiguous_format)
         return out
 
     def _state_dtype(self, target_dtype: torch.dtype) -> torch.dtype:

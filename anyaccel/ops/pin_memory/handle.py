@@ -35,7 +35,29 @@ from anyaccel._compat.fake_tensor import is_fake
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PinHandle", "PinMemoryModule", "PinStats", "memlock_limit", "in_native_region"]
+__all__ = ["MAX_LOCKED_BYTES", "PinHandle", "PinMemoryModule", "PinStats", "locked_nbytes", "memlock_limit",
+           "in_native_region"]
+
+#: The most bytes one locked buffer may ask for: what the ops' ``int`` (int64) arguments hold, less a page
+#: margin for the rounding up to whole pages. No host has that much memory; past it the request is a bug.
+MAX_LOCKED_BYTES = 2**63 - 2**20
+
+
+def locked_nbytes(num_elem: Any, dtype: torch.dtype, what: str = "new_cpu_locked_tensor") -> int:
+    """The bytes of ``num_elem`` elements of ``dtype`` (``num_elem * itemsize``), checked.
+
+    Raises:
+        ValueError: ``num_elem`` is not an int ``>= 0``, or the bytes pass `MAX_LOCKED_BYTES` (the message
+            names both and the bound).
+    """
+    if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:
+        raise ValueError(f"{what}: num_elem={num_elem!r} is invalid; accepted: an int >= 0")
+    nbytes = num_elem * torch.empty(0, dtype=dtype).element_size()
+    if nbytes > MAX_LOCKED_BYTES:
+        raise ValueError(f"{what}: num_elem={num_elem} of {dtype} is {nbytes} bytes, more than one buffer can ask for "
+                         f"(at most {MAX_LOCKED_BYTES} bytes, the ops' 64-bit size less a margin); check how the "
+                         "element count is computed")
+    return nbytes
 
 _WARN_LOCK = threading.Lock()
 _WARNED = False
@@ -164,17 +186,15 @@ class PinHandle:
             takes). The region is freed when the last tensor using its memory dies.
 
         Raises:
-            ValueError: ``num_elem`` is not an int ``>= 0``.
+            ValueError: ``num_elem`` is not an int ``>= 0``, or its bytes pass `MAX_LOCKED_BYTES`.
             RuntimeError: the memory could not be allocated (the op's message), or ``register`` raised (the
                 region is freed first).
 
         Side effects: allocates ``num_elem * itemsize`` bytes rounded up to whole pages; locks them in RAM or
         registers them with the device runtime.
         """
-        if not isinstance(num_elem, int) or isinstance(num_elem, bool) or num_elem < 0:
-            raise ValueError(f"new_cpu_locked_tensor: num_elem={num_elem!r} is invalid; accepted: an int >= 0")
         dtype = example_tensor.dtype
-        nbytes = num_elem * torch.empty(0, dtype=dtype).element_size()
+        nbytes = locked_nbytes(num_elem, dtype)
         if nbytes == 0:
             return torch.empty(0, dtype=dtype)
         module = self._module

@@ -137,3 +137,29 @@ def test_clean_all_copes_with_anything(tmp_path):
     assert not (root / "locks" / "folder").exists()
     assert (keep / "precious").read_text() == "x", "a link is removed, never followed"
     assert (root / "unknown-top-level").exists(), "nothing outside the cache's own folders is touched"
+
+
+@pytest.mark.parametrize("name", [b"bad\xffdir", b"caf\xe9", b"half\xe2\x82"], ids=["ff", "latin-1", "cut-utf-8"])
+def test_build_into_a_cache_path_that_is_not_utf8_names_the_path(tmp_path, name):
+    """A non-UTF-8 cache root is named, not a codec error; the build failed with "'utf-8' codec can't encode
+    character '\\udcff'", naming no path
+    (ninja's build file could not hold it); now a CacheUnusableError names the path's bytes and the fix, and
+    nothing is created."""
+    cache = Path(os.fsdecode(os.fsencode(tmp_path) + b"/" + name))
+    proc = anyaccel("build", "--ops", "pin_memory", cache=cache)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    no_traceback(proc)
+    assert repr(os.fsencode(cache)) in proc.stdout and "is not valid UTF-8" in proc.stdout, proc.stdout
+    assert "set ANYACCEL_CACHE_DIR" in proc.stdout
+    assert not os.path.lexists(cache)
+
+
+def test_opening_a_non_utf8_cache_to_read_still_works(tmp_path):
+    """``cache ls`` / ``clean`` read (create=False): the check is for writing builds only."""
+    cache = Path(os.fsdecode(os.fsencode(tmp_path) + b"/ro\xff"))
+    assert Cache.open(cache, create=False).root == cache
+    from anyaccel.op_builder.errors import CacheUnusableError
+
+    with pytest.raises(CacheUnusableError) as info:
+        Cache.open(cache)
+    assert info.value.code == "cache_not_utf8" and info.value.path == cache

@@ -39,7 +39,8 @@ def run_python(_ops_cache_dir: str, tmp_path: Path):
     """Run a Python snippet in a fresh process (for crash-prone cases) and return its last stdout line as
     JSON. The snippet gets ``aio`` (the loaded module) and ``torch``; the kernel cache is the session's."""
 
-    def run(code: str, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> Any:
+    def run(code: str, env: dict[str, str] | None = None, prefix: list[str] | None = None,
+            timeout_s: float = 300) -> Any:
         script = tmp_path / "snippet.py"
         script.write_text("import json, os, sys, torch\n"
                           "from anyaccel.accelerator import get_accelerator\n"
@@ -47,7 +48,7 @@ def run_python(_ops_cache_dir: str, tmp_path: Path):
                           + textwrap.dedent(code))
         full_env = {**os.environ, "PYTHONPATH": str(REPO), "ANYACCEL_CACHE_DIR": _ops_cache_dir, **(env or {})}
         proc = subprocess.run([*(prefix or []), sys.executable, str(script)], capture_output=True, text=True,
-                              env=full_env, timeout=300)
+                              env=full_env, timeout=timeout_s)
         assert proc.returncode == 0, f"snippet failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         return json.loads(proc.stdout.strip().splitlines()[-1])
 

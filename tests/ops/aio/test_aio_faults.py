@@ -153,6 +153,45 @@ print(json.dumps([timed_out, pending, h.wait()]))
     assert (tmp_path / "hung.bin").read_bytes() == b"\1" * 10000
 
 
+@pytest.mark.parametrize("direction", ["write", "read"])
+def test_close_that_times_out_keeps_the_handle_open_and_the_transfer_reapable(run_python, fault_shim, tmp_path,
+                                                                             direction):
+    """A close that times out changes nothing; close(timeout=...) said the transfers "stay pending" but closed the
+    handle, cancelled
+    the transfer and gave a written file back its former size (0 bytes)."""
+    release = tmp_path / "release"
+    (tmp_path / "source.hung.bin").write_bytes(bytes(range(256)) * 40)
+    submit = ('h.async_pwrite(buf, "{0}/hung.bin")' if direction == "write" else
+              'h.async_pread(buf, "{0}/source.hung.bin")').format(tmp_path)
+    out = run_python(REPORT + f"""
+import pathlib
+h = aio.aio_handle(block_size=8192, queue_depth=1)
+buf = torch.ones(10240, dtype=torch.uint8)
+{submit}
+timed_out = outcome(lambda: h.close(timeout=0.2))
+bad = outcome(lambda: h.close(timeout=-1))
+pending = h.pending()
+pathlib.Path("{release}").touch()
+reaped = h.wait()
+closed = outcome(lambda: h.close(timeout=5))
+after = outcome(h.pending)
+print(json.dumps([timed_out, bad, pending, reaped, closed, after, buf[:300].tolist()]))
+""", env=shim_env(fault_shim, "hang", "hung.bin", release=str(release)), timeout_s=120)  # before the fix, close()
+    # waited on the hung transfer it had just cancelled, forever (the release file comes after it)
+    timed_out, bad, pending, reaped, closed, after, head = out
+    assert timed_out["error"] == "AIOTimeoutError", timed_out
+    assert "close: 1 transfers still running after 0.2 s" in timed_out["message"]
+    assert "the handle stays open" in timed_out["message"]
+    assert bad["error"] == "ValueError" and "timeout=-1 is invalid" in bad["message"]
+    assert (pending, reaped) == (1, 1)
+    assert closed == {"value": None}
+    assert after["error"] == "AIOHandleError"
+    if direction == "write":
+        assert (tmp_path / "hung.bin").read_bytes() == b"\1" * 10240
+    else:
+        assert head == list(range(256)) + list(range(44))
+
+
 def test_a_file_size_limit_fails_the_write_as_a_full_disk_at_the_limit(run_python, tmp_path):
     out = run_python(REPORT + f"""
 import resource

@@ -378,3 +378,12 @@ def test_a_locked_tensor_is_forgotten_when_it_dies(handle):
     del t
     gc.collect()
     assert start not in pinned._REGIONS
+
+
+@pytest.mark.parametrize(("num_elem", "dtype"), [(2**62, torch.float32), (2**63, torch.uint8),
+                                                 (2**100, torch.float16)])
+def test_a_locked_tensor_count_past_the_ops_size_is_a_value_error(handle, num_elem, dtype):
+    """A count past the 64-bit size is a ValueError; torch.empty's "Overflow when unpacking long long" (a TypeError)
+    leaked before."""
+    with pytest.raises(ValueError, match=rf"num_elem={num_elem} of {dtype} is \d+ bytes, more than one buffer"):
+        handle.new_cpu_locked_tensor(num_elem, torch.empty(0, dtype=dtype))

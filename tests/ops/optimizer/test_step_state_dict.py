@@ -120,3 +120,39 @@ def test_an_old_checkpoint_with_one_shared_step_still_loads() -> None:
     assert [float(fresh.state[p]["step"]) for p in params] == [N + M] * len(SIZES)
     assert float(shared) == N
     _assert_close(params, _reference(True))
+
+
+def _meta_or_fake(kind: str, like: torch.Tensor) -> torch.Tensor:
+    if kind == "meta":
+        return torch.empty(like.shape, dtype=like.dtype, device="meta")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.empty(like.shape, dtype=like.dtype)
+
+
+@pytest.mark.parametrize("kind", ["meta", "fake"])
+@pytest.mark.parametrize(("cls", "key"), [("CPUAdam", "exp_avg"), ("CPUAdam", "exp_avg_sq"),
+                                          ("FusedAdam", "exp_avg"), ("CPULion", "exp_avg"),
+                                          ("CPULamb", "exp_avg_sq"), ("CPUAdagrad", "exp_avg_sq")])
+def test_a_state_tensor_without_values_is_refused_before_any_change(cls: str, key: str, kind: str) -> None:
+    """A meta or fake state tensor is refused by name; a meta ``exp_avg`` gave torch's "Cannot copy out of meta
+    tensor; no data!"."""
+    from anyaccel.ops.adagrad.cpu import CPUAdagrad
+    from anyaccel.ops.lamb.fused import CPULamb
+    from anyaccel.ops.lion.cpu import CPULion
+
+    make = {"CPUAdam": CPUAdam, "FusedAdam": FusedAdam, "CPULion": CPULion, "CPULamb": CPULamb,
+            "CPUAdagrad": CPUAdagrad}[cls]
+    params = [torch.nn.Parameter(torch.randn(7)), torch.nn.Parameter(torch.randn(3, 5))]
+    saved = make(params)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    saved.step()
+    sd = saved.state_dict()
+    sd["state"][1][key] = _meta_or_fake(kind, sd["state"][1][key])
+    target = make(params)
+    before = target.state_dict()
+    with pytest.raises(ValueError, match=rf"\['params'\]\[1\] {key!r} is a {kind} tensor, which holds no values"):
+        target.load_state_dict(sd)
+    assert target.state_dict()["state"] == before["state"] == {}

@@ -323,3 +323,13 @@ def test_the_async_io_handle_recognises_native_regions(pin_module: Any, _ops_cac
         assert not aio.is_pinned(buf)
     finally:
         aio.close()
+
+
+@pytest.mark.parametrize(("num_elem", "dtype"), [(2**62, torch.float32), (2**61, torch.float32), (2**63, torch.uint8),
+                                                 (2**63 // 8, torch.float64), (2**100, torch.bfloat16)])
+def test_a_count_past_the_ops_size_is_a_value_error(handle: Any, num_elem: int, dtype: torch.dtype) -> None:
+    """A count whose bytes pass int64 said "Expected a value of type 'int' ... but instead found type 'int'"."""
+    before = _regions(handle)
+    with pytest.raises(ValueError, match=rf"num_elem={num_elem} of {dtype} is \d+ bytes, more than one buffer"):
+        handle.new_cpu_locked_tensor(num_elem, torch.empty(0, dtype=dtype))
+    assert _regions(handle) == before
