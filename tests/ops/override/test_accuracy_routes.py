@@ -58,7 +58,7 @@ def test_label_smoothing_is_finite_and_close_to_float64(rows: int, classes: int,
     t.view(-1)[::5] = -100
     w = (torch.rand(classes, dtype=torch.float64) + 0.5).to(dtype) if weighted else None
     kw = dict(weight=w, reduction=reduction, label_smoothing=0.1)
-    with anyaccel.ops.use_ops() as replaced:
+    with anyaccel.ops.use_ops(device="cpu") as replaced:
         loss = F.cross_entropy(z, t, **kw)
         g = torch.randn(loss.shape, dtype=torch.float64).to(dtype)
         (dz,) = torch.autograd.grad(loss, z, g)
@@ -79,7 +79,7 @@ def test_probability_targets_are_finite_and_close_to_float64(reduction: str, smo
     rows, classes = 9001, 13
     z = _overflowing_logits(rows, classes, dtype, reduction=reduction).requires_grad_()
     p = torch.rand(rows, classes, dtype=torch.float64).softmax(-1).to(dtype)
-    with anyaccel.ops.use_ops():
+    with anyaccel.ops.use_ops(device="cpu"):
         loss = F.cross_entropy(z, p, reduction=reduction, label_smoothing=smoothing)
         (dz,) = torch.autograd.grad(loss, z)
     zr = z.detach().double().requires_grad_()
@@ -96,11 +96,11 @@ def test_aten_alone_overflows_where_the_mode_does_not() -> None:
     t = torch.randint(1, 7, (20000,))  # class 0 holds the +10: every row's loss is about 10, the sum 2e5
     p = torch.rand(20000, 7, dtype=torch.float64).softmax(-1).half()
     for pol in (None, "never"):
-        with anyaccel.ops.use_ops(policy="never") if pol else contextlib.nullcontext():
+        with anyaccel.ops.use_ops(device="cpu", policy="never") if pol else contextlib.nullcontext():
             assert torch.isinf(F.cross_entropy(z, t, label_smoothing=0.1))
             assert torch.isinf(F.cross_entropy(z, p, reduction="sum"))
             assert torch.isinf(F.nll_loss(z.log_softmax(1), t, reduction="sum"))
-    with anyaccel.ops.use_ops():
+    with anyaccel.ops.use_ops(device="cpu"):
         assert torch.isfinite(F.cross_entropy(z, t, label_smoothing=0.1))
 
 
@@ -140,7 +140,7 @@ def test_16_bit_nll_sums_take_the_fp32_path_in_every_policy_entry(
     rows = 20000
     logp = _overflowing_logits(rows, 7, torch.float64, reduction=reduction).log_softmax(1).to(dtype)
     t = torch.randint(0, 7, (rows,))
-    with anyaccel.ops.use_ops(include=["cross_entropy"], policy=pol) as replaced:
+    with anyaccel.ops.use_ops(device="cpu", include=["cross_entropy"], policy=pol) as replaced:
         out = F.nll_loss(logp, t, reduction=reduction)
     assert "nll_loss_forward" in replaced
     assert calls == [f"{dtype}/{1 if reduction == 'mean' else 2}"], "the call did not take anyaccel's fp32 path"
@@ -169,7 +169,7 @@ def test_float32_and_unreduced_calls_stay_with_aten_on_the_cpu(monkeypatch: pyte
     calls = _spy_nll(monkeypatch)
     logp = torch.randn(6, 5).log_softmax(-1)
     t = torch.randint(0, 5, (6,))
-    with anyaccel.ops.use_ops(policy="always"):
+    with anyaccel.ops.use_ops(device="cpu", policy="always"):
         F.nll_loss(logp, t)
         F.nll_loss(logp.half(), t, reduction="none")
         F.nll_loss(logp.half(), t, reduction="sum")
