@@ -132,7 +132,7 @@ TOOLCHAINS: dict[str, Toolchain] = {t.name: t for t in (
     Toolchain(
         "icpx", "SYCL (Intel oneAPI DPC++ icpx)", "ANYACCEL_SYCL_CXX", ("icpx",),
         (("ONEAPI_ROOT", "compiler/latest/bin"),), ("/opt/intel/oneapi/compiler/latest/bin",),
-        finder="anyaccel.op_builder.toolchains.sycl:find_sycl_compiler",
+        # the generic look-up, not the SYCL builder's finder: that one falls back to acpp, another record
         banner=r"Intel\(R\) oneAPI DPC\+\+/C\+\+ Compiler|clang version .*intel/llvm",
         version=r"(\d+\.\d+\.\d+)",
         source_suffixes=(".sycl", ".cpp"),

@@ -75,7 +75,7 @@ def test_prefix_variables_and_default_dirs_are_searched_after_path(env: dict[str
     assert rc.locate(rc.TOOLCHAINS["hipcc"], {**env, "ROCM_PATH": str(tmp_path / "rocm")}) == \
         tmp_path / "rocm" / "bin" / "hipcc"
     assert rc.locate(rc.TOOLCHAINS["icpx"], {**env, "ONEAPI_ROOT": str(FAKE_ICPX_DIR.parents[2])}) == \
-        FAKE_ICPX_DIR / "icpx"  # through the builders' own finder, find_sycl_compiler
+        FAKE_ICPX_DIR / "icpx"  # the same place the SYCL builder's finder looks
 
 
 def test_probe_reads_the_version_from_the_banner(env: dict[str, str], tmp_path: Path) -> None:
