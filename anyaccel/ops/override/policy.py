@@ -17,7 +17,7 @@ Where the tables come from, in order (each later one refines the earlier):
    time (``anyaccel tune --emit-default-policy PATH``, ``docs/nn_ops.md``); the ``unknown_device`` entry is a
    conservative size rule.
 2. **The device's tuning table** (``<cache>/tune/<device name>.json``, written by
-   ``python -m anyaccel.ops.tune``): its keys override the default entry's.
+   ``python -m anyaccel.tune_command``): its keys override the default entry's.
 
 A replaced op's Python kernel costs host time on every eager call, also when it hands the call to aten
 (about 10 us). Kernels are judged on device time (a step under ``torch.compile`` or CUDA graphs pays nothing
