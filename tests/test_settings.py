@@ -17,7 +17,7 @@ PACKAGE = Path(settings.__file__).resolve().parent
 NOT_VARIABLES = {"ANYACCEL_DEFINE_OPS", "ANYACCEL_OP_NAMESPACE", "ANYACCEL_LIBRARY", "ANYACCEL_LIBRARY_IMPL",
                  "ANYACCEL_IMPL", "ANYACCEL_DTYPE_COMBOS", "ANYACCEL_OP_FAMILY", "ANYACCEL_BUILD_NAME",
                  "ANYACCEL_ISA_AVX2", "ANYACCEL_ISA_AVX512", "ANYACCEL_ISA_NEON", "ANYACCEL_ISA_SVE",
-                 "ANYACCEL_BUILD_", "ANYACCEL_IMPL_"}
+                 "ANYACCEL_BUILD_", "ANYACCEL_IMPL_", "ANYACCEL_SYCL_HOST_DEVICE"}
 
 
 def test_every_variable_named_in_the_package_is_declared() -> None:
