@@ -62,7 +62,7 @@ _TLS = threading.local()
 
 def device_type_of(device: str | torch.device | None = None) -> str:
     """The device type the mode works on: ``device``'s type (``"cuda"``, ``"cuda:1"`` and ``torch.device``
-    alike), else torch's current accelerator's (``torch.accelerator``), else ``"cpu"``.
+    alike), else torch's current accelerator's (``torch.accelerator``) when one is available, else ``"cpu"``.
 
     Raises:
         RuntimeError: ``device`` is a string torch does not parse as a device (torch's message names it).
@@ -70,7 +70,8 @@ def device_type_of(device: str | torch.device | None = None) -> str:
     if device is not None:
         return torch.device(device).type
     accelerator = getattr(torch, "accelerator", None)
-    current = accelerator.current_accelerator() if accelerator is not None else None
+    # an available one only: a CUDA build of torch on a machine without a GPU names CUDA unless asked to check
+    current = accelerator.current_accelerator(check_available=True) if accelerator is not None else None
     return current.type if current is not None else "cpu"
 
 

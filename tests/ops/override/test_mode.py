@@ -227,10 +227,21 @@ def test_the_mode_and_the_tuner_take_the_device_from_their_caller(interpreter_im
     monkeypatch.setenv("ANYACCEL_CACHE_DIR", str(tmp_path))
     assert mode.device_type_of("cpu") == mode.device_type_of(torch.device("cpu")) == "cpu"
     assert mode.device_type_of("cuda:1") == "cuda"
-    current = torch.accelerator.current_accelerator()
+    current = torch.accelerator.current_accelerator(check_available=True)
     assert mode.device_type_of() == (current.type if current is not None else "cpu")
     with anyaccel.ops.use_ops(include=["_softmax"], policy="always", device="cpu"):
         pass
     assert mode.load_policy("always", device="cpu").mode == "always"
     measured = tune.tune(["_softmax"], [(4, 8)], ["float32"], reps=1, accelerator=accelerator)
     assert len(measured) == 1
+
+
+def test_a_gpu_build_of_torch_without_a_gpu_works_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.accelerator names the build's accelerator unless asked to check it is there: a CUDA torch on a
+    machine without a GPU said "cuda", and use_ops() then replaced nothing the CPU runs."""
+
+    def built_for_cuda(check_available: bool = False) -> torch.device | None:
+        return None if check_available else torch.device("cuda")
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", built_for_cuda)
+    assert mode.device_type_of() == "cpu"
