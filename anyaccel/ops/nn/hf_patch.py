@@ -28,7 +28,11 @@ What is replaced (each optional), in any model whose classes carry the markers (
   outside the vocabulary fails as the model's own loss does (`IndexError` on the CPU, a device-side
   assertion on a GPU). Without labels, in evaluation
   (``Trainer.evaluate`` with ``compute_metrics`` needs the logits) or with an ``lm_head`` hooked or wrapped
-  after the patch, the original forward runs.
+  after the patch, the original forward runs;
+- the attention implementation, ``"sdpa"`` -> ``"anyaccel_sdpa"`` (`anyaccel.ops.nn.hf.causal_mask`): the same
+  SDPA attention, whose plain causal mask is left to SDPA's ``is_causal`` also while the model is traced
+  (``torch.compile``, CUDA graphs), where transformers materialises it and SDPA then computes every block of
+  the square, masked.
 
 The model's behaviour is kept where a replacement would change it, each checked at patch time (and reported
 in ``skipped``) and again at each call (for what was added later):
@@ -78,6 +82,7 @@ import torch
 from anyaccel._compat import dynamo, modules
 from anyaccel.ops.nn import functional as F
 from anyaccel.ops.nn import validation as v
+from anyaccel.ops.nn.hf import causal_mask as cmask
 from anyaccel.ops.nn.hf import equivalence, markers
 from anyaccel.ops.nn.implementations import check_mode
 
@@ -115,6 +120,8 @@ class PatchReport:
         silu: SiLU activation modules whose forward was replaced.
         rope: whether some modeling module's ``apply_rotary_pos_emb`` is anyaccel's for this model.
         loss: whether the causal-LM forward computes the fused linear cross-entropy.
+        causal_mask: whether the model's attention is ``"anyaccel_sdpa"``
+            (`anyaccel.ops.nn.hf.causal_mask`).
         replaced: ``"Class (layer)"`` -> how many modules (or ``"module.function (layer)"`` -> 1).
         skipped: what was left as it was, one line each with the reason.
     """
@@ -126,6 +133,7 @@ class PatchReport:
     silu: int = 0
     rope: bool = False
     loss: bool = False
+    causal_mask: bool = False
     replaced: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
@@ -191,7 +199,7 @@ def _skip(report: PatchReport, line: str) -> None:
 
 
 def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True, rope: bool = True,
-          loss: bool = True, silu: bool = True, loss_accum_dtype: torch.dtype = torch.float32,
+          loss: bool = True, silu: bool = True, causal_mask: bool = True, loss_accum_dtype: torch.dtype = torch.float32,
           impl: str | None = None, mode: str | None = None) -> PatchReport:
     """Replace the marked layers, the SwiGLU MLPs, the rotary embedding and the loss of a Hugging Face model.
 
@@ -203,6 +211,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
         rope: replace the marked rotary-embedding functions of the model's modeling modules.
         loss: replace the causal-LM loss with the fused linear cross-entropy.
         silu: replace the SiLU activation modules' forward (those not inside a replaced MLP run).
+        causal_mask: switch an ``"sdpa"`` model to ``"anyaccel_sdpa"``, which keeps SDPA's causal kernels when
+            the model is compiled or captured (see `anyaccel.ops.nn.hf.causal_mask`).
         loss_accum_dtype: that loss's ``accum_dtype`` (see
             [`fused_linear_cross_entropy`][anyaccel.ops.nn.functional.fused_linear_cross_entropy]): ``torch.float32``
             (default) or the
@@ -226,7 +236,8 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             does (``IndexError`` for a label outside the vocabulary).
 
     Side effects: sets instance ``forward`` attributes on the model's modules; swaps modeling modules'
-    ``apply_rotary_pos_emb`` (process-wide, see the module docstring); runs the equivalence probes (small
+    ``apply_rotary_pos_emb`` (process-wide, see the module docstring); registers ``"anyaccel_sdpa"`` with
+    transformers' attention interfaces and sets the model's attention implementation; runs the equivalence probes (small
     CPU or device computations on copies of one module per class). Patching twice is harmless.
     """
     check_mode(mode)
@@ -291,6 +302,14 @@ def patch(model: torch.nn.Module, *, rms_norm: bool = True, swiglu: bool = True,
             counts[f"{type(model).__name__} (ForCausalLMLoss)"] += 1
         else:
             _skip(report, f"loss: {why}")
+    if causal_mask:
+        why = cmask.applies(model)
+        if not why:
+            cmask.apply(model)
+            report.causal_mask = True
+            counts[f"{type(model).__name__} (attention: {cmask.ATTENTION_NAME})"] += 1
+        else:
+            _skip(report, f"attention mask: {why}")
     report.replaced = dict(counts)
     line = report.summary()
     if line not in _LOGGED:
@@ -334,6 +353,7 @@ def unpatch(model: torch.nn.Module) -> None:
         _restore_rope(module_name, name)
     if hasattr(model, _ROPE_ATTR):
         delattr(model, _ROPE_ATTR)
+    cmask.restore(model)
 
 
 def _is_llama_mlp(m: torch.nn.Module) -> bool:

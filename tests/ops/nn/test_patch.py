@@ -113,8 +113,11 @@ def test_a_model_without_markers_is_reported_not_refused() -> None:
     (here nothing) and a report naming what was left."""
     linear = torch.nn.Linear(2, 2)
     report = anyaccel.ops.patch(linear)
-    assert (report.rms_norm, report.mlp, report.rope, report.loss, report.replaced) == (0, 0, False, False, {})
-    assert report.skipped == ["loss: Linear is not a *ForCausalLM with a Linear lm_head"]
+    assert (report.rms_norm, report.mlp, report.rope, report.loss, report.causal_mask, report.replaced) == (
+        0, 0, False, False, False, {})
+    assert report.skipped == ["loss: Linear is not a *ForCausalLM with a Linear lm_head",
+                              "attention mask: Linear has no set_attn_implementation (not a transformers "
+                              "PreTrainedModel)"]
     assert "replaced nothing" in report.summary()
     assert "forward" not in linear.__dict__
 
