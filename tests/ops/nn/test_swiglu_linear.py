@@ -71,6 +71,28 @@ def test_keeps_a_and_b_but_not_their_product() -> None:
     assert a.grad is not None and b.grad is not None and w.grad is not None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_keeps_a_and_b_but_not_their_product(dtype: torch.dtype) -> None:
+    """Traced, the backward's recomputation of the product is the forward's expression again, and the joint
+    graph's common-subexpression elimination would merge them and keep the product (a third more MLP
+    activation memory in a compiled Llama): the compiled form checkpoints it."""
+    a, b, w, _ = _inputs("cpu", dtype, (40,), 88, 8, False)
+    saved: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> Any:
+        saved.append(tuple(t.shape))
+        return t
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b, w: F.swiglu_linear(a, b, w, mode="compile"), fullgraph=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = fn(a, b, w)
+    y.sum().backward()
+    torch._dynamo.reset()
+    assert sorted(s for s in saved if s == (40, 88)) == [(40, 88), (40, 88)], saved
+    assert a.grad is not None and b.grad is not None and w.grad is not None  # type: ignore[union-attr]
+
+
 def test_frozen_weight_and_frozen_inputs() -> None:
     a, b, w, bias = _inputs("cpu", torch.float32, (4,), 6, 5, True)
     w.requires_grad_(False)  # type: ignore[union-attr]

@@ -24,7 +24,11 @@ Two callable forms, one per mode (`anyaccel.ops.nn.implementations.MODES`), with
   element-wise parts are the portable implementation's torch expressions, so Inductor generates and fuses
   them (the product with its rounding, and in the backward ``da``, ``db`` and ``c`` from one read of
   ``grad_c``, ``a`` and ``b``), while the Function still decides what is saved: ``a`` and ``b``, not the
-  product. With a forced ``impl`` it calls that implementation's torch ops instead.
+  product. While traced it runs as a non-reentrant ``torch.utils.checkpoint`` region: in the joint graph the
+  backward's recomputation of the product is the forward's expression again, common-subexpression
+  elimination merges the two, and the partitioner would keep the product (a third more MLP activation memory,
+  which a compiled Llama 3.2 1B-shaped step showed as 1 GiB); a checkpointed region's intermediates are
+  recomputed. With a forced ``impl`` it calls that implementation's torch ops instead.
 """
 
 from __future__ import annotations
@@ -150,5 +154,13 @@ class CompiledSwiGLULinear(torch.autograd.Function):
 def compiled(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              impl: str | None) -> torch.Tensor:
     """The compiled form: `CompiledSwiGLULinear` applied (arguments as `apply`)."""
+    if torch.compiler.is_compiling():
+        # Traced, the Function's forward and backward meet in one joint graph, where the backward's
+        # recomputation of the product is the forward's expression again: common-subexpression elimination
+        # merges them, and the partitioner then keeps the product for the backward. A checkpointed region's
+        # intermediates are recomputed, never kept (torch.utils.checkpoint, non-reentrant, which Dynamo traces).
+        checkpointed: torch.Tensor = torch.utils.checkpoint.checkpoint(
+            CompiledSwiGLULinear.apply, a, b, weight, bias, impl, use_reentrant=False)
+        return checkpointed
     out: torch.Tensor = CompiledSwiGLULinear.apply(a, b, weight, bias, impl)
     return out
