@@ -34,7 +34,9 @@ The plain causal case, as transformers decides it, restricted to what is known w
 
 from __future__ import annotations
 
+import importlib
 import threading
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -45,6 +47,15 @@ ATTENTION_NAME = "anyaccel_sdpa"
 REPLACED = "sdpa"
 _REGISTERED = threading.Lock()
 _registered: list[bool] = []
+#: transformers' ``masking_utils``, imported once outside any trace: Dynamo (torch 2.10) cannot trace an import
+#: from transformers' lazy top-level module
+_masking_utils: list[ModuleType] = []
+
+
+def _masking() -> ModuleType:
+    if not _masking_utils:
+        _masking_utils.append(importlib.import_module("transformers.masking_utils"))
+    return _masking_utils[0]
 
 
 def sdpa_mask(**kwargs: Any) -> torch.Tensor | None:
@@ -55,8 +66,7 @@ def sdpa_mask(**kwargs: Any) -> torch.Tensor | None:
         None where SDPA's ``is_causal`` computes the model's mask; else what transformers' ``sdpa_mask``
         returns (a ``(batch, 1, q_length, kv_length)`` bool tensor, or None where it skips the mask itself).
     """
-    from transformers import masking_utils
-
+    masking_utils = _masking()
     if _plain_causal(kwargs, masking_utils.causal_mask_function):
         return None
     return masking_utils.sdpa_mask(**kwargs)
@@ -79,14 +89,13 @@ def register() -> None:
     Raises:
         ImportError: transformers is not installed.
     """
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
+    masking_utils = _masking()
     with _REGISTERED:
         if not _registered:
             AttentionInterface.register(ATTENTION_NAME, ALL_ATTENTION_FUNCTIONS[REPLACED])
-            AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+            masking_utils.AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
             _registered.append(True)
 
 

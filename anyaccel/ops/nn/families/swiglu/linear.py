@@ -155,12 +155,14 @@ def compiled(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch
              impl: str | None) -> torch.Tensor:
     """The compiled form: `CompiledSwiGLULinear` applied (arguments as `apply`)."""
     if torch.compiler.is_compiling():
-        # Traced, the Function's forward and backward meet in one joint graph, where the backward's
+        # Traced, a Function's forward and backward meet in one joint graph, where the backward's
         # recomputation of the product is the forward's expression again: common-subexpression elimination
-        # merges them, and the partitioner then keeps the product for the backward. A checkpointed region's
-        # intermediates are recomputed, never kept (torch.utils.checkpoint, non-reentrant, which Dynamo traces).
-        checkpointed: torch.Tensor = torch.utils.checkpoint.checkpoint(
-            CompiledSwiGLULinear.apply, a, b, weight, bias, impl, use_reentrant=False)
-        return checkpointed
+        # merges the two and the partitioner keeps the product. The product in a non-reentrant
+        # torch.utils.checkpoint region is recomputed instead (activation checkpointing, which Dynamo traces);
+        # torch 2.11 did not recompute a Function's intermediates inside such a region, so the product is
+        # checkpointed alone and autograd derives its backward.
+        c = torch.utils.checkpoint.checkpoint(_traced_functions(impl, a.device.type).swiglu, a, b,
+                                              use_reentrant=False)
+        return torch.nn.functional.linear(c, weight, bias)
     out: torch.Tensor = CompiledSwiGLULinear.apply(a, b, weight, bias, impl)
     return out
