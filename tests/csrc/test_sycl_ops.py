@@ -39,6 +39,7 @@ import torch
 from anyaccel.op_builder.classes import builder_class
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
 from anyaccel.ops.adam.spec import SPEC as ADAM_SPEC
+from anyaccel.testing.references import adam_step_float64
 
 pytestmark = [
     pytest.mark.sycl_toolchain,
@@ -109,17 +110,8 @@ def _check_copies(t: dict[str, Any]) -> None:
 
 def _adam_ref(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int, lr: float, b1: float,
               b2: float, eps: float, wd: float, bias_correction: bool, adamw: bool) -> tuple[torch.Tensor, ...]:
-    p, g, m, v = (x.double() for x in (p, g, m, v))
-    if adamw:
-        p = p * (1 - lr * wd)
-    else:
-        g = g + wd * p
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    bc1 = 1 - b1**step if bias_correction else 1.0
-    bc2 = 1 - b2**step if bias_correction else 1.0
-    p = p - (lr / bc1) * m / (v.sqrt() / math.sqrt(bc2) + eps)
-    return p, m, v
+    return adam_step_float64(p, g, m, v, step=step, lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd,
+                             bias_correction=bias_correction, adamw=adamw)
 
 
 ADAM_CASES = {  # step, lr, beta1, beta2, eps, weight_decay, bias_correction, adamw_mode

@@ -10,11 +10,12 @@ an empty tensor, a tensor spanning several programs, fp32, 16-bit params, fp32 m
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 
 import pytest
 import torch
+
+from anyaccel.testing.references import adam_step_float64
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 if HAS_TRITON and not torch.cuda.is_available():
@@ -25,16 +26,9 @@ pytestmark = pytest.mark.skipif(not (HAS_TRITON and os.environ.get("TRITON_INTER
 SIZES = [37, 1, 0, 4099, 8]
 
 
-def _ref(p, g, m, v, step, lr, b1, b2, eps, wd, adamw):  # type: ignore[no-untyped-def]
-    p, g, m, v = (t.double() for t in (p, g, m, v))
-    if adamw:
-        p = p * (1 - lr * wd)
-    else:
-        g = g + wd * p
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    p = p - lr / (1 - b1**step) * m / (v.sqrt() / math.sqrt(1 - b2**step) + eps)
-    return p, m, v
+def _ref(p, g, m, v, step, lr, b1, b2, eps, wd, adamw):
+    return adam_step_float64(p, g, m, v, step=step, lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd,
+                             adamw=adamw)
 
 
 @pytest.mark.parametrize("adamw", [True, False])

@@ -9,12 +9,12 @@ same from both implementations; opcheck. Skipped without a GPU (marker ``gpu``).
 from __future__ import annotations
 
 import importlib.util
-import math
 
 import pytest
 import torch
 
 from anyaccel.ops.adam.spec import SPEC
+from anyaccel.testing.references import adam_step_float64
 
 pytestmark = [
     pytest.mark.gpu,
@@ -36,17 +36,8 @@ def _op(impl: str):
 
 def _ref_step(p, g, m, v, step, lr, b1, b2, eps, wd, bias_correction, adamw):
     """One Adam/AdamW step in float64 (torch.optim.AdamW's formula); returns new (p, m, v)."""
-    p, g, m, v = (t.double() for t in (p, g, m, v))
-    if adamw:
-        p = p * (1 - lr * wd)
-    else:
-        g = g + wd * p
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    bc1 = 1 - b1**step if bias_correction else 1.0
-    bc2 = 1 - b2**step if bias_correction else 1.0
-    p = p - (lr / bc1) * m / (v.sqrt() / math.sqrt(bc2) + eps)
-    return p, m, v
+    return adam_step_float64(p, g, m, v, step=step, lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd,
+                             bias_correction=bias_correction, adamw=adamw)
 
 
 def _rand(n, dtype=torch.float32, scale=1.0):
