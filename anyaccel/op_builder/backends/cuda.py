@@ -71,14 +71,14 @@ class CUDAOpBuilder(OpBuilder):
         BUILD_HOST_FIELDS: the host compiler, the device compiler's identity and the torch the build ran
             under describe the build machine, not the binary's runtime contract, so a prebuilt artifact
             matches without them. The CUDA major version and the arch list are runtime contracts and stay.
-        SOURCES: the record the sources are written for (nvcc's: ``.cu``; a ROCm build hipifies them first),
-            beside the host record (``.cpp``).
+        SOURCE_TOOLCHAIN: the record the sources are written for (nvcc's: ``.cu``; a ROCm build hipifies them
+            first), beside the host record (``.cpp``).
     """
 
     BACKEND: ClassVar[str] = "cuda"
     DEVICE_TYPE: ClassVar[str] = "cuda"
     HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = OpBuilder.HEADER_SUFFIXES + (".cuh",)
-    SOURCES: ClassVar[records.Toolchain] = records.TOOLCHAINS["nvcc"]
+    SOURCE_TOOLCHAIN: ClassVar[records.Toolchain] = records.TOOLCHAINS["nvcc"]
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
 
     def __init__(self, toolkit: cuda_flags.GPUToolkit | None = None) -> None:
@@ -271,17 +271,19 @@ class CUDAOpBuilder(OpBuilder):
     @override
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """Sources of `SOURCES`' suffixes (``.cu``) through the device compiler (nvcc's host side by ``CXX``),
-        those of the host record's (``.cpp``) through the host compiler. For a toolkit that hipifies (ROCm), the
-        sources and their include directories are first translated by torch's hipify into ``build_dir/hip`` and
-        the translated files are compiled, with the include directories of the translated copy.
+        """Sources of `SOURCE_TOOLCHAIN`'s suffixes (``.cu``) through the device compiler (nvcc's host side by
+        ``CXX``), those of the host record's (``.cpp``) through the host compiler. For a toolkit that hipifies
+        (ROCm), the sources and their include directories are first translated by torch's hipify into
+        ``build_dir/hip`` and the translated files are compiled, with the include directories of the translated
+        copy.
 
         Raises:
             OpBuilderError: a source has a suffix neither record compiles.
         """
         tk = self._toolkit_or_cuda()
         root = self.source_root()
-        device_suffixes, host_suffixes = self.SOURCES.source_suffixes, records.TOOLCHAINS["host"].source_suffixes
+        device_suffixes = self.SOURCE_TOOLCHAIN.source_suffixes
+        host_suffixes = records.TOOLCHAINS["host"].source_suffixes
         for src in self.sources():
             if Path(src).suffix not in (*device_suffixes, *host_suffixes):
                 raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {Path(src).suffix!r}; the CUDA backend "

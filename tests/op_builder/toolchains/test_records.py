@@ -137,7 +137,7 @@ def test_each_backend_holds_the_records_it_chooses_among() -> None:
             "xpu": tuple(tk.toolchain for tk in sycl.TOOLKITS.values())}
     assert {backend: tuple(t.name for t in records) for backend, records in held.items()} == rc.BACKEND_TOOLCHAINS
     assert all(t is rc.TOOLCHAINS[t.name] for records in held.values() for t in records)
-    assert CUDAOpBuilder.SOURCES is rc.TOOLCHAINS["nvcc"]
+    assert CUDAOpBuilder.SOURCE_TOOLCHAIN is rc.TOOLCHAINS["nvcc"]
     for toolkit in sycl.TOOLKITS.values():
         assert toolkit.host_device_target in toolkit.toolchain.target_flags
         assert toolkit.toolchain.suffix_flags[".sycl"] == ("-x", "c++")  # torch's routing suffix is C++ to them
