@@ -1,4 +1,4 @@
-"""Write (or, with ``--check``, compare) ``anyaccel/op_builder/builders.py``: one class per native build.
+"""Write (or, with ``--check``, compare) the checked-in builder classes: one per native build, one per DeepSpeed alias.
 
 Every [`NativeBuild`][anyaccel.spec.NativeBuild] of anyaccel's own op specs (those whose ``source`` is an
 ``anyaccel`` module; a spec another package contributes gets its class made at run time) becomes one
@@ -11,12 +11,20 @@ name: `anyaccel.op_builder.classes.spec_builder_class`) is defined at the top of
 sharing that builder name are defined inside a namespace class per backend (``XPU.FusedAdamBuilder``,
 ``NPU.FusedAdamBuilder``), so each has its own grep-able ``class`` line and its qualified name finds it.
 
-``--check`` exits with status 1 and shows the first differences when the file and the specs disagree
-(``tests/op_builder/test_builders_module.py`` runs it).
+DeepSpeed's builder names that anyaccel serves with a build of another name
+(``anyaccel.integrations.deepspeed.builder_names.ALIASES``: ``FusedAdamBuilder`` on the CPU is ``cpu_adam``) are
+DeepSpeed's vocabulary, so their classes go to ``anyaccel/integrations/deepspeed/alias_builders.py``, one
+``class <alias>(<backend base>):`` each, with the build's ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD``: two of
+anyaccel's classes in the MRO, as the builds' own classes.
+
+``--check`` exits with status 1 and shows the first differences when a file and the specs (or the alias table)
+disagree (``tests/op_builder/test_builders_module.py`` runs it). Writing leaves a file that is already in step
+untouched.
 
 Usage::
 
     python scripts/gen_builders.py [--check] [--out anyaccel/op_builder/builders.py]
+                                   [--aliases-out anyaccel/integrations/deepspeed/alias_builders.py]
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+from anyaccel.integrations.deepspeed import builder_names
 from anyaccel.op_builder.classes import ANY_ACCELERATOR, BACKEND_BASES, DELEGATING_BASE, native_rows, spec_builds
-from anyaccel.spec import NativeBuild, OpSpec
+from anyaccel.spec import NativeBuild, OpSpec, op_spec
 
 logger = logging.getLogger("gen_builders")
 
-OUT = Path(__file__).resolve().parent.parent / "anyaccel" / "op_builder" / "builders.py"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "anyaccel" / "op_builder" / "builders.py"
+ALIASES_OUT = ROOT / Path(*builder_names.CLASSES_MODULE.split(".")).with_suffix(".py")
 WIDTH = 120
 
 HEADER = '''"""The builder classes of anyaccel's op specs, one per native build (generated: do not edit).
@@ -46,6 +57,22 @@ them. A build sharing its builder name with the build of another accelerator is 
 namespace class (``XPU.FusedAdamBuilder``).
 
 Imported on first use of a builder class, never by ``import anyaccel.op_builder``.
+"""
+
+from __future__ import annotations
+
+'''
+
+ALIASES_HEADER = '''"""A class per DeepSpeed builder name served by a build of another name (generated: do not edit).
+
+Written by ``scripts/gen_builders.py`` from ``ALIASES`` (`anyaccel.integrations.deepspeed.builder_names`) and the
+op specs; ``tests/op_builder/test_builders_module.py`` fails when this file, the table and the specs disagree (run
+``python scripts/gen_builders.py`` to rewrite it). Each class is named after DeepSpeed's builder name, on the
+build's backend base, with the build's ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD`` (so the same cache entry
+and loaded library as the build's own class): ``create_op_builder("FusedAdamBuilder")`` on the CPU returns
+``FusedAdamBuilder`` here, through the alias's ``builder_class``.
+
+Imported on first use of one of these names, never by ``import anyaccel.integrations.deepspeed``.
 """
 
 from __future__ import annotations
@@ -91,12 +118,13 @@ def _doc(text: str, indent: str) -> str:
     return f'{indent}"""' + f"\n{indent}".join(lines) + f'\n{indent}"""\n'
 
 
-def _class(s: OpSpec, b: NativeBuild, indent: str) -> str:
-    """The ``class`` statement of build ``b`` of spec ``s``, at ``indent``."""
+def _class(s: OpSpec, b: NativeBuild, indent: str, name: str = "", doc: str = "") -> str:
+    """The ``class`` statement of build ``b`` of spec ``s``, at ``indent``, named ``name`` (the build's builder
+    name when empty) with docstring ``doc`` (the build's description when empty)."""
     body = indent + "    "
-    return (f"{indent}class {b.builder}({_base(b)[1]}):\n"
-            + _doc(f"{b.builder} ({b.backend}): builds {', '.join(b.functions)} of the {s.family!r} op spec "
-                   f"({s.source}). {s.summary}.", body)
+    doc = doc or (f"{b.builder} ({b.backend}): builds {', '.join(b.functions)} of the {s.family!r} op spec "
+                  f"({s.source}). {s.summary}.")
+    return (f"{indent}class {name or b.builder}({_base(b)[1]}):\n" + _doc(doc, body)
             + f'\n{body}NAME = "{b.name}"\n{body}BUILD_VAR = "{b.build_var}"\n'
             f'{body}SPEC = op_spec("{s.family}")\n{body}BUILD = SPEC.build("{b.name}")\n')
 
@@ -126,24 +154,56 @@ def render() -> str:
     return "".join(out)
 
 
+def render_aliases() -> str:
+    """The text of DeepSpeed's alias module for the current alias table and specs.
+
+    Raises:
+        ValueError: two rows give one name to different builds (one module cannot hold both classes).
+    """
+    rows: dict[str, tuple[OpSpec, NativeBuild, list[str]]] = {}
+    for name, family, build_name, accelerators in builder_names.ALIASES:
+        s = op_spec(family)
+        b = s.build(build_name)
+        taken = rows.setdefault(name, (s, b, []))
+        if taken[1] is not b:
+            raise ValueError(f"alias {name!r} names builds {taken[1].name!r} and {b.name!r}")
+        taken[2].extend(a for a in accelerators if a not in taken[2])
+    out = [ALIASES_HEADER]
+    out += [f"from {module} import {base}\n" for module, base in sorted({_base(b) for _, b, _ in rows.values()})]
+    out.append("from anyaccel.spec import op_spec\n\n")
+    out.append("__all__ = [\n" + "".join(f'    "{n}",\n' for n in sorted(rows)) + "]\n")
+    for name, (s, b, accelerators) in rows.items():
+        doc = (f"{name}: the {b.builder} build ({b.name}) under another builder name on {', '.join(accelerators)}. "
+               f"{s.summary}.")
+        out.append("\n\n" + _class(s, b, "", name, doc))
+    return "".join(out)
+
+
+def _write_or_check(path: Path, wanted: str, check: bool, source: str) -> int:
+    """Write ``wanted`` to ``path`` when it differs, or with ``check`` compare; returns 1 for a difference found by
+    ``check``, else 0."""
+    text = path.read_text() if path.exists() else ""
+    if wanted == text:
+        return 0
+    if not check:
+        path.write_text(wanted)
+        return 0
+    diff = difflib.unified_diff(text.splitlines(), wanted.splitlines(), str(path), source, lineterm="", n=0)
+    logger.error("%s disagrees with the %s (run scripts/gen_builders.py to rewrite it):\n%s",
+                 path, source, "\n".join(list(diff)[:20]))
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write or check the module; returns the exit status (1: ``--check`` found a difference)."""
+    """Write or check the modules; returns the exit status (1: ``--check`` found a difference)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--aliases-out", type=Path, default=ALIASES_OUT)
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(message)s", level=logging.INFO)
-    wanted = render()
-    if not args.check:
-        args.out.write_text(wanted)
-        return 0
-    text = args.out.read_text() if args.out.exists() else ""
-    if wanted == text:
-        return 0
-    diff = difflib.unified_diff(text.splitlines(), wanted.splitlines(), str(args.out), "specs", lineterm="", n=0)
-    logger.error("%s disagrees with the op specs (run scripts/gen_builders.py to rewrite it):\n%s",
-                 args.out, "\n".join(list(diff)[:20]))
-    return 1
+    return max(_write_or_check(args.out, render(), args.check, "op specs"),
+               _write_or_check(args.aliases_out, render_aliases(), args.check, "DeepSpeed alias table and op specs"))
 
 
 if __name__ == "__main__":

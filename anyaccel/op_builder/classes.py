@@ -6,8 +6,10 @@ Every [`NativeBuild`][anyaccel.spec.NativeBuild] of anyaccel's own op specs has 
 a spec another package contributes (or one the checked-in module is out of step with) gets a class made on first
 use from its backend's base ([`BACKEND_BASES`][anyaccel.op_builder.classes.BACKEND_BASES]) and
 named after the build's builder name (``"CPUAdamBuilder"``); a name an integration contributes for the build
-(`BuilderAlias`: DeepSpeed's ``FusedAdamBuilder`` on the CPU) gets a
-subclass under that name (same ``NAME``, cache entry and loaded library). Which class answers a builder name
+(`BuilderAlias`: DeepSpeed's ``FusedAdamBuilder`` on the CPU) gets a class of its own under that name, on the
+same backend base, with the same ``NAME``, ``SPEC`` and ``BUILD`` (so the same cache entry and loaded library):
+the class the alias names (``BuilderAlias.builder_class``; DeepSpeed's are checked in under
+``anyaccel/integrations/deepspeed/``), else one made on first use. Which class answers a builder name
 on an accelerator, overrides included, is the op registry's business ([`anyaccel.ops.registry`][anyaccel.ops.registry]);
 this
 module knows the specs and the contributed aliases only.
@@ -18,9 +20,12 @@ Importing this module is cheap: specs are read and classes made when first asked
 from __future__ import annotations
 
 import functools
+import logging
 
 from anyaccel.op_builder.core import aliases
 from anyaccel.spec import NativeBuild, OpSpec, SpecError, all_op_specs, op_spec, resolve
+
+logger = logging.getLogger(__name__)
 
 #: The accelerator name of rows that serve every accelerator (host ops).
 ANY_ACCELERATOR = "*"
@@ -43,12 +48,13 @@ def builder_class(family: str, build_name: str, builder: str | None = None) -> t
         family: the op family.
         build_name: the build's ``NAME``.
         builder: one of the build's contributed alias names (``"FusedAdamBuilder"`` for ``cpu_adam``): the class is then
-            a subclass of the build's class named after the alias (same ``NAME``, ``BUILD``, key and cache
-            entry). None or the build's own builder name: the build's class.
+            the alias's own, named after it, on the build's backend base with the build's ``NAME``, ``BUILD``,
+            key and cache entry (see the module docstring). None or the build's own builder name: the build's
+            class.
 
     Returns:
         A subclass of the build's backend base with ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD`` set,
-        named after the build's builder name (``CPUAdamBuilder``).
+        named after the build's builder name (``CPUAdamBuilder``) or the alias.
 
     Raises:
         SpecError: no such family or build, or ``builder`` is not a name the build answers to.
@@ -73,26 +79,55 @@ def _make_class(family: str, build_name: str, alias: str | None) -> type:
     s = op_spec(family)
     build = s.build(build_name)
     if alias is not None:
-        primary = _make_class(family, build_name, None)
-        return type(alias, (primary,), {
-            "__module__": "anyaccel.op_builder",
-            "__doc__": f"{alias}: the {build.builder} build ({build.name}) under another builder name on "
-                       f"{', '.join(a for al in aliases.contributed() if al.name == alias for a in al.accelerators)}. "
-                       f"{s.summary}.",
-        })
+        written = _alias_class(s, build, alias)
+        if written is not None:
+            return written
+        where = ", ".join(a for al in aliases.contributed() if al.name == alias for a in al.accelerators)
+        return _new_class(alias, s, build, f"{alias}: the {build.builder} build ({build.name}) under another "
+                                           f"builder name on {where}. {s.summary}.")
     checked_in = _checked_in_class(s, build)
     if checked_in is not None:
         return checked_in
+    return _new_class(build.builder, s, build, f"{build.builder} ({build.backend}): builds "
+                                               f"{', '.join(build.functions)} of the {s.family!r} op spec "
+                                               f"({s.source}). {s.summary}.")
+
+
+def _new_class(name: str, spec: OpSpec, build: NativeBuild, doc: str) -> type:
+    """A class ``name`` on ``build``'s backend base (`BACKEND_BASES`, or `DELEGATING_BASE`) with its ``NAME``,
+    ``BUILD_VAR``, ``SPEC`` and ``BUILD``: what a generated class says, made at run time.
+
+    Side effects: imports the backend base.
+    """
     base = resolve(DELEGATING_BASE if build.module else BACKEND_BASES[build.backend])
-    return type(build.builder, (base,), {
+    return type(name, (base,), {
         "NAME": build.name,
         "BUILD_VAR": build.build_var,
-        "SPEC": s,
+        "SPEC": spec,
         "BUILD": build,
         "__module__": "anyaccel.op_builder",
-        "__doc__": f"{build.builder} ({build.backend}): builds {', '.join(build.functions)} of the "
-                   f"{s.family!r} op spec ({s.source}). {s.summary}.",
+        "__doc__": doc,
     })
+
+
+def _alias_class(spec: OpSpec, build: NativeBuild, alias: str) -> type | None:
+    """The class alias ``alias`` of ``build`` names (`BuilderAlias.builder_class`), or None: it names none, the
+    class cannot be imported (logged), or it was written for another build (its module is out of step with the
+    specs; ``tests/op_builder/test_builders_module.py`` reports that for anyaccel's own).
+
+    Side effects: reads the contributed aliases; imports the named class's module.
+    """
+    path = next((a.builder_class for a in aliases.contributed()
+                 if (a.name, a.family, a.build) == (alias, spec.family, build.name) and a.builder_class), "")
+    if not path:
+        return None
+    try:
+        cls = resolve(path)
+    except (ImportError, AttributeError) as exc:
+        logger.warning("builder alias %s: class %s not importable (%s); making one", alias, path, exc)
+        return None
+    fits = isinstance(cls, type) and cls.__name__ == alias and getattr(cls, "BUILD", None) == build
+    return cls if fits else None
 
 
 def _checked_in_class(spec: OpSpec, build: NativeBuild) -> type | None:

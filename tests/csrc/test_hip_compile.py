@@ -70,7 +70,7 @@ def _known(arch: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     source = tmp_path / "probe.hip"
     source.write_text("#include <hip/hip_runtime.h>\n__global__ void probe(float* p) { p[0] = 1.f; }\n")
     return subprocess.run(["hipcc", f"--offload-arch={arch}", "-fno-gpu-rdc", "-c", str(source), "-o",
-                           str(tmp_path / f"probe_{arch}.o")], env={**os.environ, **dict(ROCM.compiler_env)},
+                           str(tmp_path / f"probe_{arch}.o")], env={**os.environ, **dict(ROCM.toolchain.compiler_env)},
                           capture_output=True, text=True, timeout=300, check=False)
 
 

@@ -40,6 +40,8 @@ def test_deepspeeds_table_is_what_the_registry_serves():
     (aliases.BuilderAlias("Fused Toy", "adam", "cpu_adam", ("cpu",)), "identifier"),
     (aliases.BuilderAlias("FusedToyBuilder", "adam", "no_such_build", ("cpu",)), "no build"),
     (aliases.BuilderAlias("FusedToyBuilder", "adam", "CPUAdamBuilder", ("cpu",)), "NAME"),
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "cpu_adam", ("cpu",), "toy:OtherBuilder"), "'<module>:Fused"),
+    (aliases.BuilderAlias("FusedToyBuilder", "adam", "cpu_adam", ("cpu",), "FusedToyBuilder"), "'<module>:Fused"),
 ])
 def test_an_alias_names_an_identifier_a_build_and_named_accelerators(bad: aliases.BuilderAlias, words: str):
     with pytest.raises(SpecError, match=words):
@@ -62,3 +64,16 @@ def test_a_new_alias_answers_through_the_registry(extra_aliases):
     cls = registry.get_builder_class("AdagradOnMpsBuilder", "mps")
     assert cls is not None and cls.NAME == "cpu_adagrad" and cls.__name__ == "AdagradOnMpsBuilder"
     assert registry.get_builder_class("AdagradOnMpsBuilder", "cuda") is None
+    own = classes.builder_class("adagrad", "cpu_adagrad")  # a class made for it: the build's base, two of ours
+    assert cls.__module__ == "anyaccel.op_builder" and cls.__mro__[1:] == own.__mro__[1:] and cls.BUILD is own.BUILD
+
+
+def test_an_alias_naming_a_class_of_another_build_gets_a_made_class(extra_aliases, caplog):
+    lion = f"{builder_names.CLASSES_MODULE}:FusedLionBuilder"  # cpu_lion's class, named for cpu_adam
+    extra_aliases(aliases.BuilderAlias("FusedLionBuilder", "adam", "cpu_adam", ("mps",), lion),
+                  aliases.BuilderAlias("MissingBuilder", "adam", "cpu_adam", ("mps",), "no.such.module:MissingBuilder"))
+    cls = classes.builder_class("adam", "cpu_adam", "FusedLionBuilder")
+    assert cls.NAME == "cpu_adam" and cls.__module__ == "anyaccel.op_builder"
+    with caplog.at_level(logging.WARNING, logger=classes.__name__):
+        missing = classes.builder_class("adam", "cpu_adam", "MissingBuilder")
+    assert missing.NAME == "cpu_adam" and "no.such.module:MissingBuilder not importable" in caplog.text

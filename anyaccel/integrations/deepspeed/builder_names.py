@@ -7,13 +7,20 @@ names are DeepSpeed's vocabulary, so they are this table's, not the op specs': `
 anyaccel's ``anyaccel.builder_aliases`` entry point, through which the op registry learns them without
 importing this package (`anyaccel.op_builder.core.aliases`). Every row stays in DeepSpeed's op table too
 ([`anyaccel.integrations.deepspeed.op_table`][anyaccel.integrations.deepspeed.op_table] completes it from the registry).
+
+Each row's class is checked in, generated from this table by ``scripts/gen_builders.py`` into
+`anyaccel.integrations.deepspeed.alias_builders` (``class FusedAdamBuilder(TorchCPUOpBuilder):``); each alias
+names its class there (by string: the op registry imports it only when the name is asked for).
 """
 
 from __future__ import annotations
 
 from anyaccel.op_builder.core.aliases import BuilderAlias
 
-__all__ = ["ALIASES", "builder_aliases"]
+__all__ = ["ALIASES", "CLASSES_MODULE", "builder_aliases"]
+
+#: The generated module holding one class per `ALIASES` row, named after the row's builder name.
+CLASSES_MODULE = "anyaccel.integrations.deepspeed.alias_builders"
 
 #: ``(DeepSpeed builder name, op family, build NAME, accelerators)``: the build DeepSpeed gets for that name
 #: on those accelerators (DeepSpeed 0.19.8's ``FusedAdam``/``FusedLion``/``FusedLamb`` ask for their fused
@@ -26,6 +33,7 @@ ALIASES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
 
 
 def builder_aliases() -> tuple[BuilderAlias, ...]:
-    """The `ALIASES` rows as `BuilderAlias` objects (the
-    ``anyaccel.builder_aliases`` entry point of anyaccel itself)."""
-    return tuple(BuilderAlias(name, family, build, accelerators) for name, family, build, accelerators in ALIASES)
+    """The `ALIASES` rows as `BuilderAlias` objects naming their classes in `CLASSES_MODULE` (the
+    ``anyaccel.builder_aliases`` entry point of anyaccel itself). Imports nothing."""
+    return tuple(BuilderAlias(name, family, build, accelerators, f"{CLASSES_MODULE}:{name}")
+                 for name, family, build, accelerators in ALIASES)

@@ -1,4 +1,9 @@
-"""``TorchCPUOpBuilder``: host (CPU) ops on torch's stable ABI, with the CPU ISA level as data."""
+"""``TorchCPUOpBuilder``: host (CPU) ops on torch's stable ABI, with the CPU ISA level as data.
+
+The CPU backend holds the host compiler's toolchain record (`anyaccel.op_builder.toolchains.records`) and adds
+nothing to it: the compiler is the record's (``CXX``, else ``c++``, ``g++``, ``clang++`` on ``PATH``), the flags
+of a SIMD level are the record's flags for that target, the sources are of its suffixes.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +14,30 @@ from typing_extensions import override
 from anyaccel.op_builder.core.builder import OpBuilder
 from anyaccel.op_builder.errors import ISAError
 from anyaccel.op_builder.toolchains.cpu_isa import ISALevel, resolve_isa
+from anyaccel.op_builder.toolchains.records import TOOLCHAINS, Toolchain, flags_for
 
 
 class TorchCPUOpBuilder(OpBuilder):
     """Base of CPU ops.
 
-    Flags (docs/architecture.md "CPU ISA levels"): `COMMON_CXX_ARGS`, then the ISA level's one macro
-    and flags. Threads come from torch's own pool through the stable ABI (``torch_parallel_for``), so the
-    kernels follow ``torch.set_num_threads`` and link no OpenMP runtime of their own; nothing CUDA is
-    compiled or linked, also on a CUDA build of torch (a CPU op must build on a machine without a toolkit).
+    Flags (docs/architecture.md "CPU ISA levels"): `COMMON_CXX_ARGS`, then `TOOLCHAIN`'s flags for the ISA
+    level (its one macro and flags). Threads come from torch's own pool through the stable ABI
+    (``torch_parallel_for``), so the kernels follow ``torch.set_num_threads`` and link no OpenMP runtime of their
+    own; nothing CUDA is compiled or linked, also on a CUDA build of torch (a CPU op must build on a machine
+    without a toolkit).
 
     The ISA level is resolved once per builder instance (``ANYACCEL_CPU_ISA`` or the best level the CPU
     runs among the levels the spec's sources implement; see
     `resolve_isa`) and is part of the cache key.
+
+    Attributes:
+        TOOLCHAIN: the host compiler's record: its targets are the SIMD levels.
     """
 
     BACKEND: ClassVar[str] = "cpu"
     DEVICE_TYPE: ClassVar[str] = "cpu"
     COMMON_CXX_ARGS: ClassVar[tuple[str, ...]] = ("-O3",)
+    TOOLCHAIN: ClassVar[Toolchain] = TOOLCHAINS["host"]
 
     def __init__(self, isa: str | None = None) -> None:
         """Args:
@@ -64,8 +75,12 @@ class TorchCPUOpBuilder(OpBuilder):
 
     @override
     def cxx_args(self) -> list[str]:
-        """Common CPU flags, the spec's flags, then the ISA macro and flags."""
-        return list(self.COMMON_CXX_ARGS) + super().cxx_args() + self.isa_level().compile_args()
+        """Common CPU flags, the spec's flags, then the host record's flags for the ISA level (its macro and flags).
+
+        Raises:
+            ISAError: ``ANYACCEL_CPU_ISA`` is invalid or names a level this CPU lacks.
+        """
+        return list(self.COMMON_CXX_ARGS) + super().cxx_args() + flags_for(self.TOOLCHAIN, [self.isa_level().name])
 
     @override
     def extra_key_inputs(self) -> dict[str, Any]:

@@ -17,11 +17,16 @@ publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through it
   ``.cpp`` files to the host compiler; the link takes only ``libtorch_cpu`` (the stable shim) and
   ``libcudart`` (torch's CUDA library is found at run time among the libraries torch has loaded).
 
-ROCm is the same path with the other toolkit record (`anyaccel.op_builder.toolchains.cuda_flags.TOOLKITS`): the
-sources are translated by torch's hipify into the build directory
-(`anyaccel.op_builder.toolchains.cuda_hipify`) and compiled by hipcc with torch's ROCm extension flags and
-``--offload-arch`` per ``PYTORCH_ROCM_ARCH`` entry; the link takes ``libamdhip64``. The toolkit is the running
-torch's, or the one given to the constructor (a ROCm build from a host whose torch is not a ROCm build).
+Each toolkit (`anyaccel.op_builder.toolchains.cuda_flags.TOOLKITS`) holds its device compiler's toolchain record
+(`anyaccel.op_builder.toolchains.records`): the compiler is found (`records.locate`) and probed
+(`records.probe`) as ``anyaccel report`` finds and probes it, its arch flags and the variables it runs with are the
+record's, and the toolkit root is the record's first prefix variable set (`records.install_root`).
+
+ROCm is the same path with the other toolkit (hipcc's record): the sources are translated by torch's hipify into
+the build directory (`anyaccel.op_builder.toolchains.cuda_hipify`) and compiled by hipcc with torch's ROCm
+extension flags and ``--offload-arch`` per ``PYTORCH_ROCM_ARCH`` entry; the link takes ``libamdhip64``. The
+toolkit is the running torch's, or the one given to the constructor (a ROCm build from a host whose torch is not
+a ROCm build).
 
 Nothing here touches a device at import. `arch_list` asks the driver for the visible devices'
 compute capabilities only when ``TORCH_CUDA_ARCH_LIST`` (``PYTORCH_ROCM_ARCH``) is unset (load/build time, not
@@ -41,9 +46,9 @@ from anyaccel.op_builder.core.builder import OpBuilder
 from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError, ToolchainError
 from anyaccel.op_builder.toolchains import cuda as cuda_toolchain
-from anyaccel.op_builder.toolchains import cuda_flags, cuda_hipify
+from anyaccel.op_builder.toolchains import cuda_flags, cuda_hipify, records
 from anyaccel.op_builder.toolchains import ninja as nj
-from anyaccel.op_builder.toolchains.host import file_identity, find_cxx, probe_version
+from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +71,14 @@ class CUDAOpBuilder(OpBuilder):
         BUILD_HOST_FIELDS: the host compiler, the device compiler's identity and the torch the build ran
             under describe the build machine, not the binary's runtime contract, so a prebuilt artifact
             matches without them. The CUDA major version and the arch list are runtime contracts and stay.
+        SOURCE_TOOLCHAIN: the record the sources are written for (nvcc's: ``.cu``; a ROCm build hipifies them
+            first), beside the host record (``.cpp``).
     """
 
     BACKEND: ClassVar[str] = "cuda"
     DEVICE_TYPE: ClassVar[str] = "cuda"
     HEADER_SUFFIXES: ClassVar[tuple[str, ...]] = OpBuilder.HEADER_SUFFIXES + (".cuh",)
+    SOURCE_TOOLCHAIN: ClassVar[records.Toolchain] = records.TOOLCHAINS["nvcc"]
     BUILD_HOST_FIELDS: ClassVar[tuple[str, ...]] = ("compiler", "device_compiler", "built_with_torch")
 
     def __init__(self, toolkit: cuda_flags.GPUToolkit | None = None) -> None:
@@ -168,9 +176,13 @@ class CUDAOpBuilder(OpBuilder):
         }
 
     def _device_compiler(self) -> Path | None:
-        """nvcc (CUDA) or hipcc (ROCm) if found, else None. File-system lookups only."""
-        tk = self._toolkit_or_cuda()
-        return _COMPILER_FINDERS[tk.name]()
+        """nvcc (CUDA) or hipcc (ROCm) if found (its record's `records.locate`), else None. File-system lookups
+        only.
+
+        Raises:
+            ToolchainError: the record's variable (``HIPCC``) names nothing executable.
+        """
+        return records.locate(self._toolkit_or_cuda().toolchain)
 
     # ----- compatibility -----------------------------------------------------------------------------------
     @override
@@ -221,7 +233,7 @@ class CUDAOpBuilder(OpBuilder):
 
         Returns:
             The core's variables plus the device compiler (``NVCC`` / ``HIPCC``), its toolkit root
-            (``CUDA_HOME`` / ``ROCM_HOME``), ``PATH`` with the compiler's directory first and the toolkit's
+            (``CUDA_HOME`` / ``ROCM_HOME``), ``PATH`` with the compiler's directory first and its record's
             ``compiler_env`` (ROCm: ``HIP_PLATFORM=amd``); the core sets them only while compiling.
 
         Raises:
@@ -230,10 +242,8 @@ class CUDAOpBuilder(OpBuilder):
                 names no version (the message has its command, status and output), ``cuda_mismatch`` when
                 nvcc's and a CUDA torch's major versions differ (unless ``ANYACCEL_SKIP_CUDA_CHECK=1``).
 
-        Side effects: runs ``<device compiler> --version`` once.
+        Side effects: runs ``<device compiler> --version`` once (`records.probe`).
         """
-        import re
-
         import torch
 
         env = super().preflight()
@@ -242,41 +252,42 @@ class CUDAOpBuilder(OpBuilder):
         if compiler is None:
             raise ToolchainError("compiler_missing", f"{tk.compiler} was not found: set {tk.home_var} to the toolkit "
                                  f"directory, or put {tk.compiler} on PATH")
-        tool_env = dict(tk.compiler_env)
-        probe = probe_version(compiler, timeout_s=60, env={**os.environ, **tool_env})
-        found = re.search(tk.version_pattern, probe.output) if probe.ok else None
-        if found is None:
+        found = records.probe(tk.toolchain, compiler)
+        if not found.ok or not found.version:
             raise ToolchainError("version_probe_failed", f"could not read the version of {compiler}: "
-                                 f"{probe.describe()}")
-        major, minor = int(found.group(1)), int(found.group(2))
+                                 f"{found.why_not or f'`{found.banner}` names no version'}")
+        major, minor = found.numbers(2)
         if tk.name == "cuda" and torch.version.cuda:
             cuda_toolchain.check_cuda_versions(f"{major}.{minor}", torch.version.cuda)
         elif tk.name == "cuda" or not getattr(torch.version, "hip", None):
             logger.info("torch %s is not a %s build: building op %s with %s %d.%d without loading it",
                         torch.__version__, tk.name, self.NAME, tk.compiler, major, minor)
         env[tk.compiler_var] = str(compiler)
-        env[tk.home_var] = str(_TOOLKIT_HOMES[tk.name]() or compiler.parent.parent)
+        env[tk.home_var] = str(records.install_root(tk.toolchain, compiler))
         env["PATH"] = f"{compiler.parent}{os.pathsep}{env.get('PATH') or os.environ.get('PATH', os.defpath)}"
-        env.update(tool_env)
+        env.update(tk.toolchain.compiler_env)
         return env
 
     @override
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """``.cu`` sources through the device compiler (nvcc's host side by ``CXX``), ``.cpp`` through the host
-        compiler. For a toolkit that hipifies (ROCm), the sources and their include directories are first
-        translated by torch's hipify into ``build_dir/hip`` and the translated files are compiled, with the include
-        directories of the translated copy.
+        """Sources of `SOURCE_TOOLCHAIN`'s suffixes (``.cu``) through the device compiler (nvcc's host side by
+        ``CXX``), those of the host record's (``.cpp``) through the host compiler. For a toolkit that hipifies
+        (ROCm), the sources and their include directories are first translated by torch's hipify into
+        ``build_dir/hip`` and the translated files are compiled, with the include directories of the translated
+        copy.
 
         Raises:
-            OpBuilderError: a source is neither ``.cu`` nor ``.cpp``.
+            OpBuilderError: a source has a suffix neither record compiles.
         """
         tk = self._toolkit_or_cuda()
         root = self.source_root()
+        device_suffixes = self.SOURCE_TOOLCHAIN.source_suffixes
+        host_suffixes = records.TOOLCHAINS["host"].source_suffixes
         for src in self.sources():
-            if Path(src).suffix not in (".cu", ".cpp"):
+            if Path(src).suffix not in (*device_suffixes, *host_suffixes):
                 raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {Path(src).suffix!r}; the CUDA backend "
-                                     "compiles .cu and .cpp files")
+                                     f"compiles {', '.join((*device_suffixes, *host_suffixes))} files")
         common = self.common_flags(namespace, gen_dir)
         compiled = {src: root / src for src in self.sources()}
         host_only = [flag for flag in self.host_only_flags() if flag != "-std=c++17"]
@@ -294,7 +305,7 @@ class CUDAOpBuilder(OpBuilder):
         steps = []
         for i, src in enumerate(self.sources()):
             path = compiled[src]
-            command = device if Path(src).suffix == ".cu" else host + tuple(self.source_cxx_args(src))
+            command = device if Path(src).suffix in device_suffixes else host + tuple(self.source_cxx_args(src))
             steps.append(nj.CompileStep(path, build_dir / f"{i}_{Path(src).stem}.o", command))
         return steps
 
@@ -326,26 +337,6 @@ def _rocm_arch_list() -> list[str]:
     return sorted({cuda.get_device_properties(i).gcnArchName.split(":")[0] for i in range(cuda.device_count())})
 
 
-def _find_hipcc() -> Path | None:
-    import shutil
-
-    for root in (os.environ.get("ROCM_HOME"), os.environ.get("ROCM_PATH"), "/opt/rocm"):
-        if root and os.access(Path(root) / "bin" / "hipcc", os.X_OK):
-            return Path(root) / "bin" / "hipcc"
-    found = shutil.which("hipcc")
-    return Path(found) if found else None
-
-
-def _rocm_home() -> Path | None:
-    """The ROCm root: ``ROCM_HOME``, else ``ROCM_PATH``, else the root of the hipcc found (``/usr`` for Debian's)."""
-    for var in ("ROCM_HOME", "ROCM_PATH"):
-        if os.environ.get(var):
-            return Path(os.environ[var])
-    hipcc = _find_hipcc()
-    return hipcc.parent.parent if hipcc else None
-
-
-#: Toolkit flavour -> how its arch list and device compiler are found. Backend differences as data.
+#: Toolkit flavour -> how its arch list is found (from a variable, else the visible devices). Backend differences as
+#: data; the device compiler is its toolkit's record's.
 _ARCH_RESOLVERS = {"cuda": _cuda_arch_list, "rocm": _rocm_arch_list}
-_COMPILER_FINDERS = {"cuda": cuda_toolchain.find_nvcc, "rocm": _find_hipcc}
-_TOOLKIT_HOMES = {"cuda": cuda_toolchain.find_cuda_home, "rocm": _rocm_home}

@@ -16,9 +16,11 @@ publish, typed [`BuildError`][anyaccel.op_builder.errors.BuildError]) through it
   JIT image) and the device link step itself; AOT builds use ``SyclExtension``
   (https://pytorch.org/docs/stable/cpp_extension.html).
 
-With AdaptiveCpp's ``acpp`` (found where no icpx is, `anyaccel.op_builder.toolchains.sycl`) the build
-goes through the core's ninja driver instead, ``acpp`` compiling the ``.sycl`` sources as C++ and linking
-the library; torch's SYCL rules speak only DPC++'s flags.
+The compiler is one of the SYCL toolkits (`anyaccel.op_builder.toolchains.sycl.TOOLKITS`), each holding its
+toolchain record (`anyaccel.op_builder.toolchains.records`): found and probed as ``anyaccel report`` finds and
+probes it, with the record's flags for the toolkit's targets and for ``.sycl`` sources. With AdaptiveCpp's
+``acpp`` (found where no icpx is) the build goes through the core's ninja driver instead, ``acpp`` compiling the
+``.sycl`` sources as C++ and linking the library; torch's SYCL rules speak only DPC++'s flags.
 
 Where the kernels run is one compile-time define of the same sources (``csrc/includes/sycl/
 multi_tensor_apply.hpp``): an XPU build (the default) registers for torch's XPU dispatch key and runs on
@@ -51,8 +53,8 @@ from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.errors import OpBuilderError
 from anyaccel.op_builder.toolchains import ninja as nj
+from anyaccel.op_builder.toolchains import records, torch_abi
 from anyaccel.op_builder.toolchains import sycl as sycl_toolchain
-from anyaccel.op_builder.toolchains import torch_abi
 from anyaccel.op_builder.toolchains.host import file_identity, find_cxx
 
 logger = logging.getLogger(__name__)
@@ -69,19 +71,6 @@ class XPUSupportError(OpBuilderError, RuntimeError):
 
 #: The define that selects a host-device build of the SYCL sources (see the module docstring).
 HOST_DEVICE_DEFINE = "-DANYACCEL_SYCL_HOST_DEVICE=1"
-
-#: Builds that go through the core's ninja driver with the SYCL compiler itself as the C++ compiler, by
-#: (compiler flavour, host-device build): the flags of its compile and link commands. DPC++'s XPU build is
-#: not here: it goes through torch's SYCL rules. DPC++ host-device builds target its x86-64 CPU device
-#: (the OpenCL CPU runtime); AdaptiveCpp's host-device build targets its OpenMP CPU backend; an XPU build
-#: with AdaptiveCpp is refused in preflight.
-#: ``-x c++``: the sources end in ``.sycl``, a suffix the compilers do not know (it is torch's routing).
-DRIVER_FLAGS: dict[tuple[str, bool], tuple[tuple[str, ...], tuple[str, ...]]] = {
-    (sycl_toolchain.DPCPP, True): (("-fsycl", "-fsycl-targets=spir64_x86_64", "-x", "c++"),
-                                   ("-fsycl", "-fsycl-targets=spir64_x86_64")),
-    (sycl_toolchain.ACPP, True): (("--acpp-targets=omp", "-x", "c++"), ("--acpp-targets=omp",)),
-}
-
 
 class SYCLImplementationError(OpBuilderError, RuntimeError):
     """An XPU build was asked of a SYCL compiler whose objects cannot share torch's XPU queue (AdaptiveCpp);
@@ -175,6 +164,11 @@ class SYCLOpBuilder(OpBuilder):
             "device_compiler": file_identity(compiler) if compiler else None,
         }
 
+    @staticmethod
+    def _searched() -> str:
+        """Where the SYCL compiler was looked for: each toolkit's record's look-up, in words."""
+        return "; ".join(records.searched(t.toolchain) for t in sycl_toolchain.TOOLKITS.values())
+
     # ----- compatibility -----------------------------------------------------------------------------------
     def compatibility(self) -> tuple[bool, str]:
         """Whether this op can be loaded here, and why not. Spawns no process.
@@ -189,8 +183,7 @@ class SYCLOpBuilder(OpBuilder):
 
         if self.host_device:
             if self._device_compiler() is None:
-                return False, (f"no SYCL compiler ({sycl_toolchain.TORCH_SYCL_COMPILER_NAME} or "
-                               f"{sycl_toolchain.ACPP_COMPILER_NAME} not on PATH, {sycl_toolchain.SYCL_CXX_ENV} unset)")
+                return False, f"no SYCL compiler ({self._searched()})"
             return True, ""
         if not torch_has_xpu():
             return False, f"torch {torch.__version__} is not built with XPU support (torch.xpu._is_compiled() is False)"
@@ -200,8 +193,7 @@ class SYCLOpBuilder(OpBuilder):
             if (prebuilt_root() / self.NAME).is_dir() and self._find_prebuilt(self.key_inputs(), warn=False):
                 return True, ""
             if self._device_compiler() is None:
-                return False, (f"no SYCL compiler ({sycl_toolchain.TORCH_SYCL_COMPILER_NAME} not on PATH, "
-                               f"{sycl_toolchain.SYCL_CXX_ENV} unset) and no prebuilt artifact")
+                return False, f"no SYCL compiler ({self._searched()}) and no prebuilt artifact"
             if find_cxx() is None:
                 return False, "no C++ compiler found (set CXX or install g++) and no prebuilt artifact"
         except OpBuilderError as exc:
@@ -223,7 +215,8 @@ class SYCLOpBuilder(OpBuilder):
             ToolchainError: ``sycl_compiler_missing`` (no SYCL compiler, one that does not run, or one that is
                 neither DPC++ nor AdaptiveCpp; host compiler missing), ``ninja_missing``.
 
-        Side effects: runs ``<compiler> --version`` once (and ``--acpp-version`` for AdaptiveCpp).
+        Side effects: runs the toolkits' version probes (``<compiler> --version``, and ``--acpp-version`` for
+        AdaptiveCpp).
         """
         import torch
 
@@ -234,7 +227,7 @@ class SYCLOpBuilder(OpBuilder):
         env = super().preflight()
         self._compiler = sycl_toolchain.require_sycl_compiler()
         logger.info("SYCL compiler %s: %s", self._compiler.path, self._compiler.banner)
-        if self._compiler.flavour == sycl_toolchain.ACPP and not self.host_device:
+        if not self._compiler.toolkit.torch_xpu and not self.host_device:
             raise SYCLImplementationError(
                 f"op {self.NAME}: the SYCL compiler found is AdaptiveCpp ({self._compiler.path}), whose kernels "
                 f"cannot run on torch's XPU queue (a DPC++ sycl::queue); install Intel's icpx (oneAPI DPC++/C++ "
@@ -271,31 +264,43 @@ class SYCLOpBuilder(OpBuilder):
             if saved_home is None:
                 cpp.SYCL_HOME = None
 
-    def _driver_flags(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The (compile, link) flags of a ninja-driver build with the checked compiler (`DRIVER_FLAGS`)."""
+    def _driver_flags(self) -> list[str]:
+        """The target flags of a ninja-driver build (a host-device build) with the checked compiler: its record's
+        flags for its toolkit's ``host_device_target``, on the compile and on the link."""
         compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
         self._compiler = compiler
-        return DRIVER_FLAGS[(compiler.flavour, self.host_device)]
+        return records.flags_for(compiler.toolkit.toolchain, [compiler.toolkit.host_device_target])
 
     @override
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """One step per ``.sycl`` source, compiled by the SYCL compiler with `DRIVER_FLAGS`, the host
-        flags, `sycl_args` and the common flags (a ninja-driver build only)."""
+        """One step per source, compiled by the SYCL compiler with its target flags (`_driver_flags`), its
+        record's flags for the source's suffix (``.sycl``: ``-x c++``), the host flags, `sycl_args` and the common
+        flags (a ninja-driver build only).
+
+        Raises:
+            OpBuilderError: a source has a suffix the compiler's record does not compile.
+        """
         assert self._compiler is not None  # compile() resolved it
-        flags, _ = self._driver_flags()
-        command = (str(self._compiler.path), *flags, *self.host_only_flags(), *self.sycl_args(),
-                   *self.common_flags(namespace, gen_dir))
+        record = self._compiler.toolkit.toolchain
+        flags = self._driver_flags()
         root = self.source_root()
-        return [nj.CompileStep(root / src, build_dir / f"{i}_{Path(src).stem}.o", command)
-                for i, src in enumerate(self.sources())]
+        steps = []
+        for i, src in enumerate(self.sources()):
+            suffix = Path(src).suffix
+            if suffix not in record.source_suffixes:
+                raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {suffix!r}; {record.title} compiles "
+                                     f"{', '.join(record.source_suffixes)} files")
+            command = (str(self._compiler.path), *flags, *record.suffix_flags.get(suffix, ()), *self.host_only_flags(),
+                       *self.sycl_args(), *self.common_flags(namespace, gen_dir))
+            steps.append(nj.CompileStep(root / src, build_dir / f"{i}_{Path(src).stem}.o", command))
+        return steps
 
     @override
     def link_command(self, env: dict[str, str | None]) -> list[str]:
         """The SYCL compiler links (it adds its runtime library), with ``libtorch_cpu`` only, as the core."""
         assert self._compiler is not None
-        _, flags = self._driver_flags()
-        return [str(self._compiler.path), *flags, "-shared", *self.extra_ldflags(),
+        return [str(self._compiler.path), *self._driver_flags(), "-shared", *self.extra_ldflags(),
                 f"-L{torch_abi.library_dir()}", "-ltorch_cpu"]
 
     @override
@@ -304,9 +309,9 @@ class SYCLOpBuilder(OpBuilder):
         the device-link step and the SYCL targets, which the plain ninja driver of the other backends lacks.
         The sources still include only the stable ABI and the generated schema header.
 
-        AdaptiveCpp builds and host-device builds (the keys of `DRIVER_FLAGS`) go through the core's ninja
-        driver instead (`compile_steps`, `link_command`): torch's rules run DPC++ only and link torch's XPU
-        libraries.
+        Host-device builds (the only builds an AdaptiveCpp toolkit makes: `preflight` refuses its XPU builds) go
+        through the core's ninja driver instead (`compile_steps`, `link_command`): torch's rules run DPC++ only and
+        link torch's XPU libraries.
 
         Returns:
             The built library (torch has also loaded it).
@@ -315,7 +320,7 @@ class SYCLOpBuilder(OpBuilder):
             RuntimeError: the build failed (the core turns it into a diagnosed ``BuildError``).
         """
         compiler = self._compiler or sycl_toolchain.require_sycl_compiler()
-        if (compiler.flavour, self.host_device) in DRIVER_FLAGS:
+        if self.host_device:
             self._compiler = compiler
             return super().compile(build_dir, namespace, env, verbose)
         from torch.utils.cpp_extension import load as cpp_load

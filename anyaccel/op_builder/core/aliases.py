@@ -12,6 +12,11 @@ integration's vocabulary and never import it.
 The group is read on the first lookup (`contributed`), through
 `anyaccel.op_builder.core.entry_points.entry_points`, so an environment installed before the group
 existed raises `StaleInstallError` instead of losing the names.
+
+An alias may name a class written for it (`BuilderAlias.builder_class`, ``"module:Name"``: DeepSpeed's are
+generated into ``anyaccel/integrations/deepspeed/alias_builders.py``), so that the class ``create_op_builder``
+returns for it has a ``class`` line to find with grep; the op-builder layer imports it by that string, on first
+use, and never by name.
 """
 
 from __future__ import annotations
@@ -42,23 +47,33 @@ class BuilderAlias:
         family: the op family (``"adam"``).
         build: the build's ``NAME`` (``"cpu_adam"``).
         accelerators: accelerator names (``_name``); never ``"*"``, so an alias cannot hide another build's row.
+        builder_class: ``"module:Name"`` of a class written for the alias (``Name`` is ``name``; the build's
+            backend base, with ``NAME``, ``BUILD_VAR``, ``SPEC`` and ``BUILD`` the build's), returned when it
+            is still the build's (`anyaccel.op_builder.classes.builder_class`); "" (or a class out of step with
+            the build): a class is made on first use.
     """
 
     name: str
     family: str
     build: str
     accelerators: tuple[str, ...]
+    builder_class: str = ""
 
     def validate(self) -> None:
         """Check the alias against the op specs.
 
         Raises:
-            SpecError: the name is not an identifier, the accelerators are empty or include ``"*"``, or the
-                family or build does not exist; the message names the alias and what is accepted.
+            SpecError: the name is not an identifier, the accelerators are empty or include ``"*"``,
+                ``builder_class`` is not ``"module:<name>"``, or the family or build does not exist; the message
+                names the alias and what is accepted.
         """
         if not self.name.isidentifier() or not self.accelerators or "*" in self.accelerators:
             raise SpecError(f"builder alias {self!r}: accepted: an identifier name and at least one named "
                             "accelerator (not '*')")
+        module, _, name = self.builder_class.rpartition(":")
+        if self.builder_class and (not module or name != self.name):
+            raise SpecError(f"builder alias {self.name!r}: builder_class {self.builder_class!r} is not "
+                            f"'<module>:{self.name}'")
         build = op_spec(self.family).build(self.build)  # SpecError naming the family's builds
         if build.name != self.build:
             raise SpecError(f"builder alias {self.name!r} names build {self.build!r} by its builder name; give "

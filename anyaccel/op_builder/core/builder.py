@@ -75,6 +75,7 @@ from anyaccel.op_builder.toolchains.host import (
     require_cxx,
     require_ninja,
 )
+from anyaccel.op_builder.toolchains.records import TOOLCHAINS
 from anyaccel.spec import NativeBuild, OpSpec
 from anyaccel.version import __version__
 
@@ -497,16 +498,17 @@ class OpBuilder:
 
     def compile_steps(self, env: dict[str, str | None], namespace: str, gen_dir: Path,
                       build_dir: Path) -> list[nj.CompileStep]:
-        """One `CompileStep` per source (``.cpp`` here; the CUDA
+        """One `CompileStep` per source (the host compiler record's suffixes, ``.cpp``, here; the CUDA
         backend adds ``.cu``)."""
         root = self.source_root()
         host = tuple(self.host_compile_command(env, namespace, gen_dir))
+        suffixes = TOOLCHAINS["host"].source_suffixes
         steps = []
         for i, src in enumerate(self.sources()):
             path = root / src
-            if path.suffix != ".cpp":
+            if path.suffix not in suffixes:
                 raise OpBuilderError(f"op {self.NAME}: source {src} has suffix {path.suffix!r}; the "
-                                     f"{self.BACKEND} backend compiles .cpp files")
+                                     f"{self.BACKEND} backend compiles {', '.join(suffixes)} files")
             steps.append(nj.CompileStep(path, build_dir / f"{i}_{path.stem}.o",
                                         host + tuple(self.source_cxx_args(src))))
         return steps

@@ -1,7 +1,11 @@
-"""Compiler flags for GPU op builders: ``-gencode`` per arch, the ROCm/hipify decision, each toolkit's flags.
+"""The GPU toolkits of the CUDA op-builder backend, as data: each holds its toolchain record, plus its flags.
 
-Pure functions and data tables, no device access and no process: ``CUDAOpBuilder``
-(`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a GPU.
+A [`GPUToolkit`][anyaccel.op_builder.toolchains.cuda_flags.GPUToolkit] holds the toolchain record of its device
+compiler (nvcc or hipcc, `anyaccel.op_builder.toolchains.records`: how it is found and probed, its arch flags,
+its source suffixes) and adds what the backend does around it (hipify, the base flags, the runtime library).
+The arch-flag functions below are the records' ``arch_flags``. Pure functions and data tables, no device access
+and no process: ``CUDAOpBuilder`` (`anyaccel.op_builder.backends.cuda`) calls them, and CI tests them without a
+GPU.
 
 Sources: nvcc's ``-gencode`` forms are from the CUDA Compiler Driver NVCC manual ("Options for Steering GPU
 Code Generation"); the ``a`` (arch-specific, e.g. ``sm_90a`` for wgmma) and ``f`` (family-specific, CUDA
@@ -17,53 +21,57 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from anyaccel.op_builder.toolchains.records import TOOLCHAINS, Toolchain, flags_for
+
 _ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 _GFX = re.compile(r"^gfx[0-9a-f]+(:[a-z+-:]+)?$")
 
 
 @dataclass(frozen=True)
 class GPUToolkit:
-    """How one GPU toolkit flavour builds torch extensions.
+    """How one GPU toolkit flavour builds torch extensions: its device compiler's toolchain record and what the
+    backend adds to it.
 
     Attributes:
         name: ``"cuda"`` or ``"rocm"``.
-        compiler: the device compiler's name (``nvcc`` / ``hipcc``).
+        toolchain: the device compiler's record (``nvcc`` / ``hipcc``): its look-up, probe, version, the
+            variables it runs with, its arch flags and source suffixes.
         arch_env: the variable that lists target architectures.
         hipify: whether CUDA sources must be translated to HIP first (torch.utils.hipify, which
             ``torch.utils.cpp_extension`` runs itself for ROCm builds of torch).
         base_flags: device-compiler flags every op gets. No ``-std=``: torch.utils.cpp_extension passes the
             standard torch's headers require (C++20 for torch 2.13), and forcing an older one breaks them.
         compiler_var: the build-environment variable naming the device compiler (``NVCC`` / ``HIPCC``).
-        home_var: the variable naming the toolkit root (``CUDA_HOME`` / ``ROCM_HOME``).
-        version_pattern: a regular expression whose two groups are the major and minor version in the
-            compiler's ``--version`` output.
+        home_var: the variable naming the toolkit root in the build's environment (``CUDA_HOME`` / ``ROCM_HOME``).
         host_compiler_flag: the flag naming the host compiler (nvcc's ``-ccbin``), or None when the device
             compiler is itself the host compiler (hipcc is clang).
         host_flag_prefix: the flag that forwards one host-compiler flag (nvcc's ``-Xcompiler``), or None when
             host flags are passed as they are.
-        compiler_env: variables set while the device compiler runs.
         runtime_library: the GPU runtime linked into the op (``-l<name>``).
     """
 
     name: str
-    compiler: str
+    toolchain: Toolchain
     arch_env: str
     hipify: bool
     base_flags: tuple[str, ...]
     compiler_var: str = "NVCC"
     home_var: str = "CUDA_HOME"
-    version_pattern: str = r"release (\d+)\.(\d+)"
     host_compiler_flag: str | None = "-ccbin"
     host_flag_prefix: str | None = "-Xcompiler"
-    compiler_env: tuple[tuple[str, str], ...] = ()
     runtime_library: str = "cudart"
+
+    @property
+    def compiler(self) -> str:
+        """The device compiler's name, its record's (``nvcc`` / ``hipcc``)."""
+        return self.toolchain.name
 
 
 #: The toolkit flavours, keyed by name. Backend differences as data.
 TOOLKITS: dict[str, GPUToolkit] = {
     "cuda": GPUToolkit(
         name="cuda",
-        compiler="nvcc",
+        toolchain=TOOLCHAINS["nvcc"],
         arch_env="TORCH_CUDA_ARCH_LIST",
         hipify=False,
         base_flags=("-O3", "--expt-relaxed-constexpr", "-lineinfo"),
@@ -71,11 +79,10 @@ TOOLKITS: dict[str, GPUToolkit] = {
     # torch.utils.cpp_extension's flags for a ROCm CUDAExtension: COMMON_HIP_FLAGS (the HIP platform, USE_ROCM, the
     # hipBLAS v2 API) and COMMON_HIPCC_FLAGS (fp16 without HIP's implicit half operators and conversions, the
     # *_sync warp builtins of ROCm 6.2+), and -fno-gpu-rdc (whole-program device code: no device link step), which
-    # it adds unless the user asks for -fgpu-rdc. HIP_PLATFORM=amd: hipcc otherwise picks its platform from the
-    # machine, and with nvcc on PATH and no AMD GPU (a build host, CI) Debian's hipcc 5.2 chooses nvidia.
+    # it adds unless the user asks for -fgpu-rdc. HIP_PLATFORM=amd is the hipcc record's compiler_env.
     "rocm": GPUToolkit(
         name="rocm",
-        compiler="hipcc",
+        toolchain=TOOLCHAINS["hipcc"],
         arch_env="PYTORCH_ROCM_ARCH",
         hipify=True,
         base_flags=("-O3", "-fno-gpu-rdc", "-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DHIPBLAS_V2",
@@ -83,10 +90,8 @@ TOOLKITS: dict[str, GPUToolkit] = {
                     "-DHIP_ENABLE_WARP_SYNC_BUILTINS=1"),
         compiler_var="HIPCC",
         home_var="ROCM_HOME",
-        version_pattern=r"HIP version: (\d+)\.(\d+)",
         host_compiler_flag=None,
         host_flag_prefix=None,
-        compiler_env=(("HIP_PLATFORM", "amd"),),
         runtime_library="amdhip64",
     ),
 }
@@ -158,5 +163,10 @@ def rocm_arch_flags(arch_list: Sequence[str]) -> list[str]:
 
 
 def arch_flags(toolkit: GPUToolkit, arch_list: Sequence[str]) -> list[str]:
-    """The arch flags of ``toolkit`` for ``arch_list`` (`gencode_flags` or `rocm_arch_flags`)."""
-    return rocm_arch_flags(arch_list) if toolkit.hipify else gencode_flags(arch_list)
+    """The arch flags of ``toolkit`` for ``arch_list``: its record's ``arch_flags`` (`gencode_flags` for nvcc,
+    `rocm_arch_flags` for hipcc).
+
+    Raises:
+        ValueError: a malformed entry or an empty list (the message names the variable to fix).
+    """
+    return flags_for(toolkit.toolchain, arch_list)

@@ -78,7 +78,7 @@ def test_a_source_that_is_not_cpp_is_refused(tmp_path: Path):
         def sources(self):
             return ["csrc/adam/fused_adam_cuda.cu"]
 
-    with pytest.raises(OpBuilderError, match=r"suffix '\.cu'; the cpu backend compiles \.cpp files"):
+    with pytest.raises(OpBuilderError, match=r"suffix '\.cu'; the cpu backend compiles \.cpp, \.cc, \.cxx files"):
         Odd().compile_steps(ENV, "ns", tmp_path, tmp_path)
 
 

@@ -280,7 +280,8 @@ def test_a_source_of_another_kind_is_refused(cuda_env, monkeypatch):
             return ["csrc/adam/fused_adam_sycl.sycl"]
 
     env = {"CXX": "c++", "NVCC": "nvcc"}
-    with pytest.raises(OpBuilderError, match=r"suffix '\.sycl'; the CUDA backend compiles \.cu and \.cpp files"):
+    with pytest.raises(OpBuilderError,
+                       match=r"suffix '\.sycl'; the CUDA backend compiles \.cu, \.cpp, \.cc, \.cxx files"):
         Odd().compile_steps(env, "ns", Path("/gen"), Path("/build"))
 
 

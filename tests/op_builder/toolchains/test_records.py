@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 from opb_helpers import HERE
 
+from anyaccel.op_builder.backends.cpu import TorchCPUOpBuilder
+from anyaccel.op_builder.backends.cuda import CUDAOpBuilder
+from anyaccel.op_builder.classes import builder_class
 from anyaccel.op_builder.errors import ToolchainError
+from anyaccel.op_builder.toolchains import cuda_flags, sycl
 from anyaccel.op_builder.toolchains import records as rc
+from anyaccel.op_builder.toolchains.cpu_isa import ISA_LEVELS
 
 FAKE_ICPX_DIR = HERE / "fixtures" / "fake_toolchains" / "oneapi" / "compiler" / "latest" / "bin"
 NOT_SYCL_DIR = HERE / "fixtures" / "fake_toolchains" / "not_sycl"
@@ -70,7 +75,7 @@ def test_locate_starts_no_process(env: dict[str, str], tmp_path: Path, monkeypat
     assert rc.locate(rc.TOOLCHAINS["icpx"], env) is None
 
 
-def test_prefix_variables_and_default_dirs_are_searched_after_path(env: dict[str, str], tmp_path: Path) -> None:
+def test_prefix_variables_and_default_dirs_are_searched(env: dict[str, str], tmp_path: Path) -> None:
     fake_compiler(tmp_path / "rocm" / "bin", "hipcc", "--version", HIPCC_BANNER)
     assert rc.locate(rc.TOOLCHAINS["hipcc"], {**env, "ROCM_PATH": str(tmp_path / "rocm")}) == \
         tmp_path / "rocm" / "bin" / "hipcc"
@@ -123,3 +128,56 @@ def test_choose_takes_the_first_usable_record_of_the_backend(env: dict[str, str]
     assert rc.choose("cpu", env) is None  # no host compiler on this PATH, CXX unset
     with pytest.raises(ValueError, match="'npu' has no toolchain records; accepted: \\['cpu', 'cuda', 'xpu'\\]"):
         rc.choose("npu", env)
+
+
+def test_each_backend_holds_the_records_it_chooses_among() -> None:
+    """The backends' toolkits hold the very records the report surveys, in BACKEND_TOOLCHAINS' order."""
+    held = {"cpu": (TorchCPUOpBuilder.TOOLCHAIN,),
+            "cuda": tuple(tk.toolchain for tk in cuda_flags.TOOLKITS.values()),
+            "xpu": tuple(tk.toolchain for tk in sycl.TOOLKITS.values())}
+    assert {backend: tuple(t.name for t in records) for backend, records in held.items()} == rc.BACKEND_TOOLCHAINS
+    assert all(t is rc.TOOLCHAINS[t.name] for records in held.values() for t in records)
+    assert CUDAOpBuilder.SOURCE_TOOLCHAIN is rc.TOOLCHAINS["nvcc"]
+    for toolkit in sycl.TOOLKITS.values():
+        assert toolkit.host_device_target in toolkit.toolchain.target_flags
+        assert toolkit.toolchain.suffix_flags[".sycl"] == ("-x", "c++")  # torch's routing suffix is C++ to them
+
+
+def test_flags_per_target_come_from_the_records() -> None:
+    for level in ISA_LEVELS.values():  # the CPU SIMD levels are the host record's targets
+        assert rc.flags_for(rc.TOOLCHAINS["host"], [level.name]) == level.compile_args()
+    assert rc.flags_for(rc.TOOLCHAINS["nvcc"], ["8.0", "9.0+PTX"]) == cuda_flags.gencode_flags(["8.0", "9.0+PTX"])
+    assert rc.flags_for(rc.TOOLCHAINS["hipcc"], ["gfx90a"]) == ["--offload-arch=gfx90a"]
+    assert cuda_flags.arch_flags(cuda_flags.TOOLKITS["rocm"], ["gfx90a"]) == ["--offload-arch=gfx90a"]
+    assert rc.flags_for(rc.TOOLCHAINS["acpp"], ["omp"]) == ["--acpp-targets=omp"]
+    with pytest.raises(ValueError, match="no target 'pvc'; accepted: \\['generic', 'omp'\\]"):
+        rc.flags_for(rc.TOOLCHAINS["acpp"], ["pvc"])
+    with pytest.raises(ValueError, match="TORCH_CUDA_ARCH_LIST"):
+        rc.flags_for(rc.TOOLCHAINS["nvcc"], ["sm_90"])
+
+
+def test_a_toolkit_root_wins_over_path_and_the_builder_finds_what_the_record_does(
+        env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hipcc: ROCM_HOME (as torch reads it) before another hipcc on PATH; the CUDA backend's ROCm toolkit finds the
+    same compiler and root, and probes it with the record's HIP_PLATFORM=amd."""
+    rocm = tmp_path / "rocm"
+    fake_compiler(rocm / "bin", "hipcc", "--version", HIPCC_BANNER)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "hipcc").write_text('#!/bin/sh\necho "HIP version: 9.9.0-$HIP_PLATFORM"\n')
+    (tmp_path / "bin" / "hipcc").chmod(0o755)
+    env = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"}
+    record = rc.TOOLCHAINS["hipcc"]
+    assert rc.locate(record, env) == tmp_path / "bin" / "hipcc"
+    assert rc.probe(record, tmp_path / "bin" / "hipcc").version == "9.9.0-amd"
+    env["ROCM_HOME"] = str(rocm)
+    assert rc.locate(record, env) == rocm / "bin" / "hipcc"
+    assert rc.install_root(record, rocm / "bin" / "hipcc", env) == rocm
+    where = rc.searched(record, env)
+    assert where.index(f"no hipcc in {rocm / 'bin'} (ROCM_HOME)") < where.index("no hipcc on PATH")
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("CXX", shutil.which("c++") or shutil.which("g++") or "c++")
+    monkeypatch.setenv("PYTORCH_ROCM_ARCH", "gfx90a")
+    fused_adam = builder_class("adam", "fused_adam")
+    inputs = fused_adam(toolkit=cuda_flags.TOOLKITS["rocm"]).extra_key_inputs()
+    assert inputs["device_compiler"]["path"] == str(rocm / "bin" / "hipcc")
