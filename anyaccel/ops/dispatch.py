@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyaccel import settings
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS, implementation_key, is_implementation_key
 from anyaccel.ops import registry
 from anyaccel.ops.registry import ImplementationError, RegisteredImplementation, UnknownImplementationError
 
@@ -53,20 +54,30 @@ class Candidate:
     chosen: bool
 
 
-_loaded: dict[tuple[str, str], Any] = {}
-#: (op, device type, forced name or None) -> the loaded choice, so a step's lookup is one dict access (the
-#: probes run once); cleared when the registry changes.
-_chosen: dict[tuple[str, str, str | None], Any] = {}
-_lock = threading.Lock()
+#: (op, device type, the caller's name, else ``ANYACCEL_IMPL_<OP>``'s) -> the key of the chosen implementation's
+#: module in the process's table of loaded ops (`LOADED_OPS`). The two names are apart because `choose` treats
+#: them apart (the variable applies only where its implementation serves the device type). A memo, so a step's
+#: lookup costs two dict reads and the probes run once per choice; a pure lookup into that table (it holds
+#: keys, never modules), emptied by its one reset (``LOADED_OPS.clear()``) and when the registry changes.
+_chosen: dict[tuple[str, str, str | None, str | None], str] = {}
+_lock = threading.RLock()  # reentrant: a loader may reset the table (its callback takes this lock)
 
 
-def _forget() -> None:
-    """Drop every cached choice and load (the registry changed: an implementation or a builder row)."""
+def _forget_choices() -> None:
+    """Drop every choice (the table was reset)."""
     with _lock:
-        _loaded.clear()
         _chosen.clear()
 
 
+def _forget() -> None:
+    """Drop every choice, and what hand-registered loaders returned (the registry changed: an implementation or
+    a builder row); builds and Python-level ops stay loaded, as their keys say what they are."""
+    _forget_choices()
+    for key in [k for k in LOADED_OPS if is_implementation_key(k)]:
+        LOADED_OPS.discard(key)
+
+
+LOADED_OPS.on_clear(_forget_choices)
 registry.on_change(_forget)
 
 
@@ -148,13 +159,18 @@ def choose(op: str, device_type: str, name: str | None = None) -> RegisteredImpl
 
 
 def load(op: str, device_type: str, name: str | None = None) -> Any:
-    """Loads (once per process) and returns the chosen implementation's functions.
+    """Loads (once per process) and returns the chosen implementation's module.
 
-    The choice for (op, device type, forced name) is made once: later calls, e.g. every optimizer step,
-    cost a dict lookup and an environment read (``ANYACCEL_IMPL_<OP>`` may change between calls).
+    The module is the one entry of the process's table of loaded ops
+    ([`LOADED_OPS`][anyaccel.op_builder.core.loaded_ops.LOADED_OPS]) the implementation's loader filled: for a
+    native build the very object its builder's ``load()`` returns, for Python-level ops their definitions; what
+    a hand-registered loader returns is entered under ``<family>:<implementation>``. The choice for (op, device
+    type, forced name) is made once: later calls, e.g. every optimizer step, cost two dict reads and an
+    environment read (``ANYACCEL_IMPL_<OP>`` may change between calls). [`choose`][anyaccel.ops.dispatch.choose]
+    names the implementation.
 
     Returns:
-        An object with the op's functions as attributes, and ``impl_name`` set to the chosen name.
+        An object with the op's functions as attributes.
 
     Raises:
         ImplementationError: the errors of [`choose`][anyaccel.ops.dispatch.choose]; whatever the implementation's
@@ -163,28 +179,24 @@ def load(op: str, device_type: str, name: str | None = None) -> Any:
 
     Side effects: may compile the op (CPU: seconds; CUDA: nvcc, tens of seconds cold; Triton: at first call).
     """
-    chosen_key = (op, device_type, forced_name(op, name))
-    hit = _chosen.get(chosen_key)
-    if hit is not None:
-        return hit
+    memo = (op, device_type, name, None if name else forced_name(op))
+    key = _chosen.get(memo)
+    if key is not None:
+        module = LOADED_OPS.get(key)
+        if module is not None:
+            return module
     impl = choose(op, device_type, name)
-    key = (op, impl.name)
     with _lock:
-        if key not in _loaded:
+        key = implementation_key(op, impl.name)
+        module = LOADED_OPS.get(key)
+        if module is None:
             logger.info("op %s: using implementation %r (priority %d)", op, impl.name, impl.priority)
-            _loaded[key] = _Bound(impl.name, impl.loader())
-        _chosen[chosen_key] = _loaded[key]
-        return _loaded[key]
+            module = impl.loader()
+            held = LOADED_OPS.key_of(module)  # a build's or Python-level ops' entry: the loader filled it
+            if held is None:
+                LOADED_OPS.load(key, lambda: module)
+            else:
+                key = held
+        _chosen[memo] = key
+        return module
 
-
-class _Bound:
-    """A loaded implementation: forwards attributes to the loader's result and records its name."""
-
-    def __init__(self, impl_name: str, target: Any) -> None:
-        self.impl_name = impl_name
-        self._target = target
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(self._target, attr)

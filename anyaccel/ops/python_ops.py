@@ -14,16 +14,12 @@ element-wise model ops, whose kernels take tensors directly, use ``triton_op``.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.spec import OpSpec
-
-_LOCK = threading.Lock()
-#: namespace -> the ops defined there (a process defines each implementation once).
-_NAMESPACES: dict[str, Any] = {}
 
 
 def define_custom_ops(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]],
@@ -31,8 +27,10 @@ def define_custom_ops(spec: OpSpec, namespace: str, impls: dict[str, Callable[..
     """Register ``impls`` (function name -> Python implementation) as ``<namespace>::<name>`` torch ops.
 
     Each op gets the spec function's schema, ``mutates_args`` from its ``(a!)`` annotations, a kernel for
-    ``device_types`` and the spec's fake with ``fake_device_type`` bound. Defining the same namespace twice
-    returns the first definition (a process defines each implementation once).
+    ``device_types`` and the spec's fake with ``fake_device_type`` bound. The result is held in the process's
+    table of loaded ops under ``namespace``
+    ([`LOADED_OPS`][anyaccel.op_builder.core.loaded_ops.LOADED_OPS]): defining the same namespace again returns
+    the first definition, after a reset of the table too (a process registers each namespace with torch once).
 
     Args:
         spec: the op family's spec.
@@ -47,13 +45,11 @@ def define_custom_ops(spec: OpSpec, namespace: str, impls: dict[str, Callable[..
     Raises:
         SpecError: a name is not a function of the spec.
 
-    Side effects: registers the ops with the torch dispatcher.
+    Side effects: registers the ops with the torch dispatcher (once per process and namespace).
     """
     import torch
 
-    with _LOCK:
-        if namespace in _NAMESPACES:
-            return _NAMESPACES[namespace]
+    def define() -> SimpleNamespace:
         ops: dict[str, Any] = {"namespace": namespace}
         for name, impl in impls.items():
             fn = spec.function(name)
@@ -63,6 +59,7 @@ def define_custom_ops(spec: OpSpec, namespace: str, impls: dict[str, Callable[..
             if fake is not None:
                 op.register_fake(functools.partial(fake, fake_device_type))
             ops[name] = getattr(getattr(torch.ops, namespace), name)
-        result = SimpleNamespace(**ops)
-        _NAMESPACES[namespace] = result
-        return result
+        return SimpleNamespace(**ops)
+
+    result: SimpleNamespace = LOADED_OPS.load_definitions(namespace, define)
+    return result

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from anyaccel.ops import dispatch, python_ops, registry
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
+from anyaccel.ops import python_ops, registry
 from anyaccel.ops.adam import npu as npu_adam
 from anyaccel.ops.adam.spec import SPEC as ADAM
 from anyaccel.ops.lion import npu as npu_lion
@@ -49,8 +50,7 @@ def python_impls(monkeypatch: pytest.MonkeyPatch) -> None:
     registry.implementations("adam")  # built-ins registered
     monkeypatch.setattr(registry, "_implementations",
                         {op: dict(rows) for op, rows in registry._implementations.items()})
-    monkeypatch.setattr(dispatch, "_loaded", {})
-    monkeypatch.setattr(dispatch, "_chosen", {})
+    LOADED_OPS.clear()
     monkeypatch.setattr(npu_adam, "ascend_kernel", lambda: None)
     for spec, fn, name in ((ADAM, npu_adam.adam_step, "adam_step"), (LION, npu_lion.lion_step, "lion_step")):
         ns = f"anyaccel_test_fused_opt_{spec.family}"

@@ -5,12 +5,14 @@ builder-backed probes and loaders. No GPU: probes are patched where a device wou
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
 from anyaccel.op_builder.classes import builder_class
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.ops import dispatch, registry
 
 
@@ -24,35 +26,36 @@ def _impl(name: str, priority: int, available: bool, device_types: tuple[str, ..
 
 
 @pytest.fixture
-def toy_op(monkeypatch: pytest.MonkeyPatch) -> str:
+def toy_op(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A registry holding only the toy op's implementations (the built-ins are not registered)."""
     monkeypatch.setattr(registry, "_implementations", {})
-    monkeypatch.setattr(dispatch, "_loaded", {})
-    monkeypatch.setattr(dispatch, "_chosen", {})
     monkeypatch.setattr(registry, "_builtins_done", True)
     monkeypatch.delenv("ANYACCEL_IMPL_TOY_OP", raising=False)
+    LOADED_OPS.clear()
     for impl in (_impl("fast", 20, False), _impl("mid", 10, True), _impl("slow", 1, True),
                  _impl("xpu_only", 30, True, ("xpu",))):
         registry.register(impl)
-    return "toy_op"
+    yield "toy_op"
+    LOADED_OPS.clear()  # the registry is restored: nothing chosen from the toy rows survives the test
 
 
 @pytest.fixture
-def fresh_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
+def fresh_builtins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The built-in rows, in a registry of this test's own (rows replaced here do not leak)."""
     registry.implementations("adam")  # registers the built-ins
     monkeypatch.setattr(registry, "_implementations",
                         {op: dict(rows) for op, rows in registry._implementations.items()})
-    monkeypatch.setattr(dispatch, "_loaded", {})
-    monkeypatch.setattr(dispatch, "_chosen", {})
     for family in ("ADAM", "LION", "FUSED_ADAM"):
         monkeypatch.delenv(f"ANYACCEL_IMPL_{family}", raising=False)
+    LOADED_OPS.clear()
+    yield
+    LOADED_OPS.clear()
 
 
 def _available(op: str, name: str, monkeypatch: pytest.MonkeyPatch, ok: bool = True, reason: str = "") -> None:
     row = registry._implementations[op][name]
     monkeypatch.setitem(registry._implementations[op], name, dataclasses.replace(row, probe=lambda: (ok, reason)))
-    dispatch._chosen.clear()
+    LOADED_OPS.clear()
 
 
 # ---- the mechanism, on a toy op ----------------------------------------------------------------------------
@@ -63,7 +66,7 @@ def test_priority_picks_highest_available(toy_op: str) -> None:
     assert dispatch.choose(toy_op, "xpu").name == "xpu_only"
     assert [i.name for i in registry.implementations(toy_op)] == ["xpu_only", "fast", "mid", "slow"]
     loaded = dispatch.load(toy_op, "cuda")
-    assert loaded.which == "mid" and loaded.impl_name == "mid"
+    assert loaded.which == "mid" and LOADED_OPS["toy_op:mid"] is loaded  # a hand loader's object, entered once
 
 
 def test_force_by_argument_and_env(toy_op: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,7 +233,7 @@ def test_sycl_above_triton_on_xpu_and_the_choice_is_logged(fresh_builtins: None,
     monkeypatch.setattr(xpu_adam, "load", lambda self, verbose=False: "sycl-module")
     with caplog.at_level("INFO", logger="anyaccel.ops.dispatch"):
         loaded = dispatch.load("adam", "xpu")
-    assert loaded.impl_name == "sycl" and loaded._target == "sycl-module"
+    assert loaded == "sycl-module"
     assert "op adam: using implementation 'sycl' (priority 20)" in caplog.text
     assert "sycl" not in {c.name for c in dispatch.explain("adam", "cuda") if c.available}
 
@@ -253,7 +256,57 @@ def test_loading_the_cpu_rows_builds_the_host_ops(fresh_builtins: None) -> None:
     """The real thing: the cpu row of each family loads its build, whose torch ops answer."""
     for family in ("adam", "lion"):
         op: Any = dispatch.load(family, "cpu")
-        assert op.impl_name == "cpu" and dispatch.load(family, "cpu") is op
+        assert op is builder_class(family, f"cpu_{family}")().load() and dispatch.load(family, "cpu") is op
         assert op.namespace.startswith(f"anyaccel_cpu_{family}_")
         assert getattr(torch.ops, op.namespace).isa() == op.isa
         assert callable(getattr(op, f"{family}_step"))
+
+
+# ---- one table of loaded ops: the builder and the dispatcher read the same entry -------------------------------
+
+
+def test_a_build_and_its_dispatch_are_one_entry_and_reload_together_after_the_reset(fresh_builtins: None) -> None:
+    from anyaccel.accelerator import get_accelerator
+    from anyaccel.op_builder.core import manifest as mf
+
+    builder = get_accelerator().create_op_builder("CPUAdamBuilder")
+    key = mf.compute_key(builder.key_inputs())
+    module = builder.load()
+    assert dispatch.load("adam", "cpu") is module  # the dispatcher's path returns the builder's very module
+    assert dispatch.load("adam", "cpu", "cpu") is module
+    entries = [k for k, m in LOADED_OPS.items() if m is module]
+    assert entries == [key] and LOADED_OPS[key] is module and not any(k.startswith("adam:") for k in LOADED_OPS)
+
+    LOADED_OPS.clear()  # the one reset: both paths load again, and again share one entry
+    assert key not in LOADED_OPS
+    again = dispatch.load("adam", "cpu")
+    assert again is not module and again.namespace == module.namespace  # attached to the library already loaded
+    assert builder.load() is again and LOADED_OPS[key] is again
+    assert [k for k, m in LOADED_OPS.items() if m is again] == [key]
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.ones(3)
+    from anyaccel.ops.adam import CPUAdam
+
+    CPUAdam([p], lr=0.1).step()  # the reloaded module runs
+    assert p.detach().lt(1).all()
+
+
+def test_a_registry_change_drops_the_choices_and_hand_loaded_entries_but_no_build(toy_op: str) -> None:
+    from anyaccel.op_builder import CPUAdamBuilder
+
+    build = CPUAdamBuilder().load()
+    key = LOADED_OPS.key_of(build)
+    assert dispatch.load(toy_op, "cuda").which == "mid" and "toy_op:mid" in LOADED_OPS
+    registry.register(_impl("mid", 10, True), override=True)  # a new loader for "mid": it must be the one used
+    assert "toy_op:mid" not in LOADED_OPS and LOADED_OPS.get(key) is build
+    assert dispatch.load(toy_op, "cuda").which == "mid" and LOADED_OPS["toy_op:mid"] is dispatch.load(toy_op, "cuda")
+
+
+def test_the_callers_name_and_the_variables_are_remembered_apart(toy_op: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """ANYACCEL_IMPL_<OP> naming an implementation of other device types is ignored there; the same name passed by
+    the caller is an error. A choice made under the variable must not answer the caller."""
+    monkeypatch.setenv("ANYACCEL_IMPL_TOY_OP", "xpu_only")
+    assert dispatch.load(toy_op, "cuda").which == "mid"
+    with pytest.raises(dispatch.NoImplementationError, match="serves xpu, not cuda"):
+        dispatch.load(toy_op, "cuda", "xpu_only")

@@ -13,6 +13,7 @@ import dataclasses
 import pytest
 import torch
 
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.ops import dispatch, registry
 from anyaccel.ops.adam import FusedAdam
 from anyaccel.ops.lion import FusedLion
@@ -48,7 +49,7 @@ def test_fused_adam_matches_torch_on_cpu(impl, adam_w_mode: bool, python_impls) 
         if a.numel():
             assert _rel(b, a) < 1e-5
         assert opt.state[b]["step"] == 4
-    assert dispatch.load("adam", "cpu", impl).impl_name == (impl or "cpu")
+    assert dispatch.choose("adam", "cpu", impl).name == (impl or "cpu")
 
 
 @pytest.mark.parametrize("impl", [None, "pycpu"])
@@ -171,7 +172,7 @@ def test_the_forced_implementation_is_the_one_that_runs(python_impls, monkeypatc
             return loaded.lion_step(*args)
 
     monkeypatch.setitem(registry._implementations["lion"], "pycpu", dataclasses.replace(row, loader=Spy))
-    dispatch._chosen.clear()
+    LOADED_OPS.clear()
     ps = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
     for p in ps:
         p.grad = torch.randn(4)

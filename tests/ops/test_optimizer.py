@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.ops.adam.cpu import CPUAdam
 from anyaccel.ops.adam.fused import FusedAdam
 from anyaccel.ops.lamb.fused import CPULamb, FusedLamb
@@ -554,9 +555,7 @@ def test_each_optimizer_class_names_its_own_family_and_state() -> None:
 def test_forcing_the_accelerator_implementation_leaves_cpu_tensors_alone(cls: type, variable: str,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """ANYACCEL_IMPL_ADAM=triton chooses FusedAdam's GPU kernel; it does not apply to the CPU device type."""
-    from anyaccel.ops import dispatch
-
-    monkeypatch.setattr(dispatch, "_chosen", {})
+    LOADED_OPS.clear()
     monkeypatch.setenv(variable, "triton")
     (p,) = _params(9)
     p.grad = torch.randn(9)

@@ -8,10 +8,11 @@ calls them:
    counts by path, size and mtime). Sources are compiled against torch's stable ABI
    (`anyaccel.op_builder.toolchains.torch_abi`): the key carries the ABI target, not the torch version, so a
    torch upgrade reuses every artifact.
-2. **cache**: the in-process table by key (a second ``load()`` costs a dict lookup; a failed build raises the
-   same [`BuildError`][anyaccel.op_builder.errors.BuildError] again), then a prebuilt (AOT) artifact whose
-   manifest matches (its stable-ABI target not newer than the running torch), then the content-addressed
-   disk cache, manifest checked.
+2. **cache**: the process's one table of loaded ops by key
+   ([`LOADED_OPS`][anyaccel.op_builder.core.loaded_ops.LOADED_OPS]: a second ``load()`` costs a dict lookup; a
+   failed build raises the same [`BuildError`][anyaccel.op_builder.errors.BuildError] again), then a prebuilt
+   (AOT) artifact whose manifest matches (its stable-ABI target not newer than the running torch), then the
+   content-addressed disk cache, manifest checked.
 3. **lock**: a missing or damaged entry is checked again under an OS lock (another process may have built it).
 4. **build**: in a private directory, published with one ``os.rename``, so a reader never sees half an entry;
    a failure leaves a log and publishes nothing.
@@ -21,9 +22,10 @@ calls them:
    rename, logged once per process) and rebuilt.
 6. **register**: the spec's fakes and fallback kernels are registered beside the library.
 
-Steps 1-2 spawn no process and import nothing heavy. The process-wide tables live in
-`anyaccel.op_builder.core.loading`, the build's helpers in `anyaccel.op_builder.core.compiling`, the package
-constants in `anyaccel.op_builder.core.hooks`.
+Steps 1-2 spawn no process and import nothing heavy. The loaded ops live in
+`anyaccel.op_builder.core.loaded_ops`, the load path's other process-wide state (log-once sets, the prebuilt
+root) in `anyaccel.op_builder.core.loading`, the build's helpers in `anyaccel.op_builder.core.compiling`, the
+package constants in `anyaccel.op_builder.core.hooks`.
 
 Backends (``backends/``: ``TorchCPUOpBuilder``, ``CUDAOpBuilder``, ``SYCLOpBuilder``, ``NPUOpBuilder``)
 subclass [`OpBuilder`][anyaccel.op_builder.core.builder.OpBuilder] and override the hooks (``isa``,
@@ -50,6 +52,7 @@ from anyaccel.op_builder.core.cache import Cache, cache_os_error, check_secure
 from anyaccel.op_builder.core.compiling import key_lock
 from anyaccel.op_builder.core.environ import scoped_environ
 from anyaccel.op_builder.core.hooks import ABI_TARGET_FIELD, PACKAGE_DIR, torch_version
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS, NativeLibrary
 from anyaccel.op_builder.core.loading import prebuilt_root
 from anyaccel.op_builder.core.lock import BuildLock
 from anyaccel.op_builder.core.lock import default_timeout_s as lock_timeout_s
@@ -138,7 +141,8 @@ class OpBuilder:
             The [`OpModule`][anyaccel.op_builder.core.module.OpModule].
 
         Raises:
-            BuildError: the build failed (the same object on every later attempt in this process), or the
+            BuildError: the build failed (the same object on every later attempt in this process, until
+                [`LOADED_OPS.clear`][anyaccel.op_builder.core.loaded_ops.LoadedOps.clear]), or the
                 library was refused by the dynamic loader (``load_error``; the entry is quarantined).
             ArtifactError: the loaded library did not register the expected namespace and functions
                 (``wrong_library``; a cache entry is quarantined, so the next load rebuilds it).
@@ -163,19 +167,13 @@ class OpBuilder:
     def _load(self, use_prebuilt: bool, verbose: bool) -> OpModule:
         inputs = self.key_inputs()
         key = mf.compute_key(inputs)
+
+        def find() -> OpModule:
+            module = self._find_prebuilt(inputs, warn=True) if use_prebuilt else None
+            return module if module is not None else self._load_from_cache(Cache.open(), key, inputs, verbose)
+
         with key_lock(key):
-            if key in loading._LOADED:
-                return loading._LOADED[key]
-            if key in loading._FAILED:
-                raise loading._FAILED[key]
-            try:
-                module = self._find_prebuilt(inputs, warn=True) if use_prebuilt else None
-                if module is None:
-                    module = self._load_from_cache(Cache.open(), key, inputs, verbose)
-            except BuildError as exc:
-                loading._FAILED[key] = exc
-                raise
-            loading._LOADED[key] = module
+            module: OpModule = LOADED_OPS.load(key, find)  # the one table: a second load is a dict read
             return module
 
     # ----- key: the build as data (DeepSpeed's vocabulary), the hooks a backend overrides, and the cache key ---
@@ -679,6 +677,24 @@ class OpBuilder:
     # ----- verify: load a checked library and check what it registered ---------------------------------------
     def _open_library(self, path: Path, namespace: str, isa: str | None, key: str, source: str,
                       manifest: dict[str, Any]) -> OpModule:
+        """Load a library that passed `inspect_entry` (`_register_library`, once per process and namespace:
+        after a reset of the loaded-op table the new module attaches to the library already loaded, as loading
+        it a second time would crash) and return its module.
+
+        Raises:
+            BuildError, ArtifactError: as `_register_library`.
+        """
+        library = LOADED_OPS.register_once(namespace, lambda: self._register_library(path, namespace, source,
+                                                                                    manifest))
+        # the integrations are asked on the module's first use of a name its torch ops do not answer
+        native = () if self.SPEC is None else tuple(fn.name for fn in self.SPEC.functions)
+        module = OpModule(self.NAME, namespace, library.path, isa, key, source,
+                          {"functions": lambda: self._module_extras().get("functions"), "native": native})
+        logger.debug("loaded %r from %s", module, source)
+        return module
+
+    def _register_library(self, path: Path, namespace: str, source: str,
+                          manifest: dict[str, Any]) -> NativeLibrary:
         """Load a library that passed `inspect_entry` and check
         what it registered.
 
@@ -688,6 +704,9 @@ class OpBuilder:
 
         Args:
             manifest: the entry's checked manifest (its ``library_sha256`` and ``library_size``).
+
+        Returns:
+            The library's record for `LOADED_OPS.register_once`.
 
         Raises:
             BuildError: ``load_error``: the library changed since it was hashed, could not be read, or the
@@ -726,12 +745,7 @@ class OpBuilder:
             raise ArtifactError("wrong_library", self.NAME, path,
                                 f"op {self.NAME}: registering the fake implementations of {namespace} failed: {exc}. "
                                 f"fix: {DIAGNOSES['wrong_library'].fix}") from exc
-        # the integrations are asked on the module's first use of a name its torch ops do not answer
-        native = () if self.SPEC is None else tuple(fn.name for fn in self.SPEC.functions)
-        module = OpModule(self.NAME, namespace, path, isa, key, source,
-                          {"functions": lambda: self._module_extras().get("functions"), "native": native})
-        logger.debug("loaded %r from %s", module, source)
-        return module
+        return NativeLibrary(self.NAME, path)
 
     def verify_functions(self, namespace: str) -> str:
         """Check that a loaded library registered ``namespace`` with every function of
@@ -812,7 +826,7 @@ class OpBuilder:
         try:
             inputs = self.key_inputs()
             key = mf.compute_key(inputs)
-            if key in loading._LOADED or self._find_prebuilt(inputs, warn=False) is not None:
+            if key in LOADED_OPS or self._find_prebuilt(inputs, warn=False) is not None:
                 return True
             return self._check_entry(Cache.open().entry(self.NAME, key), key, inputs).ok
         except (OpBuilderError, OSError):

@@ -1,7 +1,7 @@
-"""The load path's process-wide state: the in-process table of loaded ops, failed builds, and the prebuilt root.
+"""The load path's process-wide state besides the loaded ops: log-once records and the prebuilt root.
 
-[`OpBuilder.load`][anyaccel.op_builder.core.builder.OpBuilder.load] reads and fills these tables; they are
-keyed by cache key (the namespace is derived from it, so one key is one library).
+The loaded ops and failed builds are in the process's one table,
+[`LOADED_OPS`][anyaccel.op_builder.core.loaded_ops.LOADED_OPS].
 """
 
 from __future__ import annotations
@@ -11,15 +11,11 @@ from pathlib import Path
 from anyaccel import settings
 from anyaccel.op_builder.core import integrity
 from anyaccel.op_builder.core.hooks import PACKAGE_DIR
-from anyaccel.op_builder.core.module import OpModule
-from anyaccel.op_builder.errors import BuildError
 
 PREBUILT_ENV = settings.PREBUILT_DIR.name
 LIBRARY_NAME = integrity.LIBRARY_NAME
 
-# Process-wide state, keyed by cache key (the namespace is derived from it, so one key = one library).
-_LOADED: dict[str, OpModule] = {}
-_FAILED: dict[str, BuildError] = {}
+# Log once per process: the op names whose prebuilt artifact was not used, the (op, key, reason) quarantines.
 _WARNED_PREBUILT: set[str] = set()
 _LOGGED_QUARANTINE: set[tuple[str, str, str]] = set()
 

@@ -132,7 +132,9 @@ class OpModule:
             raise AttributeError(f"op '{self.op}' (namespace {self.namespace}, {self.path}) has no function "
                                  f"{name!r}")
         # Found once, kept: DeepSpeed looks its functions up on every call (``self.ds_opt_adam.adam_update``),
-        # and finding a torch op by name costs far more than the call itself.
+        # and finding a torch op by name costs far more than the call itself. A derived lookup on the module
+        # itself, not a second table of loaded ops: it goes with the module, which only the process's table
+        # (`LOADED_OPS`) holds, and a reset of that table makes the next load return a new module.
         self.__dict__[name] = fn
         return fn
 

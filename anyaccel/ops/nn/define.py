@@ -36,19 +36,17 @@ a ``setup_context`` and a ``backward`` that calls ``ns``'s backward functions) a
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from anyaccel._compat import dispatcher, library
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.spec import OpSpec, SpecError
 
 #: ``(setup_context(ctx, inputs, output), backward(ctx, *grads))`` of one forward function.
 Formula = tuple[Callable[..., None], Callable[..., Any]]
 
-_LOCK = threading.Lock()
-_DEFINED: dict[str, SimpleNamespace] = {}
 
 
 def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *, triton: bool,
@@ -77,13 +75,13 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
         SpecError: a name is not a function of the spec, a Triton function's annotations give another
             schema than the spec's, or an eager helper has a spec function's name.
 
-    Side effects: registers the ops with the torch dispatcher (once per process and namespace).
+    Side effects: registers the ops with the torch dispatcher (once per process and namespace: the result is
+    held in the process's table of loaded ops under ``namespace``,
+    [`LOADED_OPS`][anyaccel.op_builder.core.loaded_ops.LOADED_OPS], and its registration outlives a reset).
     """
     import torch
 
-    with _LOCK:
-        if namespace in _DEFINED:
-            return _DEFINED[namespace]
+    def make() -> SimpleNamespace:
         clash = sorted(set(eager_helpers or ()) & set(impls))
         if clash:
             raise SpecError(f"{namespace}: eager helper(s) {clash} have the names of the spec's functions; "
@@ -114,8 +112,10 @@ def define(spec: OpSpec, namespace: str, impls: dict[str, Callable[..., Any]], *
                 defs[name].register_autograd(backward, setup_context=setup)
             for name, formula in autograd(eager).items():
                 setattr(eager, name, eager_function(f"{namespace}_{name}_eager", plain[name], *formula))
-        _DEFINED[namespace] = result
         return result
+
+    defined: SimpleNamespace = LOADED_OPS.load_definitions(namespace, make)
+    return defined
 
 
 def eager_function(name: str, forward: Callable[..., Any], setup_context: Callable[..., None],

@@ -124,7 +124,6 @@ class ListOptimizer(CheckpointMixin, PlanMixin):
         self._gen = Generation()
         self._plans: dict[int, GroupPlan] = {}
         self._lr_tensors: dict[tuple[int, torch.device], torch.Tensor] = {}
-        self._functions: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._scalar_cache: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self._scalars_of(defaults, None)
         super().__init__(params, defaults)

@@ -36,11 +36,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from anyaccel._compat import data_ptrs, tensor_version
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 from anyaccel.ops import cpu_threads, dispatch
 from anyaccel.ops.optimizer.state import Generation, ParamState, memory_format_of, memory_order, step_value
 from anyaccel.spec import Function
 
 __all__ = ["Bucket", "GroupPlan", "PlanMixin", "Prepared", "unchanged"]
+
+#: The suffixes of the family functions a step may call (``adam_step``, ``adam_plan``...).
+_STEP_FUNCTIONS = ("step", "plan", "step_planned", "step_planned_capturable")
 
 @dataclasses.dataclass
 class Bucket:
@@ -115,7 +119,6 @@ class PlanMixin(torch.optim.Optimizer):
     _gen: Generation
     _plans: dict[int, GroupPlan]
     _lr_tensors: dict[tuple[int, torch.device], torch.Tensor]
-    _functions: dict[str, tuple[Any, dict[str, Any]]]
 
     if TYPE_CHECKING:
         @classmethod
@@ -187,8 +190,7 @@ class PlanMixin(torch.optim.Optimizer):
     def _self_checking(self, bucket: Bucket) -> bool:
         """Whether ``bucket`` launches through its implementation's ``<family>_step`` (which validates every
         tensor before writing any) rather than a device table built from pointers validated earlier."""
-        cached = self._functions.get(bucket.device.type)
-        return not self.capturable and cached is not None and cached[1]["plan"] is None and bucket.plan is None
+        return not self.capturable and bucket.plan is None and self._op(bucket.device)["plan"] is None
 
     def _check_capture(self, device: torch.device) -> bool:
         """Whether ``device``'s current stream is capturing a graph; raises when this optimizer cannot be captured."""
@@ -218,22 +220,24 @@ class PlanMixin(torch.optim.Optimizer):
         return bool(check()) if check is not None else False
 
     def _op(self, device: torch.device) -> dict[str, Any]:
-        """The family's functions on ``device``'s implementation: ``{"step": f, "plan": f or None, ...}``."""
-        loaded = dispatch.load(self._FAMILY, device.type, self.impl)
-        cached = self._functions.get(device.type)
-        if cached is not None and cached[0] is loaded:
-            return cached[1]
-        if device.type == "cpu":
-            cpu_threads.apply_thread_policy()
+        """The family's functions on ``device``'s implementation: ``{"step": f, "plan": f or None, ...}``.
+
+        Read through the process's table of loaded ops on every call (dict reads after the first), so the
+        optimizer keeps no copy of a loaded op. The dict is shared: read it, never change it.
+        """
         fam = self._FAMILY
-        functions = {suffix: getattr(loaded, f"{fam}_{suffix}", None) for suffix in
-                     ("step", "plan", "step_planned", "step_planned_capturable")}
+        loaded = dispatch.load(fam, device.type, self.impl)
+        if device.type == "cpu":
+            cpu_threads.apply_thread_policy()  # once per process; later calls return at once
+        # looked up once per loaded module (asking a native module for a name it lacks is a torch op look-up,
+        # microseconds, four names every step): a value derived from the module, dropped by the table's reset
+        functions: dict[str, Any] = LOADED_OPS.derived(loaded, ("optimizer step", fam), lambda: {
+            suffix: getattr(loaded, f"{fam}_{suffix}", None) for suffix in _STEP_FUNCTIONS})
         if self.capturable and functions["step_planned_capturable"] is None:
             raise RuntimeError(f"{self._NAME}(capturable=True) needs an implementation with "
                                f"{fam}_step_planned_capturable for {device.type}; the chosen one "
                                f"({dispatch.choose(fam, device.type, self.impl).name!r}) has none. Pass impl='cuda' "
                                "or capturable=False.")
-        self._functions[device.type] = (loaded, functions)
         return functions
 
     def _refresh(self, plan: GroupPlan, grads: list[torch.Tensor]) -> bool:

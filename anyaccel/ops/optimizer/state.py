@@ -170,7 +170,6 @@ class CheckpointMixin(torch.optim.Optimizer):
     _gen: Generation
     _plans: dict[int, Any]
     _lr_tensors: dict[tuple[int, torch.device], torch.Tensor]
-    _functions: dict[str, tuple[Any, dict[str, Any]]]
     _scalar_cache: dict[int, tuple[tuple[Any, ...], dict[str, Any]]]
 
     if TYPE_CHECKING:
@@ -225,7 +224,6 @@ class CheckpointMixin(torch.optim.Optimizer):
         self.state = StateMap(self._gen, self.state)
         self._plans = {}
         self._lr_tensors = {}
-        self._functions = {}
         self._scalar_cache = {}
 
     @override

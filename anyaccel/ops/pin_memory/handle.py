@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from anyaccel._compat.fake_tensor import is_fake
+from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +62,8 @@ def locked_nbytes(num_elem: Any, dtype: torch.dtype, what: str = "new_cpu_locked
 
 _WARN_LOCK = threading.Lock()
 _WARNED = False
-#: The loaded op module a handle was made from (one table per process), so other ops (the async I/O handle's
-#: ``is_pinned``) can recognise the regions without loading or building anything.
-_LOADED: list[Any] = []
+#: The ``NAME`` of the op build whose libraries keep the regions' table.
+_OP = "pin_memory"
 
 
 #: Other ops' checks "does this CPU tensor lie in one of my pinned buffers" (the async I/O op adds its
@@ -83,11 +83,20 @@ def add_pinned_lookup(lookup: Callable[[torch.Tensor], bool]) -> None:
 
 
 def in_native_region(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s bytes lie in a pinned region of this op (False when no handle was ever made, so
-    nothing is loaded or built for the answer; False for fake, meta and non-CPU tensors)."""
-    if not _LOADED or is_fake(tensor) or tensor.device.type != "cpu":
+    """Whether ``tensor``'s bytes lie in a pinned region of this op (False when the op's library was never
+    loaded, so nothing is loaded or built for the answer; False for fake, meta and non-CPU tensors).
+
+    The libraries are those the process's table of loaded ops says it registered
+    ([`LOADED_OPS.native_libraries`][anyaccel.op_builder.core.loaded_ops.LoadedOps.native_libraries]): a reset
+    of the table leaves them loaded, and their regions live.
+    """
+    if is_fake(tensor) or tensor.device.type != "cpu":
         return False
-    return int(_LOADED[0].pin_find(tensor.data_ptr(), _span_bytes(tensor))) != 0
+    libraries = LOADED_OPS.native_libraries(_OP)
+    if not libraries:
+        return False
+    start, nbytes = tensor.data_ptr(), _span_bytes(tensor)
+    return any(int(getattr(torch.ops, ns).pin_find(start, nbytes)) != 0 for ns in libraries)
 
 
 def memlock_limit() -> int | None:
@@ -163,8 +172,6 @@ class PinHandle:
             raise ValueError("PinHandle: register was given without unregister; pass both (a registered region must "
                              "be unregistered before its memory is freed) or neither")
         self._module = module
-        if not _LOADED:
-            _LOADED.append(module)
         self._lock = bool(lock)
         self._register = register
         self._unregister = unregister

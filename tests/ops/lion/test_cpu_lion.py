@@ -409,7 +409,8 @@ def test_registry_and_accelerator_find_the_builder() -> None:
     from anyaccel.ops import dispatch
 
     kernel = dispatch.load("lion", "cpu", "cpu")
-    assert kernel.impl_name == "cpu" and kernel.namespace.startswith("anyaccel_cpu_lion_")
+    assert dispatch.choose("lion", "cpu").name == "cpu" and kernel.namespace.startswith("anyaccel_cpu_lion_")
+    assert kernel is CPULionBuilder().load()
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -333,3 +333,19 @@ def test_a_count_past_the_ops_size_is_a_value_error(handle: Any, num_elem: int, 
     with pytest.raises(ValueError, match=rf"num_elem={num_elem} of {dtype} is \d+ bytes, more than one buffer"):
         handle.new_cpu_locked_tensor(num_elem, torch.empty(0, dtype=dtype))
     assert _regions(handle) == before
+
+
+def test_regions_are_recognised_across_a_reset_of_the_loaded_ops(handle: Any) -> None:
+    """The library (and its table of regions) stays loaded when the process's table of loaded ops is reset, so
+    other ops (the async I/O handle's ``is_pinned``) still recognise the regions."""
+    from anyaccel.op_builder.core.loaded_ops import LOADED_OPS
+    from anyaccel.ops.pin_memory.handle import in_native_region
+
+    buf = handle.new_cpu_locked_tensor(100, torch.empty(0, dtype=torch.float32))
+    try:
+        LOADED_OPS.clear()
+        assert in_native_region(buf) and in_native_region(buf[10:20])
+        assert not in_native_region(torch.empty(100))
+    finally:
+        assert handle.free_cpu_locked_tensor(buf) is True
+    assert not in_native_region(buf)
