@@ -269,7 +269,8 @@ def test_alias_builder_class_is_the_build_under_deepspeeds_name():
     primary = registry.get_builder_class("CPUAdamBuilder", "cpu")
     alias = registry.get_builder_class("FusedAdamBuilder", "cpu")
     assert alias is not None and primary is not None
-    assert alias.__name__ == "FusedAdamBuilder" and issubclass(alias, primary)
+    # DeepSpeed's name is its own checked-in class on the build's bases, not a subclass of the native class
+    assert alias.__name__ == "FusedAdamBuilder" and alias.__bases__ == primary.__bases__
     assert alias.NAME == primary.NAME == "cpu_adam" and alias.BUILD is primary.BUILD
     assert registry.get_builder_class("FusedAdamBuilder", "cpu") is alias  # made once
     assert classes.builder_class("adam", "cpu_adam", "CPUAdamBuilder") is primary
