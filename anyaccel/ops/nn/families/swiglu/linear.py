@@ -20,15 +20,16 @@ Two callable forms, one per mode (`anyaccel.ops.nn.implementations.MODES`), with
 
 - `apply`, the eager form: an eager ``autograd.Function`` over the chosen implementation's plain functions
   (its Triton kernels on CUDA/XPU);
-- `compiled`, the form for ``torch.compile``: a ``torch.autograd.Function`` that Dynamo traces whole, whose
-  element-wise parts are the portable implementation's torch expressions, so Inductor generates and fuses
-  them (the product with its rounding, and in the backward ``da``, ``db`` and ``c`` from one read of
-  ``grad_c``, ``a`` and ``b``), while the Function still decides what is saved: ``a`` and ``b``, not the
-  product. While traced it runs as a non-reentrant ``torch.utils.checkpoint`` region: in the joint graph the
-  backward's recomputation of the product is the forward's expression again, common-subexpression
-  elimination merges the two, and the partitioner would keep the product (a third more MLP activation memory,
-  which a compiled Llama 3.2 1B-shaped step showed as 1 GiB); a checkpointed region's intermediates are
-  recomputed. With a forced ``impl`` it calls that implementation's torch ops instead.
+- `compiled`, the form for ``torch.compile``. While Dynamo traces, the product is the portable
+  implementation's torch expression (one rounding of the fp32 ``silu(a) * b``) in a non-reentrant
+  ``torch.utils.checkpoint`` region, ``down_proj`` outside it: Inductor generates and fuses the element-wise
+  math, and the checkpoint makes the compiled backward recompute the product from ``a`` and ``b`` instead of
+  keeping it. An ``autograd.Function`` that saves ``a`` and ``b`` does not achieve that once traced: in the
+  joint graph its backward's recomputation is the forward's expression again, common-subexpression elimination
+  merges the two, and the partitioner keeps the product (1 GiB more in a compiled Llama 3.2 1B-shaped step);
+  torch 2.11 kept it even with the Function inside a checkpoint region. Called untraced, the form applies
+  `CompiledSwiGLULinear`, that Function over the same torch expressions. With a forced ``impl`` both use
+  that implementation's torch ops.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ class CompiledSwiGLULinear(torch.autograd.Function):
 
 def compiled(a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              impl: str | None) -> torch.Tensor:
-    """The compiled form: `CompiledSwiGLULinear` applied (arguments as `apply`)."""
+    """The compiled form (module docstring; arguments as `apply`): the checkpointed product and ``linear`` while
+    Dynamo traces, else `CompiledSwiGLULinear` applied."""
     if torch.compiler.is_compiling():
         # Traced, a Function's forward and backward meet in one joint graph, where the backward's
         # recomputation of the product is the forward's expression again: common-subexpression elimination
