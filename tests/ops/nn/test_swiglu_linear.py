@@ -83,12 +83,12 @@ def test_compiled_keeps_a_and_b_but_not_their_product(dtype: torch.dtype) -> Non
         saved.append(tuple(t.shape))
         return t
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     fn = torch.compile(lambda a, b, w: F.swiglu_linear(a, b, w, mode="compile"), fullgraph=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         y = fn(a, b, w)
     y.sum().backward()
-    torch._dynamo.reset()
+    torch.compiler.reset()
     assert sorted(s for s in saved if s == (40, 88)) == [(40, 88), (40, 88)], saved
     assert a.grad is not None and b.grad is not None and w.grad is not None  # type: ignore[union-attr]
 

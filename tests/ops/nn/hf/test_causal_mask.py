@@ -35,9 +35,9 @@ def _sdpa_calls(model: Any, ids: torch.Tensor, **kwargs: Any) -> list[dict[str, 
                               "is_causal": node.kwargs.get("is_causal")})
         return gm.forward
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     torch.compile(model, backend=backend, fullgraph=True)(input_ids=ids, **kwargs)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return calls
 
 
@@ -108,14 +108,14 @@ def test_the_compiled_patched_model_computes_what_the_model_computes(padding: bo
     model.zero_grad()
     anyaccel.ops.patch(model, rms_norm=False, swiglu=False, rope=False, loss=False, silu=False)
     try:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         loss = torch.compile(model)(**kwargs).loss
         loss.backward()
         torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
         for p, g in zip(model.parameters(), grads, strict=True):
             torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         unpatch(model)
 
 
