@@ -15,8 +15,8 @@ only where aten has a kernel for it on the dispatch key. ``nll_loss_forward`` / 
 log-probabilities) and ``nll_loss2d_forward`` / ``nll_loss2d_backward`` (``[N, C, H, W]``, what they run for
 class-first inputs with spatial dimensions), with or without class weights, sum in fp32 whatever the input's
 dtype; a target
-outside ``[0, C)`` other than ``ignore_index`` counts as ignored there, where aten raises (CPU) or asserts
-(CUDA): checking would cost a device synchronisation per call. ``cross_entropy_loss`` (registered on the
+outside ``[0, C)`` other than ``ignore_index`` fails there as in aten: ``TargetIndexError`` (an ``IndexError``)
+on the CPU, a device-side assertion on a GPU (no synchronisation). ``cross_entropy_loss`` (registered on the
 autograd key: it is a composite op) takes only float16/bfloat16 calls with label smoothing or probability
 targets, the ones aten's composite sums in 16 bits; its other calls run aten's composite, whose
 ``_log_softmax`` and ``nll_loss_forward`` are replaced on their own.

@@ -1,5 +1,5 @@
-"""Out-of-range class indices raise `IndexError` in cross_entropy and fused_linear_cross_entropy on the CPU, as
-torch's cross_entropy does, for every implementation (on a machine without a GPU the Triton kernels run in
+"""Out-of-range class indices raise `IndexError` in cross_entropy, fused_linear_cross_entropy and nll_loss (the
+op the override mode serves ``F.nll_loss`` with) on the CPU, as torch's cross_entropy and nll_loss do, for every implementation (on a machine without a GPU the Triton kernels run in
 Triton's interpreter, so the Triton implementation's check runs here too); on a GPU the device asserts, as
 torch's CUDA kernels do (in a subprocess: the assertion leaves the CUDA context unusable). Valid targets,
 including ``ignore_index`` and a custom ``ignore_index`` that is negative or past V, still give torch's loss."""
@@ -14,8 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import anyaccel.ops
 import anyaccel.ops.nn as nn
 from anyaccel.ops.nn.errors import OpInputError, TargetIndexError
+from anyaccel.ops.nn.implementations import ops
 
 #: (vocabulary, the bad index, its row) with ignore_index=-100
 BAD = [(10, 10, 1), (10, 11, 0), (7, -5, 2), (7, -1, 3), (4099, 4099, 4), (3, 2**40, 1)]
@@ -66,6 +68,33 @@ def test_fused_linear_cross_entropy_raises_index_error(device_impl: tuple[str, s
     assert hidden.grad is None and weight.grad is None
 
 
+@pytest.mark.parametrize(("vocab", "bad", "row"), BAD, ids=str)
+@pytest.mark.parametrize("spatial", [False, True], ids=["NC", "NCd"])
+def test_nll_loss_raises_index_error_like_torch(device_impl: tuple[str, str], vocab: int, bad: int, row: int,
+                                               spatial: bool) -> None:
+    """Before, the Triton kernel counted such a row as ignored: a silently different loss."""
+    device, impl = device_impl
+    _on_host(device)
+    logp = torch.randn(5, vocab, device=device).log_softmax(1)
+    t = _targets(vocab, bad, row, device, torch.int64)
+    if spatial:  # [N, C, d] with the bad target in the second position of the spatial dimension
+        logp, t = logp.T.reshape(1, vocab, 5), t.reshape(1, 5)
+    with pytest.raises(IndexError):
+        F.nll_loss(logp.cpu(), t.cpu())
+    with pytest.raises(TargetIndexError, match=rf"nll_loss: target holds {bad} at flat position {row}"):
+        ops("cross_entropy", device, impl, "compile").nll_loss(logp, t, None, 1, -100)
+
+
+def test_nll_loss_under_the_override_mode_raises_ours_on_the_cpu() -> None:
+    logp = torch.randn(3, 7, dtype=torch.float16).log_softmax(1)
+    with anyaccel.ops.use_ops(device="cpu", policy="always"):
+        with pytest.raises(TargetIndexError, match="nll_loss: target holds 7 at flat position 1"):
+            F.nll_loss(logp, torch.tensor([1, 7, -100]), reduction="sum")
+        torch.testing.assert_close(F.nll_loss(logp, torch.tensor([1, 6, -100]), reduction="sum").double(),
+                                   F.nll_loss(logp.double(), torch.tensor([1, 6, -100]), reduction="sum"),
+                                   atol=1e-2, rtol=1e-3)
+
+
 @pytest.mark.parametrize("ignore_index", [-100, -1, 0, 12], ids=str)
 def test_valid_targets_and_custom_ignore_index_still_match_torch(device_impl: tuple[str, str],
                                                                  ignore_index: int) -> None:
@@ -108,7 +137,7 @@ def test_compiled_fullgraph_raises_too() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy"])
+@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy", "nll_loss"])
 @pytest.mark.parametrize("impl", ["triton", "torch"])
 def test_a_bad_target_stops_the_gpu(op: str, impl: str) -> None:
     """The device-side assertion fires (no host read on the way: the call itself returns), and the next
@@ -118,6 +147,10 @@ def test_a_bad_target_stops_the_gpu(op: str, impl: str) -> None:
         t = torch.tensor([1, 7, -100], device="cuda")
         if "{op}" == "cross_entropy":
             loss = nn.cross_entropy(torch.randn(3, 7, device="cuda"), t, impl="{impl}")
+        elif "{op}" == "nll_loss":
+            from anyaccel.ops.nn.implementations import ops
+            loss = ops("cross_entropy", "cuda", "{impl}", "compile").nll_loss(
+                torch.randn(3, 7, device="cuda").log_softmax(1), t, None, 1, -100)
         else:
             loss = nn.fused_linear_cross_entropy(torch.randn(3, 8, device="cuda"), torch.randn(7, 8, device="cuda"),
                                                  t, impl="{impl}")

@@ -108,8 +108,9 @@ def _nll_rows(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | N
 def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
              ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation (a target outside
-    ``[0, C)`` other than ``ignore_index`` raises torch's index error)."""
+    ``[0, C)`` other than ``ignore_index`` fails as in the Triton implementation: `check_target_values`)."""
     check_nll("nll_loss", logp, target, weight, reduction)
+    check_target_values("nll_loss", target, nll.as_3d(logp, target)[0].shape[1], ignore_index)
     lp, safe, w = _nll_rows(logp, target, weight, ignore_index)
     loss = -w * lp.gather(1, safe.unsqueeze(1)).squeeze(1).float()
     return nll.finish(loss, w, reduction, logp.dtype, target.shape)

@@ -183,11 +183,13 @@ def _nll_bwd_kernel(G, T, W, DLP, M, C, S, sg, st, ignore_index, HAS_W: tl.const
 def nll_loss(logp: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
              ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """aten's ``nll_loss_forward`` / ``nll_loss2d_forward`` with fp32 accumulation: one kernel reads each row's
-    target element and weight (any strides of ``[N, C, S]``); the sums run in fp32. Targets outside ``[0, C)``
-    other than ``ignore_index`` count as ignored (aten raises or asserts)."""
+    target element and weight (any strides of ``[N, C, S]``); the sums run in fp32. A target outside ``[0, C)``
+    other than ``ignore_index`` fails as torch's does (`check_target_values`: a device-side assertion on a GPU,
+    `TargetIndexError` on the CPU), not read as an ignored row."""
     check_nll("nll_loss", logp, target, weight, reduction)
     lp, t = nll.as_3d(logp, target)
     n, classes, spatial = lp.shape
+    check_target_values("nll_loss", target, classes, ignore_index)
     rows = n * spatial
     loss = torch.empty((rows,), dtype=torch.float32, device=lp.device)
     wrow = torch.empty_like(loss)
