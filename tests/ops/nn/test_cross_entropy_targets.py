@@ -1,5 +1,6 @@
 """Out-of-range class indices raise `IndexError` in cross_entropy, fused_linear_cross_entropy and nll_loss (the
-op the override mode serves ``F.nll_loss`` with) on the CPU, as torch's cross_entropy and nll_loss do, for every implementation (on a machine without a GPU the Triton kernels run in
+op the override mode serves ``F.nll_loss`` with) on the CPU, as torch's cross_entropy and nll_loss do, for
+every implementation (on a machine without a GPU the Triton kernels run in
 Triton's interpreter, so the Triton implementation's check runs here too); on a GPU the device asserts, as
 torch's CUDA kernels do (in a subprocess: the assertion leaves the CUDA context unusable). Valid targets,
 including ``ignore_index`` and a custom ``ignore_index`` that is negative or past V, still give torch's loss."""
@@ -135,29 +136,55 @@ def test_compiled_fullgraph_raises_too() -> None:
         flce(h, w, bad)
 
 
+def _call(op: str, impl: str, t: torch.Tensor) -> torch.Tensor:
+    """One call of ``op`` on CUDA targets ``t`` (3 rows, 7 classes): the loss."""
+    if op == "cross_entropy":
+        return nn.cross_entropy(torch.randn(3, 7, device="cuda"), t, impl=impl)
+    if op == "fused_linear_cross_entropy":
+        return nn.fused_linear_cross_entropy(torch.randn(3, 8, device="cuda"), torch.randn(7, 8, device="cuda"), t,
+                                             impl=impl)
+    logp = torch.randn(3, 7, device="cuda").log_softmax(1)
+    return ops("cross_entropy", "cuda", impl, "compile").nll_loss(logp, t, None, 1, -100)[0]
+
+
+GPU_OPS = ["cross_entropy", "fused_linear_cross_entropy", "nll_loss"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("op", ["cross_entropy", "fused_linear_cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("op", GPU_OPS)
 @pytest.mark.parametrize("impl", ["triton", "torch"])
 def test_a_bad_target_stops_the_gpu(op: str, impl: str) -> None:
-    """The device-side assertion fires (no host read on the way: the call itself returns), and the next
-    synchronisation fails naming the op."""
+    """The device-side assertion fires and names the op (in a subprocess: it leaves the CUDA context unusable).
+    Where the error surfaces, at the op's next launch or at the next synchronisation, depends on how soon the
+    device has run the assertion, so it is not checked here; that the check needs no synchronisation is
+    (`test_the_target_check_does_not_synchronise`)."""
     script = textwrap.dedent(f"""
-        import torch, anyaccel.ops.nn as nn
-        t = torch.tensor([1, 7, -100], device="cuda")
-        if "{op}" == "cross_entropy":
-            loss = nn.cross_entropy(torch.randn(3, 7, device="cuda"), t, impl="{impl}")
-        elif "{op}" == "nll_loss":
-            from anyaccel.ops.nn.implementations import ops
-            loss = ops("cross_entropy", "cuda", "{impl}", "compile").nll_loss(
-                torch.randn(3, 7, device="cuda").log_softmax(1), t, None, 1, -100)
-        else:
-            loss = nn.fused_linear_cross_entropy(torch.randn(3, 8, device="cuda"), torch.randn(7, 8, device="cuda"),
-                                                 t, impl="{impl}")
-        print("returned", flush=True)
+        import runpy, torch
+        call = runpy.run_path({__file__!r})["_call"]
+        call({op!r}, {impl!r}, torch.tensor([1, 7, -100], device="cuda"))
         torch.cuda.synchronize()
         print("no assertion", flush=True)
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert "returned" in run.stdout and "no assertion" not in run.stdout, run.stdout + run.stderr
+    assert "no assertion" not in run.stdout, run.stdout + run.stderr
     assert run.returncode != 0 and "device-side assert" in run.stderr, run.stderr
+    assert f"{op}: a target is outside [0, 7) and is not ignore_index=-100" in run.stderr, run.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("op", GPU_OPS)
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+def test_the_target_check_does_not_synchronise(op: str, impl: str) -> None:
+    """With valid targets the op runs under ``torch.cuda.set_sync_debug_mode("error")``, which raises at any
+    synchronising call: the check is queued on the device (so it can be captured in a CUDA graph)."""
+    t = torch.tensor([1, 6, -100], device="cuda")
+    _call(op, impl, t)  # warm-up: loading and compiling the kernels may synchronise
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = _call(op, impl, t)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(loss).all()
